@@ -1,0 +1,1140 @@
+//! Runs a [`Program`]: splits the output rows into items, spreads items over rayon's pool
+//! above a size threshold, and evaluates every instruction over runs of up to [`CHUNK`]
+//! elements, so each op is one tight loop over a register. The per-task function is
+//! compiled three times (AVX-512, AVX2+FMA, baseline) and picked at run time.
+//!
+//! Soundness of the raw memory access here rests on three checks made before a program
+//! runs (see [`super::run_kernel`]): every view's offsets lie inside its buffer
+//! ([`crate::kernel::Kernel::validate`]), every buffer is at least as large as its argument,
+//! and store views are injective, so items (which partition the output coordinates) never
+//! write the same element from two threads. Inputs are never written by the kernel reading
+//! them, except a matmul epilogue, which reads each output element only in the item that
+//! writes it and never borrows it.
+
+use super::ops::{self, Acc, CastTo, Num, Scal, Src};
+use super::program::{CHUNK, PInstr, POp, Program, Strategy};
+use crate::dtype::{ComputeType, DType};
+use crate::graph::{Generator, ReduceOp};
+use crate::kernel::Level;
+use crate::random;
+use half::{bf16, f16};
+use rayon::prelude::*;
+use std::cell::RefCell;
+
+/// A kernel argument's memory.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ArgPtr {
+    pub ptr: *mut u8,
+}
+
+// SAFETY: an ArgPtr is only dereferenced inside a kernel run, under the disjointness and
+// bounds guarantees stated at the top of this module.
+unsafe impl Send for ArgPtr {}
+// SAFETY: as above; shared ArgPtrs are only read from, or written at disjoint elements.
+unsafe impl Sync for ArgPtr {}
+
+/// Where an instruction's current value lives.
+#[derive(Debug, Clone, Copy)]
+enum Val {
+    None,
+    Reg(usize),
+    /// A run read in place from a buffer.
+    Ptr(*const u8),
+    Scalar(Scal),
+}
+
+macro_rules! with_ct {
+    ($ct:expr, $T:ident => $body:expr) => {
+        match $ct {
+            ComputeType::U8 => {
+                type $T = u8;
+                $body
+            }
+            ComputeType::I32 => {
+                type $T = i32;
+                $body
+            }
+            ComputeType::I64 => {
+                type $T = i64;
+                $body
+            }
+            ComputeType::F32 => {
+                type $T = f32;
+                $body
+            }
+            ComputeType::F64 => {
+                type $T = f64;
+                $body
+            }
+        }
+    };
+}
+
+thread_local! {
+    static REGS: RefCell<Vec<Vec<u64>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Work decomposition: an item is a run of up to `item_len` positions along the last output
+/// dimension at fixed other output coordinates. Items are numbered row by row, or, when a
+/// view walks the run dimension with a large stride (a transpose), tile by tile: `tile`
+/// consecutive rows of another output dimension share each column block, so the cache lines
+/// and pages a strided read touches are reused across the tile.
+struct Items {
+    out_dims: Vec<usize>,
+    item_len: usize,
+    chunks: usize,
+    /// `(dimension, tile size)` when tiled.
+    tile: Option<(usize, usize)>,
+    count: usize,
+}
+
+impl Items {
+    fn new(prog: &Program, item_len: usize, tile: Option<(usize, usize)>) -> Items {
+        let out_dims = prog.dims[..prog.n_out].to_vec();
+        let last = out_dims[prog.n_out - 1];
+        let item_len = item_len.clamp(1, last.max(1));
+        let chunks = last.div_ceil(item_len).max(1);
+        let rows: usize = out_dims[..prog.n_out - 1].iter().product();
+        let count = match tile {
+            None => rows * chunks,
+            Some((d, t)) => (rows / out_dims[d].max(1)) * out_dims[d].div_ceil(t) * t * chunks,
+        };
+        Items {
+            out_dims,
+            item_len,
+            chunks,
+            tile,
+            count,
+        }
+    }
+
+    fn count(&self) -> usize {
+        self.count
+    }
+
+    /// Sets the output coordinates of `item` (the run dimension to the run start) and returns
+    /// the run length, or `None` for a padding slot of a partial tile.
+    #[inline(always)]
+    fn locate(&self, item: usize, coords: &mut [usize]) -> Option<usize> {
+        let run = self.out_dims.len() - 1;
+        let last = self.out_dims[run];
+        let (mut rest, chunk) = match self.tile {
+            None => (item / self.chunks, item % self.chunks),
+            Some((d, t)) => {
+                let r = item % t;
+                let rest = item / t;
+                let chunk = rest % self.chunks;
+                let rest = rest / self.chunks;
+                let tiles = self.out_dims[d].div_ceil(t);
+                let c = (rest % tiles) * t + r;
+                if c >= self.out_dims[d] {
+                    return None;
+                }
+                coords[d] = c;
+                (rest / tiles, chunk)
+            }
+        };
+        for dd in (0..run).rev() {
+            if self.tile.is_some_and(|(d, _)| d == dd) {
+                continue;
+            }
+            let n = self.out_dims[dd];
+            coords[dd] = rest % n;
+            rest /= n;
+        }
+        let j0 = chunk * self.item_len;
+        coords[run] = j0;
+        Some(self.item_len.min(last - j0))
+    }
+}
+
+/// Picks a tiled order for elementwise programs whose loads or stores walk the run
+/// dimension with a large stride.
+fn tiling(prog: &Program) -> Option<(usize, usize)> {
+    const TILE: usize = 32;
+    if prog.has_reduce || prog.n_out < 2 || prog.dims[prog.n_out - 1] < TILE {
+        return None;
+    }
+    let run = prog.n_out - 1;
+    let mut best: Option<(usize, isize)> = None;
+    for p in &prog.instrs {
+        let v = match &p.op {
+            POp::Load { view, .. } | POp::Store { view, .. } => view,
+            _ => continue,
+        };
+        if v.strides[run].abs() < 16 {
+            continue;
+        }
+        // The output dimension this view walks most densely.
+        for d in 0..run {
+            let s = v.strides[d].abs();
+            if s != 0
+                && s < v.strides[run].abs()
+                && prog.dims[d] >= 2
+                && best.is_none_or(|b| s < b.1)
+            {
+                best = Some((d, s));
+            }
+        }
+    }
+    best.map(|(d, _)| (d, TILE))
+}
+
+/// Runs `prog` over `args`.
+pub(crate) fn execute(prog: &Program, args: &[ArgPtr]) {
+    let rows = prog.rows();
+    let red = prog.reduce_len().max(1);
+    if rows == 0 || prog.dims.contains(&0) && !prog.has_reduce {
+        return;
+    }
+    let threads = rayon::current_num_threads().max(1);
+    if prog.strategy == Strategy::ReduceInner
+        && splittable(prog)
+        && rows < 2 * threads
+        && rows * red >= 1 << 16
+    {
+        return run_split(prog, args, threads);
+    }
+    let item_len = match prog.strategy {
+        Strategy::OutInner => CHUNK,
+        Strategy::ReduceInner => {
+            // Keep a block's rows cache-resident across passes; leave work for every thread.
+            let per_row_bytes = red * 4;
+            let by_cache = ((256 << 10) / per_row_bytes.max(1)).max(1);
+            let by_threads = rows.div_ceil(threads * 4).max(1);
+            by_cache.min(by_threads).min(CHUNK)
+        }
+    };
+    let tile = tiling(prog);
+    let item_len = if tile.is_some() { 32 } else { item_len };
+    let items = Items::new(prog, item_len, tile);
+    let work_per_item = items.item_len * red;
+    let per_task = (65_536 / work_per_item.max(1)).max(1);
+    let n_items = items.count();
+    let n_tasks = n_items.div_ceil(per_task);
+    let run = |task: usize| {
+        let lo = task * per_task;
+        let hi = (lo + per_task).min(n_items);
+        run_items(prog, args, &items, lo, hi);
+    };
+    if n_tasks <= 1 || n_items * work_per_item < 1 << 15 {
+        (0..n_tasks).for_each(run);
+    } else {
+        (0..n_tasks).into_par_iter().for_each(run);
+    }
+}
+
+fn splittable(prog: &Program) -> bool {
+    prog.phases.len() == 2 && prog.phases[1].stores.is_empty() && !prog.phases[0].reduces.is_empty()
+}
+
+/// The loop-carrying operations, compiled once per SIMD level.
+struct Loops {
+    eval: fn(&mut Machine<'_>, usize, usize, usize),
+    store: fn(&mut Machine<'_>, usize, usize),
+    accumulate: fn(&mut Machine<'_>, usize, i64),
+    reduce_run: fn(&Machine<'_>, usize, &mut AccAny, i64),
+}
+
+macro_rules! loops_for {
+    ($name:ident, $feat:literal) => {
+        #[cfg(target_arch = "x86_64")]
+        mod $name {
+            use super::*;
+            #[target_feature(enable = $feat)]
+            unsafe fn eval(m: &mut Machine<'_>, v: usize, ax: usize, reg: usize) {
+                m.eval_impl(v, ax, reg)
+            }
+            #[target_feature(enable = $feat)]
+            unsafe fn store(m: &mut Machine<'_>, s: usize, ax: usize) {
+                m.store_impl(s, ax)
+            }
+            #[target_feature(enable = $feat)]
+            unsafe fn accumulate(m: &mut Machine<'_>, r: usize, index: i64) {
+                m.accumulate_impl(r, index)
+            }
+            #[target_feature(enable = $feat)]
+            unsafe fn reduce_run(m: &Machine<'_>, r: usize, acc: &mut AccAny, index0: i64) {
+                m.reduce_run_impl(r, acc, index0)
+            }
+            // SAFETY (all four): these are only installed by `pick_loops` after
+            // `is_x86_feature_detected!` confirmed every feature they enable.
+            pub(super) static LOOPS: Loops = Loops {
+                eval: |m, v, ax, reg| unsafe { eval(m, v, ax, reg) },
+                store: |m, s, ax| unsafe { store(m, s, ax) },
+                accumulate: |m, r, i| unsafe { accumulate(m, r, i) },
+                reduce_run: |m, r, a, i| unsafe { reduce_run(m, r, a, i) },
+            };
+        }
+    };
+}
+
+loops_for!(
+    avx512,
+    "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma,f16c,bmi1,bmi2,popcnt"
+);
+loops_for!(avx2, "avx2,fma,f16c,bmi1,bmi2,popcnt");
+
+static GENERIC_LOOPS: Loops = Loops {
+    eval: |m, v, ax, reg| m.eval_impl(v, ax, reg),
+    store: |m, s, ax| m.store_impl(s, ax),
+    accumulate: |m, r, i| m.accumulate_impl(r, i),
+    reduce_run: |m, r, a, i| m.reduce_run_impl(r, a, i),
+};
+
+fn loops() -> &'static Loops {
+    static PICK: std::sync::OnceLock<&'static Loops> = std::sync::OnceLock::new();
+    PICK.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::env::var_os("KILN_NO_SIMD").is_none() {
+                let has = |f: &[bool]| f.iter().all(|&x| x);
+                if has(&[
+                    is_x86_feature_detected!("avx512f"),
+                    is_x86_feature_detected!("avx512vl"),
+                    is_x86_feature_detected!("avx512bw"),
+                    is_x86_feature_detected!("avx512dq"),
+                    is_x86_feature_detected!("avx2"),
+                    is_x86_feature_detected!("fma"),
+                    is_x86_feature_detected!("f16c"),
+                    is_x86_feature_detected!("bmi1"),
+                    is_x86_feature_detected!("bmi2"),
+                    is_x86_feature_detected!("popcnt"),
+                ]) {
+                    return &avx512::LOOPS;
+                }
+                if has(&[
+                    is_x86_feature_detected!("avx2"),
+                    is_x86_feature_detected!("fma"),
+                    is_x86_feature_detected!("f16c"),
+                    is_x86_feature_detected!("bmi1"),
+                    is_x86_feature_detected!("bmi2"),
+                    is_x86_feature_detected!("popcnt"),
+                ]) {
+                    return &avx2::LOOPS;
+                }
+            }
+        }
+        &GENERIC_LOOPS
+    })
+}
+
+/// The SIMD level the CPU backend runs at (`avx512`, `avx2` or `generic`).
+pub fn simd_level() -> &'static str {
+    let l = loops() as *const Loops;
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::ptr::eq(l, &avx512::LOOPS) {
+            return "avx512";
+        }
+        if std::ptr::eq(l, &avx2::LOOPS) {
+            return "avx2";
+        }
+    }
+    let _ = l;
+    "generic"
+}
+
+fn run_items(prog: &Program, args: &[ArgPtr], items: &Items, lo: usize, hi: usize) {
+    items_impl(prog, args, items, lo, hi)
+}
+
+fn new_machine<'p>(prog: &'p Program, args: &'p [ArgPtr], mut regs: Vec<Vec<u64>>) -> Machine<'p> {
+    if regs.len() < prog.n_regs {
+        regs.resize_with(prog.n_regs, || vec![0u64; CHUNK]);
+    }
+    Machine {
+        prog,
+        args,
+        loops: loops(),
+        regs,
+        vals: vec![Val::None; prog.instrs.len()],
+        coords: vec![0; prog.dims.len()],
+        n: 0,
+        row_t: None,
+    }
+}
+
+fn items_impl(prog: &Program, args: &[ArgPtr], items: &Items, lo: usize, hi: usize) {
+    REGS.with(|cell| {
+        let mut m = new_machine(prog, args, cell.take());
+        for item in lo..hi {
+            let Some(n) = items.locate(item, &mut m.coords) else {
+                continue;
+            };
+            let j0 = m.coords[prog.n_out - 1];
+            match prog.strategy {
+                Strategy::OutInner => m.item_out_inner(n),
+                Strategy::ReduceInner => m.item_reduce_inner(j0, n),
+            }
+        }
+        cell.replace(m.regs);
+    });
+}
+
+struct Machine<'p> {
+    prog: &'p Program,
+    args: &'p [ArgPtr],
+    loops: &'static Loops,
+    regs: Vec<Vec<u64>>,
+    vals: Vec<Val>,
+    coords: Vec<usize>,
+    /// Length of the current run.
+    n: usize,
+    /// ReduceInner: the row (within the item) whose values are being reduced; `Row` operands
+    /// are then read as that row's scalar.
+    row_t: Option<usize>,
+}
+
+#[inline(always)]
+fn typed<T: bytemuck::Pod>(r: &[u64]) -> &[T] {
+    bytemuck::cast_slice(r)
+}
+
+#[inline(always)]
+fn typed_mut<T: bytemuck::Pod>(r: &mut [u64]) -> &mut [T] {
+    bytemuck::cast_slice_mut(r)
+}
+
+impl<'p> Machine<'p> {
+    #[inline(always)]
+    fn set_outer(&mut self, mut outer: usize) {
+        for d in (0..self.prog.n_out - 1).rev() {
+            let n = self.prog.dims[d];
+            self.coords[d] = outer % n;
+            outer /= n;
+        }
+    }
+
+    /// Sets the reduce coordinates from a flat (row-major) reduce index.
+    #[inline(always)]
+    fn set_reduce_coords(&mut self, mut a: usize) {
+        for d in (self.prog.n_out..self.prog.dims.len()).rev() {
+            let n = self.prog.dims[d];
+            self.coords[d] = a % n;
+            a /= n;
+        }
+    }
+
+    // ---------------------------------------------------------------- strategies
+
+    #[inline(always)]
+    fn item_out_inner(&mut self, n: usize) {
+        let prog = self.prog;
+        let ax = prog.n_out - 1;
+        self.row_t = None;
+        self.n = n;
+        for &v in &prog.row_first {
+            (self.loops.eval)(self, v, ax, usize::MAX);
+        }
+        let red = prog.reduce_len();
+        for (pi, ph) in prog.phases.iter().enumerate() {
+            for &r in &ph.reduces {
+                self.acc_init_vec(r);
+            }
+            if !ph.elem.is_empty() || !ph.reduces.is_empty() || !ph.stores.is_empty() {
+                for a in 0..red {
+                    self.set_reduce_coords(a);
+                    self.n = n;
+                    for &v in &ph.elem {
+                        (self.loops.eval)(self, v, ax, ph.regs[v]);
+                    }
+                    for &r in &ph.reduces {
+                        (self.loops.accumulate)(self, r, a as i64);
+                    }
+                    for &s in &ph.stores {
+                        (self.loops.store)(self, s, ax);
+                    }
+                }
+            }
+            for &r in &ph.reduces {
+                self.acc_finish_vec(r);
+            }
+            let _ = pi;
+            self.n = n;
+            for &v in &ph.row_after {
+                (self.loops.eval)(self, v, ax, usize::MAX);
+            }
+        }
+        self.n = n;
+        for &s in &prog.row_stores {
+            (self.loops.store)(self, s, ax);
+        }
+    }
+
+    #[inline(always)]
+    fn item_reduce_inner(&mut self, j0: usize, rows: usize) {
+        let prog = self.prog;
+        let row_ax = prog.n_out - 1;
+        let ax = prog.dims.len() - 1;
+        let run_total = prog.dims[ax];
+        let outer_red: usize = prog.dims[prog.n_out..ax].iter().product();
+        self.row_t = None;
+        self.n = rows;
+        for &v in &prog.row_first {
+            (self.loops.eval)(self, v, row_ax, usize::MAX);
+        }
+        for ph in &prog.phases {
+            if !ph.reduces.is_empty() || !ph.stores.is_empty() {
+                for t in 0..rows {
+                    self.coords[row_ax] = j0 + t;
+                    self.row_t = Some(t);
+                    let mut accs: [AccAny; 8] = [AccAny::default(); 8];
+                    let mut extra: Vec<AccAny> = vec![];
+                    for (i, &r) in ph.reduces.iter().enumerate() {
+                        let a = self.acc_init_scalar(r);
+                        if i < 8 { accs[i] = a } else { extra.push(a) }
+                    }
+                    for o in 0..outer_red {
+                        self.set_reduce_coords(o * run_total);
+                        let mut c0 = 0;
+                        while c0 < run_total {
+                            let n = CHUNK.min(run_total - c0);
+                            self.coords[ax] = c0;
+                            self.n = n;
+                            for &v in &ph.elem {
+                                (self.loops.eval)(self, v, ax, ph.regs[v]);
+                            }
+                            let index0 = (o * run_total + c0) as i64;
+                            for (i, &r) in ph.reduces.iter().enumerate() {
+                                let acc = if i < 8 {
+                                    &mut accs[i]
+                                } else {
+                                    &mut extra[i - 8]
+                                };
+                                (self.loops.reduce_run)(self, r, acc, index0);
+                            }
+                            for &s in &ph.stores {
+                                (self.loops.store)(self, s, ax);
+                            }
+                            c0 += n;
+                        }
+                    }
+                    for (i, &r) in ph.reduces.iter().enumerate() {
+                        let acc = if i < 8 { accs[i] } else { extra[i - 8] };
+                        self.acc_write_row(r, acc, t);
+                    }
+                }
+                self.row_t = None;
+                self.coords[row_ax] = j0;
+            }
+            self.n = rows;
+            for &v in &ph.row_after {
+                (self.loops.eval)(self, v, row_ax, usize::MAX);
+            }
+        }
+        self.coords[row_ax] = j0;
+        self.n = rows;
+        for &s in &prog.row_stores {
+            (self.loops.store)(self, s, row_ax);
+        }
+    }
+
+    // ---------------------------------------------------------------- operands
+
+    #[inline(always)]
+    fn fetch<T: Num>(&self, v: usize) -> Src<'_, T> {
+        let p = &self.prog.instrs[v];
+        if let POp::Const(s) = p.op {
+            return Src::Scalar(T::get(s));
+        }
+        if p.level == Level::Row {
+            let r = typed::<T>(&self.regs[p.row_reg]);
+            return match self.row_t {
+                Some(t) => Src::Scalar(r[t]),
+                None => Src::Slice(&r[..self.n]),
+            };
+        }
+        match self.vals[v] {
+            Val::Reg(r) => Src::Slice(&typed::<T>(&self.regs[r])[..self.n]),
+            Val::Ptr(ptr) => {
+                // SAFETY: `ptr` points at `n` initialized, aligned elements of type T inside
+                // an input buffer (bounds checked before the run; borrowed loads only have
+                // unit stride and the storage type equal to T); nothing writes that buffer
+                // during this kernel.
+                Src::Slice(unsafe { std::slice::from_raw_parts(ptr as *const T, self.n) })
+            }
+            Val::Scalar(s) => Src::Scalar(T::get(s)),
+            Val::None => Src::Scalar(T::ZERO),
+        }
+    }
+
+    // ---------------------------------------------------------------- evaluation
+
+    /// Evaluates instruction `v` for the current run along `ax`, into `reg` (or its row
+    /// register for `Row` values).
+    #[inline(always)]
+    fn eval_impl(&mut self, v: usize, ax: usize, reg: usize) {
+        let p: &PInstr = &self.prog.instrs[v];
+        let reg = if p.level == Level::Row {
+            p.row_reg
+        } else {
+            reg
+        };
+        let n = self.n;
+        let dtype = p.dtype;
+        match &p.op {
+            POp::Const(s) => self.vals[v] = Val::Scalar(*s),
+            POp::Load {
+                arg,
+                view,
+                fill,
+                borrow,
+            } => {
+                let a = self.args[*arg];
+                let (base, ok) = view.base(&self.coords, ax);
+                let stride = view.strides[ax];
+                if *borrow && ok {
+                    let sz = dtype.size_bytes() as isize;
+                    // SAFETY: the view's offsets are inside the buffer (checked before the
+                    // run), so the run's first element is too.
+                    let ptr = unsafe { a.ptr.offset(base * sz) } as *const u8;
+                    self.vals[v] = Val::Ptr(ptr);
+                    return;
+                }
+                let (lo, hi) = if ok {
+                    view.run_valid(ax, self.coords[ax], n)
+                } else {
+                    (0, 0)
+                };
+                let mut out = std::mem::take(&mut self.regs[reg]);
+                load_run(a, dtype, base, stride, lo, hi, *fill, &mut out, n);
+                self.regs[reg] = out;
+                self.vals[v] = Val::Reg(reg);
+            }
+            POp::Gen { gen_, view, fill } => {
+                let (base, ok) = view.base(&self.coords, ax);
+                let stride = view.strides[ax];
+                let (lo, hi) = if ok {
+                    view.run_valid(ax, self.coords[ax], n)
+                } else {
+                    (0, 0)
+                };
+                let mut out = std::mem::take(&mut self.regs[reg]);
+                gen_run(*gen_, dtype, base, stride, lo, hi, *fill, &mut out, n);
+                self.regs[reg] = out;
+                self.vals[v] = Val::Reg(reg);
+            }
+            POp::Valid { view } => {
+                let (_, ok) = view.base(&self.coords, ax);
+                let (lo, hi) = if ok {
+                    view.run_valid(ax, self.coords[ax], n)
+                } else {
+                    (0, 0)
+                };
+                let mut out = std::mem::take(&mut self.regs[reg]);
+                let o = &mut typed_mut::<u8>(&mut out)[..n];
+                o[..lo].fill(0);
+                o[lo..hi].fill(1);
+                o[hi..].fill(0);
+                self.regs[reg] = out;
+                self.vals[v] = Val::Reg(reg);
+            }
+            POp::Unary(op, a) => {
+                let (op, a) = (*op, *a);
+                let mut out = std::mem::take(&mut self.regs[reg]);
+                with_ct!(p.ct(), T => {
+                    let src = self.fetch::<T>(a);
+                    ops::unary::<T>(op, src, &mut typed_mut::<T>(&mut out)[..n]);
+                });
+                round_half(dtype, &mut out, n);
+                self.regs[reg] = out;
+                self.vals[v] = Val::Reg(reg);
+            }
+            POp::Binary(op, a, b) => {
+                let (op, a, b) = (*op, *a, *b);
+                let mut out = std::mem::take(&mut self.regs[reg]);
+                let in_ct = self.prog.instrs[a].ct();
+                if op.is_comparison() {
+                    with_ct!(in_ct, T => {
+                        let (x, y) = (self.fetch::<T>(a), self.fetch::<T>(b));
+                        ops::compare::<T>(op, x, y, &mut typed_mut::<u8>(&mut out)[..n]);
+                    });
+                } else {
+                    with_ct!(in_ct, T => {
+                        let (x, y) = (self.fetch::<T>(a), self.fetch::<T>(b));
+                        ops::binary::<T>(op, x, y, &mut typed_mut::<T>(&mut out)[..n]);
+                    });
+                    round_half(dtype, &mut out, n);
+                }
+                self.regs[reg] = out;
+                self.vals[v] = Val::Reg(reg);
+            }
+            POp::Where(c, a, b) => {
+                let (c, a, b) = (*c, *a, *b);
+                let mut out = std::mem::take(&mut self.regs[reg]);
+                with_ct!(p.ct(), T => {
+                    let cond = self.fetch::<u8>(c);
+                    let (x, y) = (self.fetch::<T>(a), self.fetch::<T>(b));
+                    ops::select::<T>(cond, x, y, &mut typed_mut::<T>(&mut out)[..n]);
+                });
+                self.regs[reg] = out;
+                self.vals[v] = Val::Reg(reg);
+            }
+            POp::Cast(a) => {
+                let a = *a;
+                let from = self.prog.instrs[a].ct();
+                let mut out = std::mem::take(&mut self.regs[reg]);
+                with_ct!(from, S => {
+                    let src = self.fetch::<S>(a);
+                    match p.ct() {
+                        ComputeType::U8 => ops::cast::<S, u8>(src, dtype, &mut typed_mut::<u8>(&mut out)[..n]),
+                        ComputeType::I32 => ops::cast::<S, i32>(src, dtype, &mut typed_mut::<i32>(&mut out)[..n]),
+                        ComputeType::I64 => ops::cast::<S, i64>(src, dtype, &mut typed_mut::<i64>(&mut out)[..n]),
+                        ComputeType::F32 => ops::cast::<S, f32>(src, dtype, &mut typed_mut::<f32>(&mut out)[..n]),
+                        ComputeType::F64 => ops::cast::<S, f64>(src, dtype, &mut typed_mut::<f64>(&mut out)[..n]),
+                    }
+                });
+                self.regs[reg] = out;
+                self.vals[v] = Val::Reg(reg);
+            }
+            POp::Reduce { .. } | POp::Store { .. } => {}
+        }
+    }
+
+    /// Writes the run of `Store` instruction `s` along `ax`.
+    #[inline(always)]
+    fn store_impl(&mut self, s: usize, ax: usize) {
+        let p = &self.prog.instrs[s];
+        let POp::Store { arg, view, src } = &p.op else {
+            return;
+        };
+        let a = self.args[*arg];
+        let (base, _) = view.base(&self.coords, ax);
+        let stride = view.strides[ax];
+        let n = self.n;
+        let dtype = p.dtype;
+        with_ct!(dtype.compute(), T => {
+            let v = self.fetch::<T>(*src);
+            store_run::<T>(a, dtype, base, stride, v, n);
+        });
+    }
+
+    // ---------------------------------------------------------------- reductions
+
+    #[inline(always)]
+    fn reduce_parts(&self, r: usize) -> (ReduceOp, usize) {
+        match self.prog.instrs[r].op {
+            POp::Reduce { op, src } => (op, src),
+            _ => (ReduceOp::Sum, r),
+        }
+    }
+
+    /// OutInner: fill the accumulator registers with the identity.
+    #[inline(always)]
+    fn acc_init_vec(&mut self, r: usize) {
+        let (op, src) = self.reduce_parts(r);
+        let p = &self.prog.instrs[r];
+        let n = self.n;
+        let src_ct = self.prog.instrs[src].ct();
+        if op.is_arg() {
+            let (vr, ir) = (p.aux_reg, p.row_reg);
+            with_ct!(src_ct, T => {
+                typed_mut::<T>(&mut self.regs[vr])[..n].fill(ops::acc_init::<T>(op).value);
+            });
+            typed_mut::<i64>(&mut self.regs[ir])[..n].fill(-1);
+        } else {
+            let rr = p.row_reg;
+            with_ct!(src_ct, T => {
+                typed_mut::<T>(&mut self.regs[rr])[..n].fill(ops::acc_init::<T>(op).value);
+            });
+        }
+    }
+
+    #[inline(always)]
+    fn accumulate_impl(&mut self, r: usize, index: i64) {
+        let (op, src) = self.reduce_parts(r);
+        let p = &self.prog.instrs[r];
+        let n = self.n;
+        let src_ct = self.prog.instrs[src].ct();
+        let (vr, ir) = if op.is_arg() {
+            (p.aux_reg, p.row_reg)
+        } else {
+            (p.row_reg, usize::MAX)
+        };
+        let mut acc = std::mem::take(&mut self.regs[vr]);
+        let mut idx = if ir != usize::MAX {
+            std::mem::take(&mut self.regs[ir])
+        } else {
+            Vec::new()
+        };
+        with_ct!(src_ct, T => {
+            let s = self.fetch::<T>(src);
+            let idx_slice: &mut [i64] = if idx.is_empty() { &mut [] } else { &mut typed_mut::<i64>(&mut idx)[..n] };
+            ops::accumulate::<T>(op, s, &mut typed_mut::<T>(&mut acc)[..n], idx_slice, index);
+        });
+        self.regs[vr] = acc;
+        if ir != usize::MAX {
+            self.regs[ir] = idx;
+        }
+    }
+
+    #[inline(always)]
+    fn acc_finish_vec(&mut self, r: usize) {
+        let p = &self.prog.instrs[r];
+        let n = self.n;
+        if !matches!(p.op, POp::Reduce { op, .. } if op.is_arg()) {
+            let rr = p.row_reg;
+            round_half(p.dtype, &mut self.regs[rr], n);
+        }
+    }
+
+    #[inline(always)]
+    fn acc_init_scalar(&self, r: usize) -> AccAny {
+        let (op, src) = self.reduce_parts(r);
+        with_ct!(self.prog.instrs[src].ct(), T => AccAny::from_acc::<T>(ops::acc_init::<T>(op)))
+    }
+
+    #[inline(always)]
+    fn reduce_run_impl(&self, r: usize, acc: &mut AccAny, index0: i64) {
+        let (op, src) = self.reduce_parts(r);
+        with_ct!(self.prog.instrs[src].ct(), T => {
+            let s = self.fetch::<T>(src);
+            let part = ops::reduce_run::<T>(op, s, self.n, index0);
+            *acc = AccAny::from_acc::<T>(ops::acc_combine::<T>(op, acc.to_acc::<T>(), part));
+        });
+    }
+
+    /// ReduceInner: store row `t`'s finished accumulator in the reduce's row register.
+    #[inline(always)]
+    fn acc_write_row(&mut self, r: usize, acc: AccAny, t: usize) {
+        let (op, src) = self.reduce_parts(r);
+        let p = &self.prog.instrs[r];
+        let rr = p.row_reg;
+        let dtype = p.dtype;
+        if op.is_arg() {
+            typed_mut::<i64>(&mut self.regs[rr])[t] = acc.index.max(0);
+        } else {
+            with_ct!(self.prog.instrs[src].ct(), T => {
+                let v: T = acc.to_acc::<T>().value;
+                typed_mut::<T>(&mut self.regs[rr])[t] = v;
+            });
+            if dtype.is_half() {
+                let x = &mut typed_mut::<f32>(&mut self.regs[rr])[t];
+                *x = CastTo::<f32>::cast(*x, dtype);
+            }
+        }
+    }
+}
+
+/// A type-erased accumulator (value bits + index).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct AccAny {
+    bits: u64,
+    index: i64,
+}
+
+impl AccAny {
+    #[inline(always)]
+    fn from_acc<T: Num>(a: Acc<T>) -> AccAny {
+        let mut bits = 0u64;
+        bytemuck::bytes_of_mut(&mut bits)[..std::mem::size_of::<T>()]
+            .copy_from_slice(bytemuck::bytes_of(&a.value));
+        AccAny {
+            bits,
+            index: a.index,
+        }
+    }
+    #[inline(always)]
+    fn to_acc<T: Num>(self) -> Acc<T> {
+        let value: T = bytemuck::pod_read_unaligned(
+            &bytemuck::bytes_of(&self.bits)[..std::mem::size_of::<T>()],
+        );
+        Acc {
+            value,
+            index: self.index,
+        }
+    }
+}
+
+#[inline(always)]
+fn round_half(dtype: DType, reg: &mut [u64], n: usize) {
+    if dtype.is_half() {
+        ops::round_to(dtype, &mut typed_mut::<f32>(reg)[..n]);
+    }
+}
+
+/// Reads `n` elements (`[lo, hi)` from memory, the rest `fill`) into a register.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn load_run(
+    a: ArgPtr,
+    dtype: DType,
+    base: isize,
+    stride: isize,
+    lo: usize,
+    hi: usize,
+    fill: Scal,
+    out: &mut [u64],
+    n: usize,
+) {
+    macro_rules! go {
+        ($S:ty, $T:ty, $conv:expr) => {{
+            let o = &mut typed_mut::<$T>(out)[..n];
+            let f = <$T as Num>::get(fill);
+            o[..lo].fill(f);
+            o[hi..].fill(f);
+            let p = a.ptr as *const $S;
+            let conv = $conv;
+            if stride == 1 {
+                // SAFETY: elements base+lo .. base+hi lie inside the buffer (bounds checked
+                // before the run) and are initialized; the type matches the buffer's dtype.
+                let src =
+                    unsafe { std::slice::from_raw_parts(p.offset(base + lo as isize), hi - lo) };
+                for (d, &s) in o[lo..hi].iter_mut().zip(src) {
+                    *d = conv(s);
+                }
+            } else if stride == 0 && hi > lo {
+                // SAFETY: as above (a single in-bounds element).
+                let s = unsafe { *p.offset(base) };
+                o[lo..hi].fill(conv(s));
+            } else {
+                for i in lo..hi {
+                    // SAFETY: every valid coordinate's offset is inside the buffer.
+                    let s = unsafe { *p.offset(base + i as isize * stride) };
+                    o[i] = conv(s);
+                }
+            }
+        }};
+    }
+    match dtype {
+        DType::Bool | DType::U8 => go!(u8, u8, |s: u8| s),
+        DType::I32 => go!(i32, i32, |s: i32| s),
+        DType::I64 => go!(i64, i64, |s: i64| s),
+        DType::F32 => go!(f32, f32, |s: f32| s),
+        DType::F64 => go!(f64, f64, |s: f64| s),
+        DType::F16 => go!(u16, f32, |s: u16| f16::from_bits(s).to_f32()),
+        DType::BF16 => go!(u16, f32, |s: u16| f32::from_bits((s as u32) << 16)),
+    }
+}
+
+/// Writes a run to a buffer, converting to the storage type.
+#[inline(always)]
+fn store_run<T: Num>(a: ArgPtr, dtype: DType, base: isize, stride: isize, v: Src<'_, T>, n: usize) {
+    macro_rules! go {
+        ($S:ty, $conv:expr) => {{
+            let p = a.ptr as *mut $S;
+            let conv = $conv;
+            let get = |i: usize| -> T {
+                match v {
+                    Src::Slice(s) => s[i],
+                    Src::Scalar(x) => x,
+                }
+            };
+            if stride == 1 {
+                // SAFETY: the store view is injective and inside the buffer, and this item
+                // is the only writer of these elements; no shared reference to them exists.
+                let dst = unsafe { std::slice::from_raw_parts_mut(p.offset(base), n) };
+                match v {
+                    Src::Slice(s) => {
+                        for (d, &x) in dst.iter_mut().zip(&s[..n]) {
+                            *d = conv(x);
+                        }
+                    }
+                    Src::Scalar(x) => dst.fill(conv(x)),
+                }
+            } else {
+                for i in 0..n {
+                    // SAFETY: as above, element by element.
+                    unsafe { *p.offset(base + i as isize * stride) = conv(get(i)) };
+                }
+            }
+        }};
+    }
+    let as_f32 = |x: T| -> f32 { bytemuck::cast::<T, f32>(x) };
+    match dtype {
+        DType::Bool | DType::U8 => go!(u8, |x: T| bytemuck::cast::<T, u8>(x)),
+        DType::I32 => go!(i32, |x: T| bytemuck::cast::<T, i32>(x)),
+        DType::I64 => go!(i64, |x: T| bytemuck::cast::<T, i64>(x)),
+        DType::F32 => go!(f32, as_f32),
+        DType::F64 => go!(f64, |x: T| bytemuck::cast::<T, f64>(x)),
+        DType::F16 => go!(u16, |x: T| f16::from_f32(as_f32(x)).to_bits()),
+        DType::BF16 => go!(u16, |x: T| bf16::from_f32(as_f32(x)).to_bits()),
+    }
+}
+
+/// Evaluates a generator over a run: element `i` has generator index `base + i·stride`.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn gen_run(
+    g: Generator,
+    dtype: DType,
+    base: isize,
+    stride: isize,
+    lo: usize,
+    hi: usize,
+    fill: Scal,
+    out: &mut [u64],
+    n: usize,
+) {
+    let idx = |i: usize| (base + i as isize * stride) as u64;
+    with_ct!(dtype.compute(), T => {
+        let o = &mut typed_mut::<T>(out)[..n];
+        let f = T::get(fill);
+        o[..lo].fill(f);
+        o[hi..].fill(f);
+        gen_values::<T>(g, dtype, &mut o[lo..hi], |i| idx(i + lo));
+    });
+    if dtype.is_half() {
+        ops::round_to(dtype, &mut typed_mut::<f32>(out)[lo..hi]);
+    }
+}
+
+#[inline(always)]
+fn gen_values<T: Num>(g: Generator, dtype: DType, o: &mut [T], idx: impl Fn(usize) -> u64) {
+    match g {
+        Generator::Full(v) => o.fill(T::get(Scal::from_scalar(v, dtype))),
+        Generator::Arange { start, step } => {
+            if dtype.is_float() {
+                let (s, st) = (start.to_f64(), step.to_f64());
+                for (i, x) in o.iter_mut().enumerate() {
+                    let val = s + idx(i) as f64 * st;
+                    *x = T::get(if dtype == DType::F64 {
+                        Scal::F64(val)
+                    } else {
+                        Scal::F32(val as f32)
+                    });
+                }
+            } else {
+                let (s, st) = (start.to_i64(), step.to_i64());
+                for (i, x) in o.iter_mut().enumerate() {
+                    let val = s.wrapping_add((idx(i) as i64).wrapping_mul(st));
+                    *x = T::get(Scal::from_scalar(crate::dtype::Scalar::Int(val), dtype));
+                }
+            }
+        }
+        Generator::Rand { seed } => {
+            for (i, x) in o.iter_mut().enumerate() {
+                *x = T::get(if dtype == DType::F64 {
+                    Scal::F64(random::uniform_f64(seed, idx(i)))
+                } else {
+                    Scal::F32(random::uniform_f32(seed, idx(i)))
+                });
+            }
+        }
+        Generator::Randn { seed } => {
+            for (i, x) in o.iter_mut().enumerate() {
+                *x = T::get(if dtype == DType::F64 {
+                    Scal::F64(random::normal_f64(seed, idx(i)))
+                } else {
+                    Scal::F32(random::normal_f32(seed, idx(i)))
+                });
+            }
+        }
+    }
+}
+
+// -------------------------------------------------------------------- split reductions
+
+/// Few rows, long reductions: each task reduces a slice of the reduce space of one row;
+/// the partial results are combined in order, then the row work runs once.
+fn run_split(prog: &Program, args: &[ArgPtr], threads: usize) {
+    let rows = prog.rows();
+    let red = prog.reduce_len();
+    let ax = prog.dims.len() - 1;
+    let run_total = prog.dims[ax];
+    let outer_red = red / run_total.max(1);
+    // Split along whole runs when there are several, else inside the one run.
+    let parts = (threads * 4).min(outer_red.max(red / CHUNK).max(1)).max(1);
+    let ph = &prog.phases[0];
+    let n_red = ph.reduces.len();
+    let partials: Vec<Vec<AccAny>> = (0..rows * parts)
+        .into_par_iter()
+        .map(|task| {
+            let (row, part) = (task / parts, task % parts);
+            let lo = red * part / parts;
+            let hi = red * (part + 1) / parts;
+            split_task(prog, args, row, lo, hi)
+        })
+        .collect();
+    // Combine and finish on this thread.
+    let items = Items::new(prog, CHUNK, None);
+    let last = prog.dims[prog.n_out - 1];
+    REGS.with(|cell| {
+        let mut m = new_machine(prog, args, cell.take());
+        for item in 0..items.count() {
+            let Some(n) = items.locate(item, &mut m.coords) else {
+                continue;
+            };
+            let row_ax = prog.n_out - 1;
+            let j0 = m.coords[row_ax];
+            let outer = item / items.chunks;
+            m.n = n;
+            m.row_t = None;
+            for &v in &prog.row_first {
+                (m.loops.eval)(&mut m, v, row_ax, usize::MAX);
+            }
+            for t in 0..n {
+                let row = outer * last + j0 + t;
+                for (i, &r) in ph.reduces.iter().enumerate() {
+                    let (op, src) = m.reduce_parts(r);
+                    let mut acc = m.acc_init_scalar(r);
+                    for part in 0..parts {
+                        let b = partials[row * parts + part][i];
+                        with_ct!(prog.instrs[src].ct(), T => {
+                            acc = AccAny::from_acc::<T>(ops::acc_combine::<T>(op, acc.to_acc::<T>(), b.to_acc::<T>()));
+                        });
+                    }
+                    m.acc_write_row(r, acc, t);
+                }
+            }
+            let _ = n_red;
+            m.coords[row_ax] = j0;
+            m.n = n;
+            for &v in &ph.row_after {
+                (m.loops.eval)(&mut m, v, row_ax, usize::MAX);
+            }
+            for &v in &prog.phases[1].row_after {
+                (m.loops.eval)(&mut m, v, row_ax, usize::MAX);
+            }
+            for &s in &prog.row_stores {
+                (m.loops.store)(&mut m, s, row_ax);
+            }
+        }
+        cell.replace(m.regs);
+    });
+}
+
+fn split_task(prog: &Program, args: &[ArgPtr], row: usize, lo: usize, hi: usize) -> Vec<AccAny> {
+    REGS.with(|cell| {
+        let mut m = new_machine(prog, args, cell.take());
+        let out = split_body(&mut m, row, lo, hi);
+        cell.replace(m.regs);
+        out
+    })
+}
+
+fn split_body(m: &mut Machine<'_>, row: usize, lo: usize, hi: usize) -> Vec<AccAny> {
+    let prog = m.prog;
+    let ph = &prog.phases[0];
+    let ax = prog.dims.len() - 1;
+    let run_total = prog.dims[ax];
+    let last = prog.dims[prog.n_out - 1];
+    m.set_outer(row / last);
+    m.coords[prog.n_out - 1] = row % last;
+    // The row values this pass reads, for this one row.
+    m.row_t = None;
+    m.n = 1;
+    for &v in &prog.row_first {
+        (m.loops.eval)(m, v, prog.n_out - 1, usize::MAX);
+    }
+    m.row_t = Some(0);
+    let mut accs: Vec<AccAny> = ph.reduces.iter().map(|&r| m.acc_init_scalar(r)).collect();
+    let mut a = lo;
+    while a < hi {
+        let o = a / run_total;
+        let c0 = a % run_total;
+        let n = CHUNK.min(run_total - c0).min(hi - a);
+        m.set_reduce_coords(o * run_total);
+        m.coords[ax] = c0;
+        m.n = n;
+        for &v in &ph.elem {
+            (m.loops.eval)(m, v, ax, ph.regs[v]);
+        }
+        for (i, &r) in ph.reduces.iter().enumerate() {
+            (m.loops.reduce_run)(m, r, &mut accs[i], a as i64);
+        }
+        a += n;
+    }
+    accs
+}

@@ -1,0 +1,1348 @@
+//! Branch-free scalar `f32` math kernels for the CPU backend.
+//!
+//! Every function in this module is written so that LLVM auto-vectorizes a
+//! plain element-wise loop such as
+//!
+//! ```ignore
+//! for (o, &x) in out.iter_mut().zip(inp) {
+//!     *o = exp_f32(x);
+//! }
+//! ```
+//!
+//! when the loop is compiled with `#[target_feature(enable = "avx2,fma")]` or
+//! `#[target_feature(enable = "avx512f,avx512vl,avx2,fma")]`. To make that
+//! possible the kernels follow a few rules:
+//!
+//! * no data-dependent branches: special cases are handled with value selects
+//!   (`if c { a } else { b }` on values lowers to a blend), never early returns
+//!   or loops;
+//! * no libm calls (`f32::exp`, `f32::round`, ...): rounding to an integer uses
+//!   the `1.5 * 2^23` magic-number trick and powers of two are assembled from
+//!   exponent bits with `to_bits`/`from_bits`;
+//! * no saturating float-to-int `as` casts;
+//! * `f32::mul_add` everywhere a fused multiply-add helps accuracy. With the
+//!   `fma` target feature enabled this is a single `vfmadd` instruction.
+//!   Without it (e.g. in a loop compiled for baseline x86-64) `mul_add` still
+//!   gives the same, correctly fused result, but through a libm call, so such a
+//!   loop is neither vectorized nor fast: always call these kernels from code
+//!   compiled with `fma` enabled when speed matters.
+//!
+//! The error figures quoted on each function were measured against `f64`
+//! references (dense grids plus millions of pseudo-random arguments); the
+//! tests at the bottom of this file re-check them with a slightly looser
+//! asserted bound (given in brackets). "ulp" means a unit in the last place of
+//! the exact result (its `f32` spacing; `2^-149` for subnormal results), with
+//! no absolute floor.
+//!
+//! Subnormal *inputs* are handled like any other value (no flush-to-zero
+//! assumptions), but like all x86 code they run slowly (microcode assists) on
+//! the rare paths that produce or consume subnormals.
+
+// ---------------------------------------------------------------------------
+// Shared constants
+// ---------------------------------------------------------------------------
+
+/// `1.5 * 2^23`: adding and subtracting it rounds an `f32` with
+/// `|v| < 2^22` to the nearest integer (ties to even), and the bit pattern of
+/// `v + MAGIC` holds that integer in its low mantissa bits.
+const MAGIC: f32 = 12_582_912.0;
+/// Bit pattern of [`MAGIC`].
+const MAGIC_BITS: u32 = 0x4B40_0000;
+/// `2^23`: the same trick for non-negative `v < 2^23`.
+const TWO_23: f32 = 8_388_608.0;
+
+const SIGN_MASK: u32 = 0x8000_0000;
+
+/// `log2(e)` rounded to `f32`.
+const LOG2_E: f32 = core::f32::consts::LOG2_E;
+/// `ln 2 = LN2_HI + LN2_LO` (the high part is `ln 2` rounded to `f32`; with
+/// FMA, `x - n * LN2_HI` is exact for the `n` that occur here).
+const LN2_HI: f32 = core::f32::consts::LN_2;
+const LN2_LO: f32 = -1.904_654_2e-9;
+
+// exp(r) ~ 1 + r + r^2 * (E2 + E3 r + E4 r^2 + E5 r^3 + E6 r^4) on
+// [-ln2/2, ln2/2]; minimax for relative error (3.3e-9 with these f32
+// coefficients).
+const E2: f32 = 0.499_999_94;
+const E3: f32 = 0.166_665_15;
+const E4: f32 = 0.041_668_087;
+const E5: f32 = 0.008_369_298;
+const E6: f32 = 0.001_383_828_2;
+
+// ---------------------------------------------------------------------------
+// exp
+// ---------------------------------------------------------------------------
+
+/// Range reduction for `exp`: returns `(r, k)` with `x = k ln2 + r`,
+/// `|r| <= ln2/2 (+ tiny)` and `k` the integer `round(x * log2 e)`.
+/// Valid for `|x| < 2^21` (callers clamp much tighter than that).
+#[inline(always)]
+fn exp_reduce(x: f32) -> (f32, i32) {
+    // One rounding: round-to-nearest of the exact product x * LOG2_E.
+    let t = x.mul_add(LOG2_E, MAGIC);
+    let n = t - MAGIC;
+    let k = t.to_bits().wrapping_sub(MAGIC_BITS) as i32;
+    let r = (-n).mul_add(LN2_HI, x);
+    let r = (-n).mul_add(LN2_LO, r);
+    (r, k)
+}
+
+/// `exp(r)` for `|r| <= ln2/2`, relative error about 0.5 ulp.
+#[inline(always)]
+fn exp_poly(r: f32) -> f32 {
+    expm1_poly(r) + 1.0
+}
+
+/// `exp(r) - 1` for `|r| <= ln2/2`.
+#[inline(always)]
+fn expm1_poly(r: f32) -> f32 {
+    let p = E6
+        .mul_add(r, E5)
+        .mul_add(r, E4)
+        .mul_add(r, E3)
+        .mul_add(r, E2);
+    let r2 = r * r;
+    p.mul_add(r2, r)
+}
+
+/// `exp(r)` for `|r| <= ln2/2` as an unevaluated sum `hi + lo` (`lo` is the
+/// exact rounding error of the final addition), for callers that need more
+/// than `f32` precision.
+#[inline(always)]
+fn exp_poly_hilo(r: f32) -> (f32, f32) {
+    let t = expm1_poly(r);
+    let hi = 1.0 + t;
+    // Fast2Sum: exact because |t| < 1.
+    let lo = (1.0 - hi) + t;
+    (hi, lo)
+}
+
+/// Two normal powers of two whose product is `2^k`, for `-250 < k < 250`.
+#[inline(always)]
+fn pow2_pair(k: i32) -> (f32, f32) {
+    let k1 = k >> 1;
+    let k2 = k.wrapping_sub(k1);
+    let s1 = f32::from_bits((k1.wrapping_add(127) << 23) as u32);
+    let s2 = f32::from_bits((k2.wrapping_add(127) << 23) as u32);
+    (s1, s2)
+}
+
+/// `v * 2^k` for `-250 < k < 250`, rounding only once even when the result
+/// is subnormal (the scale is split in two normal powers of two).
+#[inline(always)]
+fn scale_pow2(v: f32, k: i32) -> f32 {
+    let (s1, s2) = pow2_pair(k);
+    v * s1 * s2
+}
+
+/// `v * 2^k` for `-126 <= k <= 127` (single multiply).
+#[inline(always)]
+fn scale_pow2_normal(v: f32, k: i32) -> f32 {
+    v * f32::from_bits((k.wrapping_add(127) << 23) as u32)
+}
+
+/// Clamp that keeps NaN (a NaN argument compares false and passes through).
+#[inline(always)]
+fn clamp_keep_nan(x: f32, lo: f32, hi: f32) -> f32 {
+    let x = if x > hi { hi } else { x };
+    if x < lo { lo } else { x }
+}
+
+/// `exp(x)` for the internal callers, with subnormal results.
+/// Any `x` (NaN propagates, `-inf -> 0`, `+inf -> inf`).
+#[inline(always)]
+fn exp_full(x: f32) -> f32 {
+    let x = clamp_keep_nan(x, -110.0, 100.0);
+    let (r, k) = exp_reduce(x);
+    scale_pow2(exp_poly(r), k)
+}
+
+/// `exp(hi + lo) * m` where `hi + lo` is a two-term argument (`|lo|` at most
+/// an ulp or so of `hi`) with `-113 <= hi <= 0`, and `|m|` moderate.
+/// The product with `m` happens before the final power-of-two scaling, so a
+/// subnormal result is rounded only once.
+#[inline(always)]
+fn exp_hilo_times(hi: f32, lo: f32, m: f32) -> f32 {
+    let (r, k) = exp_reduce(hi);
+    let r = r + lo;
+    // m e^r = m + m (e^r - 1) with a single rounding.
+    scale_pow2(m.mul_add(expm1_poly(r), m), k)
+}
+
+/// Natural exponential `e^x`.
+///
+/// Cody–Waite reduction `x = k ln2 + r` (FMA, two-part `ln 2`), a degree-6
+/// minimax polynomial for `e^r`, and scaling by `2^k` assembled from exponent
+/// bits (split in two factors so that results near overflow and subnormal
+/// results are produced with a single rounding).
+///
+/// Accuracy: max error 0.99 ulp [asserted 1] for `x` in [-87.33, 88.72]
+/// (normal results). Subnormal results (`x` in [-103.97, -87.34]) are not
+/// flushed to zero: they come from a single rounding of the scaled value and
+/// are within 1 ulp (`2^-149`) [asserted 1].
+/// `x > 88.7228` gives `+inf`, `x < -103.973` gives `+0`, `exp(+inf) = inf`,
+/// `exp(-inf) = 0`, `exp(NaN) = NaN`.
+#[inline(always)]
+pub fn exp_f32(x: f32) -> f32 {
+    exp_full(x)
+}
+
+// ---------------------------------------------------------------------------
+// log
+// ---------------------------------------------------------------------------
+
+// log(1+f) ~ f - f^2/2 + f^3 * (L3 + L4 f + ... + L10 f^7) on
+// [sqrt(1/2) - 1, sqrt(2) - 1]; minimax for relative error (6.1e-9).
+const L3: f32 = 0.333_333_3;
+const L4: f32 = -0.250_008_3;
+const L5: f32 = 0.200_012_71;
+const L6: f32 = -0.166_23;
+const L7: f32 = 0.142_004_22;
+const L8: f32 = -0.131_624_61;
+const L9: f32 = 0.127_720_42;
+const L10: f32 = -0.076_410_98;
+
+/// Natural logarithm `ln x`.
+///
+/// `x = 2^e * m` with `m` in `[sqrt(1/2), sqrt(2))` read from the bits,
+/// then `ln x = e ln2 + log1p(m - 1)` with a degree-10 minimax polynomial
+/// (`m - 1` is exact).
+///
+/// Accuracy: max error 0.85 ulp [asserted 1] for all positive normal *and*
+/// subnormal inputs (subnormals are rescaled by `2^23` first, so they are
+/// handled exactly like normal numbers). Special values: `log(±0) = -inf`,
+/// `log(x < 0) = NaN`, `log(-inf) = NaN`, `log(+inf) = +inf`,
+/// `log(NaN) = NaN`, `log(1) = +0`.
+#[inline(always)]
+pub fn log_f32(x: f32) -> f32 {
+    // Rescale subnormals (and, harmlessly, zero/negatives which are
+    // overridden below) into the normal range.
+    let tiny = x < f32::MIN_POSITIVE;
+    let xs = if tiny { x * 8_388_608.0 } else { x };
+    let ebias = if tiny { -23.0 } else { 0.0 };
+
+    // Shift the bits so that the mantissa split happens at sqrt(1/2).
+    let ix = xs.to_bits().wrapping_add(0x3F80_0000 - 0x3F35_04F3);
+    let e = ((ix >> 23) as i32).wrapping_sub(127) as f32 + ebias;
+    let m = f32::from_bits((ix & 0x007F_FFFF).wrapping_add(0x3F35_04F3));
+    let f = m - 1.0;
+
+    let f2 = f * f;
+    let p = L10
+        .mul_add(f, L9)
+        .mul_add(f, L8)
+        .mul_add(f, L7)
+        .mul_add(f, L6)
+        .mul_add(f, L5)
+        .mul_add(f, L4)
+        .mul_add(f, L3);
+    let y = (f2 * f) * p;
+    let y = e.mul_add(LN2_LO, y);
+    let y = (-0.5f32).mul_add(f2, y);
+    let r = f + y;
+    let r = e.mul_add(LN2_HI, r);
+
+    let r = if x == f32::INFINITY { f32::INFINITY } else { r };
+    let r = if x == 0.0 { f32::NEG_INFINITY } else { r };
+    // Negative numbers and NaN.
+    if x >= 0.0 { r } else { f32::NAN }
+}
+
+// ---------------------------------------------------------------------------
+// sin / cos
+// ---------------------------------------------------------------------------
+
+/// `2/pi` rounded to `f32`.
+const FRAC_2_PI: f32 = core::f32::consts::FRAC_2_PI;
+/// `pi/2 = PIO2_1 + PIO2_2 + PIO2_3` (each the `f32` rounding of what is left).
+const PIO2_1: f32 = core::f32::consts::FRAC_PI_2;
+const PIO2_2: f32 = -4.371_139e-8;
+const PIO2_3: f32 = -1.715_124_5e-15;
+/// Arguments are clamped to this magnitude before reduction (keeps the
+/// quadrant below 2^23 so the reduction stays exact); beyond it the result is
+/// a bounded value without meaning.
+const TRIG_CLAMP: f32 = 1.3e7;
+
+// sin(r) ~ r + r^3 (S3 + S5 r^2 + S7 r^4) and
+// cos(r) ~ 1 - r^2/2 + r^4 (C4 + C6 r^2 + C8 r^4) on [0, pi/4 + 0.01];
+// minimax for relative error (4.2e-9 and 3.6e-10).
+const S3: f32 = -0.166_666_54;
+const S5: f32 = 0.008_332_104;
+const S7: f32 = -0.000_195_074_46;
+const C4: f32 = 0.041_666_664;
+const C6: f32 = -0.001_388_804_2;
+const C8: f32 = 2.450_193_6e-5;
+
+/// Reduces `ax >= 0` (or NaN) to `r` in about `[-pi/4, pi/4]` and the
+/// quadrant `q` (only `q mod 4` is meaningful) with `ax = q pi/2 + r`.
+#[inline(always)]
+fn trig_reduce(ax: f32) -> (f32, u32) {
+    let a = if ax > TRIG_CLAMP { TRIG_CLAMP } else { ax };
+    // Round a * 2/pi to an integer with a single rounding; a >= 0 so the
+    // 2^23 magic works for the whole clamped range.
+    let t = a.mul_add(FRAC_2_PI, TWO_23);
+    let n = t - TWO_23;
+    let q = t.to_bits();
+    // Three-part Cody–Waite with FMA: the first step is exact.
+    let r = (-n).mul_add(PIO2_1, a);
+    let r = (-n).mul_add(PIO2_2, r);
+    let r = (-n).mul_add(PIO2_3, r);
+    (r, q)
+}
+
+#[inline(always)]
+fn sin_poly(r: f32, r2: f32) -> f32 {
+    let p = S7.mul_add(r2, S5).mul_add(r2, S3);
+    (r * r2).mul_add(p, r)
+}
+
+#[inline(always)]
+fn cos_poly(r2: f32) -> f32 {
+    // 1 + r2 (-1/2 + r2 p): the final FMA is the only rounding at full
+    // magnitude.
+    let p = C8.mul_add(r2, C6).mul_add(r2, C4);
+    r2.mul_add(r2.mul_add(p, -0.5), 1.0)
+}
+
+/// `sin(q pi/2 + r)`, with `q` taken mod 4 from its low bits: picks the sine
+/// or cosine polynomial and flips the sign bit for quadrants 2 and 3.
+#[inline(always)]
+fn trig_eval(r: f32, q: u32) -> f32 {
+    let r2 = r * r;
+    let s = sin_poly(r, r2);
+    let c = cos_poly(r2);
+    let v = if q & 1 == 0 { s } else { c };
+    f32::from_bits(v.to_bits() ^ ((q & 2) << 30))
+}
+
+/// Sine.
+///
+/// Reduction `|x| = q pi/2 + r` with a three-part Cody–Waite `pi/2` (FMA),
+/// degree-7/8 minimax polynomials for `sin r`/`cos r`, quadrant and sign
+/// fixed up with selects and sign-bit flips. Odd: `sin(-x) = -sin(x)`,
+/// `sin(-0) = -0`.
+///
+/// Accuracy (relative to the exact result, no floor, including arguments
+/// right next to multiples of `pi/2`): max error 1.52 ulp [asserted 2] for
+/// `|x| <= 1e4`, 1.55 ulp up to `1e6`. Beyond that the rounding of `x * 2/pi`
+/// starts to pick the wrong quadrant occasionally and the reduced argument
+/// leaves the fitted interval: about 75 ulp (absolute error < 5e-6) for
+/// `|x|` in `[1e6, 1e7]`, about 220 ulp up to `1.3e7`. Arguments with
+/// `|x| > 1.3e7` are clamped to `1.3e7`, so the result is a meaningless value
+/// (it is still in `[-1, 1]`). Results are always within `[-1, 1]`.
+/// `sin(±inf) = NaN`, `sin(NaN) = NaN`.
+#[inline(always)]
+pub fn sin_f32(x: f32) -> f32 {
+    let ax = x.abs();
+    let (r, q) = trig_reduce(ax);
+    let v = trig_eval(r, q);
+    let v = f32::from_bits(v.to_bits() ^ (x.to_bits() & SIGN_MASK));
+    if ax == f32::INFINITY { f32::NAN } else { v }
+}
+
+/// Cosine.
+///
+/// Same reduction and polynomials as [`sin_f32`] (`cos x = sin(x + pi/2)` by
+/// shifting the quadrant). Even: `cos(-x) = cos(x)`.
+///
+/// Accuracy (relative, no floor): max error 1.51 ulp [asserted 2] for
+/// `|x| <= 1e4`, 1.6 ulp up to `1e6`; same large-argument behaviour as
+/// [`sin_f32`]. `cos(±inf) = NaN`, `cos(NaN) = NaN`.
+#[inline(always)]
+pub fn cos_f32(x: f32) -> f32 {
+    let ax = x.abs();
+    let (r, q) = trig_reduce(ax);
+    let v = trig_eval(r, q.wrapping_add(1));
+    if ax == f32::INFINITY { f32::NAN } else { v }
+}
+
+// ---------------------------------------------------------------------------
+// tanh / sigmoid
+// ---------------------------------------------------------------------------
+
+/// Below this `|x|`, tanh uses the odd polynomial.
+const TANH_SMALL: f32 = 0.625;
+// tanh(x) ~ x + x^3 (T3 + T5 x^2 + ... + T13 x^10) on [0, 0.625]; minimax
+// for relative error.
+const T3: f32 = -0.333_333_3;
+const T5: f32 = 0.133_332_21;
+const T7: f32 = -0.053_948_18;
+const T9: f32 = 0.021_706_894;
+const T11: f32 = -0.008_190_013;
+const T13: f32 = 0.002_152_681_1;
+
+/// Hyperbolic tangent.
+///
+/// `|x| < 0.625`: odd minimax polynomial (so `tanh(x) ~ x` keeps full relative
+/// accuracy near 0, including subnormals and `-0`). Otherwise
+/// `(1 - e) / (1 + e)` with `e = exp(-2|x|)`. `|x| > 9` returns exactly `±1`.
+///
+/// Accuracy: max error 1.51 ulp [asserted 2] over all finite inputs.
+/// `tanh(±inf) = ±1`, `tanh(NaN) = NaN`.
+#[inline(always)]
+pub fn tanh_f32(x: f32) -> f32 {
+    let ax = x.abs();
+
+    let x2 = ax * ax;
+    let p = T13
+        .mul_add(x2, T11)
+        .mul_add(x2, T9)
+        .mul_add(x2, T7)
+        .mul_add(x2, T5)
+        .mul_add(x2, T3);
+    let small = (ax * x2).mul_add(p, ax);
+
+    let a = if ax > 9.0 { 9.0 } else { ax };
+    let (r, k) = exp_reduce(-2.0 * a);
+    let e = scale_pow2_normal(exp_poly(r), k);
+    let big = (1.0 - e) / (1.0 + e);
+    let big = if ax > 9.0 { 1.0 } else { big };
+
+    let v = if ax < TANH_SMALL { small } else { big };
+    f32::from_bits(v.to_bits() | (x.to_bits() & SIGN_MASK))
+}
+
+/// Logistic sigmoid `1 / (1 + e^-x)`.
+///
+/// Evaluated as `1 / (1 + e)` for `x >= 0` and `e / (1 + e)` for `x < 0`,
+/// with `e = exp(-|x|)`, so there is never a cancellation and large negative
+/// `x` keeps full relative accuracy (`sigmoid(x) ~ e^x`, including subnormal
+/// results down to `x ~ -103.9`; below that `+0`).
+///
+/// `e` is kept as an unevaluated `hi + lo` pair and the rounding error of
+/// `1 + e` is compensated, so what is left is essentially the error of the
+/// exp polynomial and of the one division.
+///
+/// Accuracy: max error 1.46 ulp [asserted 2] for results in the normal range
+/// (`x > -87.3`); the subnormal tail is within 1 ulp of `2^-149` [asserted 1].
+/// `sigmoid(+inf) = 1`, `sigmoid(-inf) = 0`, `sigmoid(NaN) = NaN`.
+#[inline(always)]
+pub fn sigmoid_f32(x: f32) -> f32 {
+    // e = exp(-|x|) = eh + el, kept to about 2x f32 precision.
+    let a = clamp_keep_nan(-x.abs(), -110.0, 0.0);
+    let (r, k) = exp_reduce(a);
+    let (ph, pl) = exp_poly_hilo(r);
+    let (s1, s2) = pow2_pair(k);
+    let eh = ph * s1 * s2;
+    let el = pl * s1 * s2;
+
+    let neg = x < 0.0;
+    let num = if neg { eh } else { 1.0 };
+    let num_lo = if neg { el } else { 0.0 };
+    let d = 1.0 + eh;
+    // d + d_err = 1 + eh + el (the first part is an exact Fast2Sum error).
+    let d_err = ((1.0 - d) + eh) + el;
+    let q = num / d;
+    // (num + num_lo) / (d + d_err) ~ q + (num_lo - q d_err) / d, where 1/d
+    // is q itself for x >= 0 and 1 - q for x < 0 (plenty accurate for this
+    // tiny correction).
+    let inv_d = if neg { 1.0 - q } else { q };
+    inv_d.mul_add((-q).mul_add(d_err, num_lo), q)
+}
+
+// ---------------------------------------------------------------------------
+// erf / gelu
+// ---------------------------------------------------------------------------
+
+// erf(x) ~ x + x (A1 + A3 x^2 + ... + A13 x^12) on [0, 1]; minimax for
+// relative error (1.4e-9).
+const A1: f32 = 0.128_379_17;
+const A3: f32 = -0.376_126_26;
+const A5: f32 = 0.112_835_79;
+const A7: f32 = -0.026_853_347;
+const A9: f32 = 0.005_187_162;
+const A11: f32 = -0.000_799_785_3;
+const A13: f32 = 7.806_904e-5;
+
+// erfc(t) e^(t^2) ~ sum_i B_i u^i with u = 1 / (1 + t/2), for t in
+// [0.5, 10.5]; minimax for relative error (2.1e-9).
+const B0: f32 = 3.498_662_2e-6;
+const B1: f32 = 0.281_985_52;
+const B2: f32 = 0.283_583_5;
+const B3: f32 = 0.235_196_46;
+const B4: f32 = 0.233_966_59;
+const B5: f32 = -0.104_501_456;
+const B6: f32 = 0.400_639_1;
+const B7: f32 = -0.605_347_93;
+const B8: f32 = 0.348_145_22;
+const B9: f32 = -0.073_677_406;
+
+/// `erf(ax) - ax` style small-argument polynomial: returns `erf(ax)` for
+/// `0 <= ax <= 1`.
+#[inline(always)]
+fn erf_small(ax: f32) -> f32 {
+    let x2 = ax * ax;
+    let p = A13
+        .mul_add(x2, A11)
+        .mul_add(x2, A9)
+        .mul_add(x2, A7)
+        .mul_add(x2, A5)
+        .mul_add(x2, A3)
+        .mul_add(x2, A1);
+    ax.mul_add(p, ax)
+}
+
+/// `erfc(t) * e^(t^2)` as a function of `u = 1 / (1 + t/2)`, valid for
+/// `t` in `[0.5, 10.5]`.
+#[inline(always)]
+fn erfcx_poly(u: f32) -> f32 {
+    B9.mul_add(u, B8)
+        .mul_add(u, B7)
+        .mul_add(u, B6)
+        .mul_add(u, B5)
+        .mul_add(u, B4)
+        .mul_add(u, B3)
+        .mul_add(u, B2)
+        .mul_add(u, B1)
+        .mul_add(u, B0)
+}
+
+/// Error function.
+///
+/// `|x| < 1`: `x + x P(x^2)` (degree-13 odd minimax polynomial). Otherwise
+/// `1 - erfc(|x|)` with `erfc(t) = e^(-t^2) R(1 / (1 + t/2))`, where `t^2`
+/// is split exactly with an FMA so that `e^(-t^2)` keeps full relative
+/// accuracy. Odd, `erf(-0) = -0`.
+///
+/// Accuracy: max error 1.18 ulp [asserted 1.5] over all finite inputs (well
+/// inside a `4 ulp` budget). `erf(±inf) = ±1`, `erf(NaN) = NaN`.
+#[inline(always)]
+pub fn erf_f32(x: f32) -> f32 {
+    let ax = x.abs();
+    let small = erf_small(ax);
+
+    // erf rounds to exactly 1 beyond 3.84; clamping at 4 keeps e^(-t^2) out
+    // of the (slow) subnormal range.
+    let t = if ax > 4.0 { 4.0 } else { ax };
+    let u = 1.0 / 0.5f32.mul_add(t, 1.0);
+    let hi = t * t;
+    let lo = t.mul_add(t, -hi);
+    let erfc = exp_hilo_times(-hi, -lo, erfcx_poly(u));
+    let big = 1.0 - erfc;
+
+    let v = if ax < 1.0 { small } else { big };
+    f32::from_bits(v.to_bits() | (x.to_bits() & SIGN_MASK))
+}
+
+/// `1 / sqrt(2)` rounded to `f32`.
+const FRAC_1_SQRT_2: f32 = core::f32::consts::FRAC_1_SQRT_2;
+/// `0.5 / sqrt(2) = HALF_FRAC_1_SQRT_2 + HALF_FRAC_1_SQRT_2_LO`
+/// (`u = 1 / (1 + t/2)` with `t = |x|/sqrt 2`).
+const HALF_FRAC_1_SQRT_2: f32 = 0.353_553_38;
+const HALF_FRAC_1_SQRT_2_LO: f32 = 6.050_808_7e-9;
+/// `2 / sqrt(pi)` rounded to `f32`.
+const FRAC_2_SQRT_PI: f32 = core::f32::consts::FRAC_2_SQRT_PI;
+
+/// Exact (erf-based, not tanh-approximated) GELU: `x Phi(x) =
+/// 0.5 x (1 + erf(x / sqrt 2))`.
+///
+/// For `|x| < sqrt(2)/2` the small erf polynomial is used; otherwise
+/// `Phi(-|x|) = erfc(|x|/sqrt 2) / 2` comes from the same `e^(-t^2) R(u)`
+/// form as [`erf_f32`] (with `t^2 = x^2/2` split exactly), so for negative
+/// `x` the result keeps good *relative* accuracy all the way down to the
+/// subnormal range (`x ~ -13.2`), instead of suffering from `1 + erf`
+/// cancellation. The rounding of `u` is corrected to first order with the
+/// exact derivative of `R`.
+///
+/// Accuracy, for results in the normal range: relative error < 2.6e-7
+/// everywhere [asserted 3.5e-7], i.e. max 4.0 ulp [asserted 5] for
+/// `x < -0.71` (about 85% of those results within 1 ulp) and max 1.7 ulp for
+/// `x > -0.71`. Subnormal results (`x` in about `[-14.3, -13.15]`) are
+/// within 1.7 ulp of `2^-149` [asserted 2]; `x < -15` returns `-0` (the exact
+/// value rounds to zero below about `-14.3`), `x > 10` returns `x`.
+/// `gelu(+inf) = +inf`, `gelu(-inf) = -0`, `gelu(NaN) = NaN`.
+#[inline(always)]
+pub fn gelu_f32(x: f32) -> f32 {
+    // Clamp (keeping NaN) so the exp below stays in range (and, on the
+    // positive side where x Phi(x) rounds to x beyond 10, out of the slow
+    // subnormal range); the ends are fixed up at the bottom.
+    let xc = clamp_keep_nan(x, -15.0, 10.0);
+    let ax = xc.abs();
+
+    // Small region: Phi(x) = 0.5 + 0.5 erf(x / sqrt 2).
+    let z = ax * FRAC_1_SQRT_2;
+    let ez = erf_small(z);
+    let ez = f32::from_bits(ez.to_bits() | (xc.to_bits() & SIGN_MASK));
+    let small = (0.5 * xc).mul_add(ez, 0.5 * xc);
+
+    // Large region: h = 0.5 x erfc(|x| / sqrt 2) computed as one product.
+    let den = HALF_FRAC_1_SQRT_2.mul_add(ax, 1.0);
+    let u = 1.0 / den;
+    let rx = erfcx_poly(u);
+    // The rounding of `den` and of the division shifts the `t` that `u`
+    // stands for (R is quite sensitive to that); correct to first order with
+    // the exact derivative R'(t) = 2 t R - 2/sqrt(pi):
+    // t - t(u) = 2 (den_exact - 1/u) ~ 2 ((u den - 1) den + den_err).
+    let rho = u.mul_add(den, -1.0);
+    let den_err = HALF_FRAC_1_SQRT_2_LO.mul_add(ax, HALF_FRAC_1_SQRT_2.mul_add(ax, 1.0 - den));
+    let dt = 2.0 * rho.mul_add(den, den_err);
+    let drdt = (4.0 * (den - 1.0)).mul_add(rx, -FRAC_2_SQRT_PI);
+    let rx = drdt.mul_add(dt, rx);
+    let sq = xc * xc;
+    let sq_lo = xc.mul_add(xc, -sq);
+    let h = exp_hilo_times(-0.5 * sq, -0.5 * sq_lo, (0.5 * xc) * rx);
+    // x < 0: x Phi(x) = h. x > 0: x Phi(x) = x (1 - Phi(-x)) = x - h.
+    let big = if xc < 0.0 { h } else { xc - h };
+
+    let v = if ax < FRAC_1_SQRT_2 { small } else { big };
+    let v = if x > 10.0 { x } else { v };
+    if x < -15.0 { -0.0 } else { v }
+}
+
+// ---------------------------------------------------------------------------
+// pow
+// ---------------------------------------------------------------------------
+
+/// `x^y`, with the IEEE/C99 `powf` conventions (`pow(x, 0) = 1` even for NaN
+/// `x`, `pow(1, y) = 1`, negative `x` with non-integer `y` is NaN, ...).
+///
+/// This one simply calls `f32::powf` (libm), whose result is within 1 ulp;
+/// it is not meant to vectorize.
+#[inline(always)]
+pub fn pow_f32(x: f32, y: f32) -> f32 {
+    x.powf(y)
+}
+
+// ---------------------------------------------------------------------------
+// half-precision rounding
+// ---------------------------------------------------------------------------
+
+/// Rounds `x` to the nearest IEEE binary16 value (round to nearest, ties to
+/// even) and returns it as `f32`, bit-for-bit the same as
+/// `half::f16::from_f32(x).to_f32()`:
+///
+/// * values of magnitude `>= 65520` (and `±inf`) become `±inf`;
+/// * values below `2^-14` are rounded to the f16 subnormal grid (multiples of
+///   `2^-24`), and below `2^-25` (ties included) to `±0`, sign kept;
+/// * NaN stays NaN: quiet bit set, low 13 payload bits cleared (the same bits
+///   the round trip through `half` produces).
+///
+/// Branch-free integer code that vectorizes.
+#[inline(always)]
+pub fn round_f16(x: f32) -> f32 {
+    let bits = x.to_bits();
+    let sign = bits & SIGN_MASK;
+    let abs = (bits & !SIGN_MASK) as i32;
+
+    // Normal f16 range: keep 10 mantissa bits, round to nearest even. A carry
+    // out of the mantissa correctly bumps the exponent.
+    let lsb = (abs >> 13) & 1;
+    // (Wrapping: NaN patterns near 0x7FFF_FFFF overflow here; they are
+    // replaced below.)
+    let normal = abs.wrapping_add(0x0FFF + lsb) & !0x1FFF;
+    // Above the largest f16 (65504 = 0x477FE000) means it rounded to >= 65536.
+    let normal = if normal > 0x477F_E000 {
+        0x7F80_0000
+    } else {
+        normal
+    };
+
+    // Subnormal f16 range (|x| < 2^-14): the float addition rounds to a
+    // multiple of 2^-24 (the ulp of numbers in [0.5, 1)), ties to even.
+    let af = f32::from_bits(abs as u32);
+    let sub = ((af + 0.5) - 0.5).to_bits() as i32;
+
+    let r = if abs < 0x3880_0000 { sub } else { normal };
+    let nan = (abs | 0x0040_0000) & !0x1FFF;
+    let r = if abs > 0x7F80_0000 { nan } else { r };
+    f32::from_bits(r as u32 | sign)
+}
+
+/// Rounds `x` to the nearest bfloat16 value (round to nearest, ties to even
+/// on the top 16 bits) and returns it as `f32`, bit-for-bit the same as
+/// `half::bf16::from_f32(x).to_f32()` for every input, NaNs included (a NaN
+/// gets its quiet bit set and its low 16 bits cleared). Values that round past
+/// the largest bf16 become `±inf`.
+///
+/// Branch-free integer code that vectorizes.
+#[inline(always)]
+pub fn round_bf16(x: f32) -> f32 {
+    let bits = x.to_bits();
+    let lsb = (bits >> 16) & 1;
+    let r = bits.wrapping_add(0x7FFF + lsb) & 0xFFFF_0000;
+    let nan = (bits | 0x0040_0000) & 0xFFFF_0000;
+    let is_nan = (bits & !SIGN_MASK) > 0x7F80_0000;
+    f32::from_bits(if is_nan { nan } else { r })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // -- helpers ------------------------------------------------------------
+
+    /// xorshift64* pseudo-random generator.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next_u64(&mut self) -> u64 {
+            let mut x = self.0;
+            x ^= x >> 12;
+            x ^= x << 25;
+            x ^= x >> 27;
+            self.0 = x;
+            x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        }
+
+        fn next_u32(&mut self) -> u32 {
+            (self.next_u64() >> 32) as u32
+        }
+
+        /// Uniform in `[lo, hi]`.
+        fn uniform(&mut self, lo: f32, hi: f32) -> f32 {
+            let t = (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+            (lo as f64 + (hi as f64 - lo as f64) * t) as f32
+        }
+
+        /// Random bit pattern with magnitude `<= max` (log-uniform-ish: covers
+        /// tiny and subnormal values too), random sign.
+        fn bits_upto(&mut self, max: f32) -> f32 {
+            let m = max.to_bits();
+            let b = self.next_u32();
+            let mag = (b & 0x7FFF_FFFF) % (m + 1);
+            f32::from_bits(mag | (b & 0x8000_0000))
+        }
+    }
+
+    /// Size of one f32 ulp at the magnitude of `v` (the subnormal spacing
+    /// below the normal range).
+    fn ulp_at(v: f64) -> f64 {
+        let a = v.abs();
+        if a < f32::MIN_POSITIVE as f64 {
+            return f64::from_bits(((1023 - 149) as u64) << 52);
+        }
+        let e = ((a.to_bits() >> 52) & 0x7FF) as i64 - 1023;
+        f64::from_bits(((e - 23 + 1023) as u64) << 52)
+    }
+
+    fn ulp_err(got: f32, want: f64) -> f64 {
+        let g = got as f64;
+        if g == want {
+            return 0.0;
+        }
+        if want.is_nan() || g.is_nan() || g.is_infinite() || want.is_infinite() {
+            return f64::INFINITY;
+        }
+        (g - want).abs() / ulp_at(want)
+    }
+
+    /// Running maximum of an error measure, remembering the argument.
+    #[derive(Debug, Clone, Copy)]
+    struct Max {
+        err: f64,
+        at: f32,
+    }
+
+    impl Max {
+        fn new() -> Self {
+            Max { err: 0.0, at: 0.0 }
+        }
+        fn add(&mut self, err: f64, at: f32) {
+            if err > self.err || err.is_nan() {
+                self.err = err;
+                self.at = at;
+            }
+        }
+    }
+
+    /// Max ulp error of `f` against `reference` over a dense grid of `[lo, hi]`
+    /// (`n_grid` points) plus `n_rand` uniform and `n_rand` bit-pattern
+    /// samples inside the interval.
+    fn sweep(
+        lo: f32,
+        hi: f32,
+        n_grid: usize,
+        n_rand: usize,
+        seed: u64,
+        f: impl Fn(f32) -> f32,
+        reference: impl Fn(f64) -> f64,
+    ) -> Max {
+        let mut m = Max::new();
+        let mut check = |x: f32| m.add(ulp_err(f(x), reference(x as f64)), x);
+        for i in 0..n_grid {
+            let t = i as f64 / (n_grid - 1) as f64;
+            check((lo as f64 + (hi as f64 - lo as f64) * t) as f32);
+        }
+        let mut rng = Rng(seed);
+        let amax = lo.abs().max(hi.abs());
+        for _ in 0..n_rand {
+            check(rng.uniform(lo, hi));
+            let x = rng.bits_upto(amax);
+            if x >= lo && x <= hi {
+                check(x);
+            }
+        }
+        m
+    }
+
+    fn same(a: f32, b: f32) -> bool {
+        a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
+    }
+
+    // -- f64 references for erf / erfc --------------------------------------
+
+    const FRAC_2_SQRT_PI_64: f64 = std::f64::consts::FRAC_2_SQRT_PI;
+
+    /// erf for `0 <= a`, via the positive series
+    /// `erf(a) = 2/sqrt(pi) e^(-a^2) sum_n 2^n a^(2n+1) / (2n+1)!!`.
+    fn erf_series(a: f64) -> f64 {
+        let a2 = a * a;
+        let mut term = a;
+        let mut sum = a;
+        let mut n = 0.0;
+        while term > 1e-18 * sum {
+            n += 1.0;
+            term *= 2.0 * a2 / (2.0 * n + 1.0);
+            sum += term;
+        }
+        FRAC_2_SQRT_PI_64 * (-a2).exp() * sum
+    }
+
+    /// erfc for `a >= 1.5` by Laplace's continued fraction
+    /// `erfc(a) = e^(-a^2) / sqrt(pi) / (a + (1/2)/(a + 1/(a + (3/2)/(a + ...))))`.
+    fn erfc_cf(a: f64) -> f64 {
+        // Depth that converges to ~1e-17 relative for a >= 1.5.
+        let depth = (20.0 + 200.0 / (a * a)) as usize;
+        let mut f = a;
+        for k in (1..=depth).rev() {
+            f = a + (k as f64 * 0.5) / f;
+        }
+        (-(a * a)).exp() * (FRAC_2_SQRT_PI_64 * 0.5) / f
+    }
+
+    /// erfc for `a >= 0`, relative accuracy ~1e-11 or better.
+    fn erfc_ref(a: f64) -> f64 {
+        if a < 1.5 {
+            1.0 - erf_series(a)
+        } else {
+            erfc_cf(a)
+        }
+    }
+
+    fn erf_ref(x: f64) -> f64 {
+        let a = x.abs();
+        let r = if a < 1.5 {
+            erf_series(a)
+        } else {
+            1.0 - erfc_cf(a)
+        };
+        r.copysign(x)
+    }
+
+    fn gelu_ref(x: f64) -> f64 {
+        // x Phi(x), Phi(x) = erfc(-x / sqrt 2) / 2.
+        let z = x * std::f64::consts::FRAC_1_SQRT_2;
+        let phi = if z <= 0.0 {
+            0.5 * erfc_ref(-z)
+        } else {
+            1.0 - 0.5 * erfc_ref(z)
+        };
+        x * phi
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore)]
+    fn erf_reference_is_self_consistent() {
+        // The series and the continued fraction agree where both are usable,
+        // and the series matches known values.
+        for i in 0..=200 {
+            let a = 1.5 + i as f64 * 0.005;
+            let s = 1.0 - erf_series(a);
+            let c = erfc_cf(a);
+            assert!(((s - c) / c).abs() < 1e-11, "a={a} series={s} cf={c}");
+        }
+        assert!((erf_series(1.0) - 0.842_700_792_949_714_9).abs() < 1e-15);
+        assert!((erf_series(0.5) - 0.520_499_877_813_046_5).abs() < 1e-15);
+        assert!(((erfc_cf(5.0) - 1.537_459_794_428_034_8e-12) / 1.5e-12).abs() < 1e-13);
+    }
+
+    // -- exp ----------------------------------------------------------------
+
+    #[test]
+    #[cfg_attr(miri, ignore)]
+    fn exp_accuracy() {
+        let m = sweep(-87.33, 88.72, 1_000_000, 1_000_000, 1, exp_f32, f64::exp);
+        assert!(m.err <= 1.0, "exp max ulp {m:?}");
+        // Subnormal results: within 1 subnormal ulp.
+        let m = sweep(-103.97, -87.34, 100_000, 100_000, 2, exp_f32, f64::exp);
+        assert!(m.err <= 1.0, "exp subnormal max ulp {m:?}");
+    }
+
+    #[test]
+    fn exp_special_values() {
+        assert!(exp_f32(f32::NAN).is_nan());
+        assert_eq!(exp_f32(f32::INFINITY), f32::INFINITY);
+        assert_eq!(exp_f32(f32::NEG_INFINITY).to_bits(), 0);
+        assert_eq!(exp_f32(0.0), 1.0);
+        assert_eq!(exp_f32(-0.0), 1.0);
+        assert_eq!(exp_f32(88.73), f32::INFINITY);
+        assert_eq!(exp_f32(1e30), f32::INFINITY);
+        assert_eq!(exp_f32(f32::MAX), f32::INFINITY);
+        assert!(exp_f32(88.72) > 3.39e38 && exp_f32(88.7228).is_finite());
+        assert_eq!(exp_f32(-104.0), 0.0);
+        assert_eq!(exp_f32(-1e30), 0.0);
+        assert_eq!(exp_f32(f32::MIN), 0.0);
+        assert!(exp_f32(-103.0) > 0.0);
+        assert_eq!(exp_f32(1e-30), 1.0);
+    }
+
+    // -- log ----------------------------------------------------------------
+
+    #[test]
+    #[cfg_attr(miri, ignore)]
+    fn log_accuracy() {
+        let ln = |x: f64| x.ln();
+        // Around 1 (where the result is small), a wider span, and random bit
+        // patterns over every positive finite float (subnormals included).
+        let m1 = sweep(0.5, 2.0, 1_000_000, 500_000, 3, log_f32, ln);
+        let m2 = sweep(1e-6, 1e6, 200_000, 500_000, 4, log_f32, ln);
+        let mut m3 = Max::new();
+        let mut rng = Rng(5);
+        for _ in 0..1_000_000 {
+            let x = f32::from_bits(rng.next_u32() % 0x7F80_0000);
+            m3.add(ulp_err(log_f32(x), (x as f64).ln()), x);
+        }
+        for x in [
+            f32::MIN_POSITIVE,
+            1e-45,
+            f32::MAX,
+            1.0 + f32::EPSILON,
+            1.0 - f32::EPSILON / 2.0,
+        ] {
+            m3.add(ulp_err(log_f32(x), (x as f64).ln()), x);
+        }
+        for m in [m1, m2, m3] {
+            assert!(m.err <= 1.0, "log max ulp {m:?}");
+        }
+    }
+
+    #[test]
+    fn log_special_values() {
+        assert!(log_f32(f32::NAN).is_nan());
+        assert!(log_f32(-1.0).is_nan());
+        assert!(log_f32(-1e-45).is_nan());
+        assert!(log_f32(f32::NEG_INFINITY).is_nan());
+        assert_eq!(log_f32(0.0), f32::NEG_INFINITY);
+        assert_eq!(log_f32(-0.0), f32::NEG_INFINITY);
+        assert_eq!(log_f32(f32::INFINITY), f32::INFINITY);
+        assert_eq!(log_f32(1.0).to_bits(), 0);
+        assert_eq!(log_f32(2.0), std::f32::consts::LN_2);
+    }
+
+    // -- sin / cos ----------------------------------------------------------
+
+    fn trig_sweep(lo: f32, hi: f32, n: usize, seed: u64) -> (Max, Max) {
+        let s = sweep(lo, hi, n, n, seed, sin_f32, f64::sin);
+        let c = sweep(lo, hi, n, n, seed + 1, cos_f32, f64::cos);
+        (s, c)
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore)]
+    fn sin_cos_accuracy() {
+        let (s, c) = trig_sweep(-1e4, 1e4, 500_000, 6);
+        assert!(s.err <= 2.0, "sin max ulp {s:?}");
+        assert!(c.err <= 2.0, "cos max ulp {c:?}");
+        let (s, c) = trig_sweep(-10.0, 10.0, 300_000, 8);
+        assert!(s.err <= 2.0, "sin max ulp {s:?}");
+        assert!(c.err <= 2.0, "cos max ulp {c:?}");
+        // Arguments next to multiples of pi/2 (results near 0 must keep
+        // their relative accuracy).
+        let mut ms = Max::new();
+        let mut mc = Max::new();
+        for k in 1..6_400 {
+            let x0 = (k as f64 * std::f64::consts::FRAC_PI_2) as f32;
+            for b in x0.to_bits() - 8..=x0.to_bits() + 8 {
+                let x = f32::from_bits(b);
+                for x in [x, -x] {
+                    ms.add(ulp_err(sin_f32(x), (x as f64).sin()), x);
+                    mc.add(ulp_err(cos_f32(x), (x as f64).cos()), x);
+                }
+            }
+        }
+        assert!(ms.err <= 2.0, "sin near k pi/2 max ulp {ms:?}");
+        assert!(mc.err <= 2.0, "cos near k pi/2 max ulp {mc:?}");
+        // Larger arguments: still accurate up to 1e5.
+        let (s, c) = trig_sweep(-1e5, 1e5, 300_000, 10);
+        assert!(s.err <= 2.0, "sin max ulp {s:?}");
+        assert!(c.err <= 2.0, "cos max ulp {c:?}");
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore)]
+    fn sin_cos_special_values_and_bounds() {
+        assert!(sin_f32(f32::NAN).is_nan());
+        assert!(cos_f32(f32::NAN).is_nan());
+        assert!(sin_f32(f32::INFINITY).is_nan());
+        assert!(sin_f32(f32::NEG_INFINITY).is_nan());
+        assert!(cos_f32(f32::INFINITY).is_nan());
+        assert!(cos_f32(f32::NEG_INFINITY).is_nan());
+        assert_eq!(sin_f32(0.0).to_bits(), 0);
+        assert_eq!(sin_f32(-0.0).to_bits(), (-0.0f32).to_bits());
+        assert_eq!(cos_f32(0.0), 1.0);
+        assert_eq!(cos_f32(-0.0), 1.0);
+        assert_eq!(sin_f32(1e-30), 1e-30);
+        assert_eq!(sin_f32(-1e-40), -1e-40);
+        // Any finite argument, however large: a value in [-1, 1].
+        let mut rng = Rng(12);
+        for i in 0..1_000_000 {
+            let x = if i % 2 == 0 {
+                f32::from_bits(rng.next_u32() & 0xFF7F_FFFF)
+            } else {
+                rng.uniform(-1e9, 1e9)
+            };
+            let (s, c) = (sin_f32(x), cos_f32(x));
+            assert!((-1.0..=1.0).contains(&s), "sin({x}) = {s}");
+            assert!((-1.0..=1.0).contains(&c), "cos({x}) = {c}");
+        }
+        for x in [f32::MAX, f32::MIN, 1.3e7, 1.31e7, 3e38] {
+            assert!((-1.0..=1.0).contains(&sin_f32(x)));
+            assert!((-1.0..=1.0).contains(&cos_f32(x)));
+        }
+    }
+
+    // -- tanh ---------------------------------------------------------------
+
+    #[test]
+    #[cfg_attr(miri, ignore)]
+    fn tanh_accuracy() {
+        let m1 = sweep(-10.0, 10.0, 500_000, 500_000, 13, tanh_f32, f64::tanh);
+        let m2 = sweep(-1.0, 1.0, 300_000, 300_000, 14, tanh_f32, f64::tanh);
+        for m in [m1, m2] {
+            assert!(m.err <= 2.0, "tanh max ulp {m:?}");
+        }
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore)]
+    fn tanh_special_values() {
+        assert!(tanh_f32(f32::NAN).is_nan());
+        assert_eq!(tanh_f32(f32::INFINITY), 1.0);
+        assert_eq!(tanh_f32(f32::NEG_INFINITY), -1.0);
+        assert_eq!(tanh_f32(0.0).to_bits(), 0);
+        assert_eq!(tanh_f32(-0.0).to_bits(), (-0.0f32).to_bits());
+        assert_eq!(tanh_f32(1e-20), 1e-20);
+        assert_eq!(tanh_f32(-1e-40), -1e-40);
+        for x in [9.0001f32, 10.0, 20.0, 1e10, f32::MAX] {
+            assert_eq!(tanh_f32(x), 1.0);
+            assert_eq!(tanh_f32(-x), -1.0);
+        }
+        // Monotone and bounded on a grid.
+        let mut prev = -1.0f32;
+        for i in 0..=200_000 {
+            let x = -10.0 + i as f32 * 1e-4;
+            let y = tanh_f32(x);
+            assert!(y >= prev && y.abs() <= 1.0, "tanh({x}) = {y}");
+            prev = y;
+        }
+    }
+
+    // -- sigmoid ------------------------------------------------------------
+
+    #[test]
+    #[cfg_attr(miri, ignore)]
+    fn sigmoid_accuracy() {
+        let reference = |x: f64| 1.0 / (1.0 + (-x).exp());
+        // Normal results.
+        let m = sweep(
+            -87.0,
+            30.0,
+            1_000_000,
+            1_000_000,
+            15,
+            sigmoid_f32,
+            reference,
+        );
+        assert!(m.err <= 2.0, "sigmoid max ulp {m:?}");
+        // Subnormal tail.
+        let m = sweep(-103.9, -87.4, 100_000, 100_000, 16, sigmoid_f32, reference);
+        assert!(m.err <= 1.0, "sigmoid subnormal max ulp {m:?}");
+    }
+
+    #[test]
+    fn sigmoid_special_values() {
+        assert!(sigmoid_f32(f32::NAN).is_nan());
+        assert_eq!(sigmoid_f32(f32::INFINITY), 1.0);
+        assert_eq!(sigmoid_f32(f32::NEG_INFINITY), 0.0);
+        assert_eq!(sigmoid_f32(0.0), 0.5);
+        assert_eq!(sigmoid_f32(-0.0), 0.5);
+        assert_eq!(sigmoid_f32(100.0), 1.0);
+        assert_eq!(sigmoid_f32(-200.0), 0.0);
+        // Good relative accuracy deep in the negative tail.
+        let y = sigmoid_f32(-80.0);
+        let want = (-80.0f64).exp() / (1.0 + (-80.0f64).exp());
+        assert!(((y as f64 - want) / want).abs() < 3e-7);
+    }
+
+    // -- erf / gelu ---------------------------------------------------------
+
+    #[test]
+    #[cfg_attr(miri, ignore)]
+    fn erf_accuracy() {
+        let m1 = sweep(-6.0, 6.0, 300_000, 300_000, 17, erf_f32, erf_ref);
+        let m2 = sweep(-1.5, 1.5, 100_000, 100_000, 18, erf_f32, erf_ref);
+        for m in [m1, m2] {
+            assert!(m.err <= 1.5, "erf max ulp {m:?}");
+        }
+    }
+
+    #[test]
+    fn erf_special_values() {
+        assert!(erf_f32(f32::NAN).is_nan());
+        assert_eq!(erf_f32(f32::INFINITY), 1.0);
+        assert_eq!(erf_f32(f32::NEG_INFINITY), -1.0);
+        assert_eq!(erf_f32(0.0).to_bits(), 0);
+        assert_eq!(erf_f32(-0.0).to_bits(), (-0.0f32).to_bits());
+        assert_eq!(erf_f32(5.0), 1.0);
+        assert_eq!(erf_f32(-1e30), -1.0);
+        assert_eq!(erf_f32(f32::MAX), 1.0);
+        let tiny = 1e-30f32;
+        assert!(ulp_err(erf_f32(tiny), erf_ref(tiny as f64)) <= 1.0);
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore)]
+    fn gelu_accuracy() {
+        // Normal-range results: ulp error and relative error.
+        let mut m = Max::new();
+        let mut rel = Max::new();
+        let mut check = |x: f32| {
+            let got = gelu_f32(x);
+            let want = gelu_ref(x as f64);
+            if want.abs() >= f32::MIN_POSITIVE as f64 {
+                m.add(ulp_err(got, want), x);
+                rel.add(((got as f64 - want) / want).abs(), x);
+            } else {
+                // Subnormal results: within one subnormal ulp.
+                assert!(ulp_err(got, want) <= 2.0, "gelu({x}) = {got}, want {want}");
+            }
+        };
+        let mut rng = Rng(19);
+        for i in 0..300_000 {
+            check(-15.0 + 25.0 * i as f32 / 300_000.0);
+            check(rng.uniform(-16.0, 10.0));
+            check(rng.bits_upto(16.0));
+        }
+        assert!(m.err <= 5.0, "gelu max ulp {m:?}");
+        assert!(rel.err <= 3.5e-7, "gelu max relative error {rel:?}");
+    }
+
+    #[test]
+    fn gelu_special_values() {
+        assert!(gelu_f32(f32::NAN).is_nan());
+        assert_eq!(gelu_f32(f32::INFINITY), f32::INFINITY);
+        assert_eq!(gelu_f32(f32::NEG_INFINITY), 0.0);
+        assert_eq!(gelu_f32(0.0).to_bits(), 0);
+        assert_eq!(gelu_f32(-0.0), 0.0);
+        assert_eq!(gelu_f32(20.0), 20.0);
+        assert_eq!(gelu_f32(1e30), 1e30);
+        assert_eq!(gelu_f32(-20.0), 0.0);
+        assert_eq!(gelu_f32(-1e30), 0.0);
+        assert_eq!(gelu_f32(f32::MIN), 0.0);
+    }
+
+    // -- pow ----------------------------------------------------------------
+
+    #[test]
+    #[cfg_attr(miri, ignore)]
+    fn pow_matches_ieee_conventions() {
+        assert_eq!(pow_f32(2.0, 10.0), 1024.0);
+        assert_eq!(pow_f32(-2.0, 3.0), -8.0);
+        assert!(pow_f32(-2.0, 0.5).is_nan());
+        assert_eq!(pow_f32(f32::NAN, 0.0), 1.0);
+        assert_eq!(pow_f32(1.0, f32::NAN), 1.0);
+        assert_eq!(pow_f32(0.0, -1.0), f32::INFINITY);
+        assert_eq!(pow_f32(4.0, 0.5), 2.0);
+        let mut rng = Rng(20);
+        for _ in 0..100_000 {
+            let x = rng.uniform(0.0, 100.0);
+            let y = rng.uniform(-8.0, 8.0);
+            let want = (x as f64).powf(y as f64);
+            assert!(ulp_err(pow_f32(x, y), want) <= 1.0, "pow({x}, {y})");
+        }
+    }
+
+    // -- f16 / bf16 rounding --------------------------------------------------
+
+    /// Checks `round_f16` / `round_bf16` bit-exactly against the `half`
+    /// crate on a batch of bit patterns (batched so that `half` can use its
+    /// vectorized slice conversions).
+    fn check_half_batch(bits: &[u32]) {
+        use half::slice::HalfFloatSliceExt;
+        let xs: Vec<f32> = bits.iter().map(|&b| f32::from_bits(b)).collect();
+        let mut h16 = vec![half::f16::ZERO; xs.len()];
+        let mut hb16 = vec![half::bf16::ZERO; xs.len()];
+        let mut want16 = vec![0f32; xs.len()];
+        let mut wantb16 = vec![0f32; xs.len()];
+        h16.convert_from_f32_slice(&xs);
+        h16.convert_to_f32_slice(&mut want16);
+        hb16.convert_from_f32_slice(&xs);
+        hb16.convert_to_f32_slice(&mut wantb16);
+        for i in 0..xs.len() {
+            let x = xs[i];
+            let (g16, gb16) = (round_f16(x), round_bf16(x));
+            assert_eq!(
+                g16.to_bits(),
+                want16[i].to_bits(),
+                "round_f16({x:e} = {:#010x}): {g16:e} vs {:e}",
+                bits[i],
+                want16[i]
+            );
+            assert_eq!(
+                gb16.to_bits(),
+                wantb16[i].to_bits(),
+                "round_bf16({x:e} = {:#010x}): {gb16:e} vs {:e}",
+                bits[i],
+                wantb16[i]
+            );
+        }
+        // The batched conversions agree with the scalar ones.
+        for &x in xs.iter().step_by(61) {
+            assert!(same(half::f16::from_f32(x).to_f32(), round_f16(x)));
+            assert!(same(half::bf16::from_f32(x).to_f32(), round_bf16(x)));
+        }
+    }
+
+    /// Runs `check_half_batch` over bit patterns `start, start + step, ...`
+    /// up to `end` (inclusive bound `u32::MAX` allowed).
+    fn check_half_range(start: u64, end: u64, step: u64) {
+        let mut batch = Vec::with_capacity(1 << 16);
+        let mut b = start;
+        while b < end {
+            batch.push(b as u32);
+            if batch.len() == batch.capacity() {
+                check_half_batch(&batch);
+                batch.clear();
+            }
+            b += step;
+        }
+        check_half_batch(&batch);
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore)]
+    fn round_half_sampled() {
+        // Every 97th bit pattern (all exponents, both signs, NaNs included).
+        check_half_range(0, 1 << 32, 97);
+        // Every f16 value and every midpoint between neighbours (including
+        // the overflow threshold 65520 and the 2^-25 underflow tie), +-4 ulp,
+        // both signs.
+        let mut batch = Vec::new();
+        for h in 0u16..0x7C00 {
+            let lo = half::f16::from_bits(h).to_f32() as f64;
+            let hi = if h == 0x7BFF {
+                65536.0
+            } else {
+                half::f16::from_bits(h + 1).to_f32() as f64
+            };
+            for centre in [lo as f32, ((lo + hi) / 2.0) as f32] {
+                let c = centre.to_bits();
+                for bits in c.saturating_sub(4)..=c + 4 {
+                    batch.push(bits);
+                    batch.push(bits | SIGN_MASK);
+                }
+            }
+        }
+        // Every bf16 value and midpoint, +-4 ulp, both signs.
+        for h in 0u32..=0x7F80 {
+            for c in [h << 16, (h << 16) | 0x8000] {
+                for bits in c.saturating_sub(4)..=c + 4 {
+                    batch.push(bits);
+                    batch.push(bits | SIGN_MASK);
+                }
+            }
+        }
+        batch.extend([
+            0x7F80_0001,
+            0x7FC0_0000,
+            0x7FFF_FFFF,
+            0xFFFF_FFFF,
+            0x7F7F_FFFF,
+            0xFF7F_FFFF,
+            1,
+        ]);
+        check_half_batch(&batch);
+    }
+
+    #[test]
+    fn round_half_special_values() {
+        assert_eq!(round_f16(65519.0), 65504.0);
+        assert_eq!(round_f16(65520.0), f32::INFINITY);
+        assert_eq!(round_f16(-1e6), f32::NEG_INFINITY);
+        assert_eq!(round_f16(f32::INFINITY), f32::INFINITY);
+        assert!(round_f16(f32::NAN).is_nan());
+        assert_eq!(round_f16(2f32.powi(-25)), 0.0);
+        assert_eq!(round_f16(2f32.powi(-25) * 1.0001), 2f32.powi(-24));
+        assert_eq!(round_f16(-1e-30).to_bits(), SIGN_MASK);
+        assert_eq!(round_f16(1.0 + 2f32.powi(-11)), 1.0);
+        assert_eq!(round_f16(1.0 + 3.0 * 2f32.powi(-11)), 1.0 + 2f32.powi(-9));
+        assert_eq!(round_bf16(1.0 + 2f32.powi(-8)), 1.0);
+        assert_eq!(round_bf16(f32::MAX), f32::INFINITY);
+        assert_eq!(round_bf16(f32::NEG_INFINITY), f32::NEG_INFINITY);
+        assert!(round_bf16(f32::NAN).is_nan());
+        assert!(round_bf16(f32::from_bits(0x7F80_0001)).is_nan());
+    }
+
+    /// The kernels give bit-identical results when LLVM vectorizes them in an
+    /// `avx2,fma` loop and when they are called one at a time.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    #[cfg_attr(miri, ignore)]
+    fn vectorized_loops_match_scalar() {
+        if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")) {
+            return;
+        }
+        macro_rules! check {
+            ($($f:ident),*) => {$({
+                #[target_feature(enable = "avx2,fma")]
+                unsafe fn vec_loop(a: &[f32], o: &mut [f32]) {
+                    for (o, &x) in o.iter_mut().zip(a) {
+                        *o = $f(x);
+                    }
+                }
+                let mut rng = Rng(21);
+                let mut xs: Vec<f32> = (0..65_536)
+                    .map(|i| match i % 3 {
+                        0 => rng.uniform(-20.0, 20.0),
+                        1 => rng.uniform(-120.0, 120.0),
+                        _ => f32::from_bits(rng.next_u32()),
+                    })
+                    .collect();
+                xs.extend([0.0, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 1e-45, -1e-45]);
+                let mut out = vec![0f32; xs.len()];
+                // SAFETY: the required CPU features were detected above.
+                unsafe { vec_loop(&xs, &mut out) };
+                for (&x, &y) in xs.iter().zip(&out) {
+                    assert!(same(y, $f(x)), "{}({x:e}): vector {y:e} vs scalar {:e}", stringify!($f), $f(x));
+                }
+            })*};
+        }
+        check!(
+            exp_f32,
+            log_f32,
+            sin_f32,
+            cos_f32,
+            tanh_f32,
+            sigmoid_f32,
+            erf_f32,
+            gelu_f32,
+            round_f16,
+            round_bf16
+        );
+    }
+
+    /// All 2^32 bit patterns (about a minute on two cores in release; run with
+    /// `cargo test --release -- --ignored round_half_exhaustive`).
+    #[test]
+    #[ignore]
+    fn round_half_exhaustive() {
+        std::thread::scope(|s| {
+            let threads = std::thread::available_parallelism().map_or(2, |n| n.get()) as u64;
+            for t in 0..threads {
+                s.spawn(move || {
+                    check_half_range((t << 32) / threads, ((t + 1) << 32) / threads, 1)
+                });
+            }
+        });
+    }
+}

@@ -1,0 +1,272 @@
+//! Matrix products on the CPU. f32, f64 and f16 go through the `gemm` crate, which reads
+//! both operands through arbitrary row and column strides (a transposed view costs nothing);
+//! bf16 is widened to f32 first; integer products use a plain wrapping loop.
+
+use super::exec::ArgPtr;
+use crate::dtype::DType;
+use crate::error::{KilnError, Result};
+use crate::kernel::MatmulSpec;
+use crate::shape::View;
+use half::{bf16, f16};
+use rayon::prelude::*;
+
+/// Computes `out[b] = lhs[b] @ rhs[b]` for every batch index. `shape` is `[batch.., m, n]`.
+pub(crate) fn run(mm: &MatmulSpec, shape: &[usize], dtype: DType, args: &[ArgPtr]) -> Result<()> {
+    let nd = shape.len();
+    let (m, n) = (shape[nd - 2], shape[nd - 1]);
+    let k = mm.lhs_view.shape[nd - 1];
+    let batch: usize = shape[..nd - 2].iter().product();
+    let (lhs, rhs, out) = (args[mm.lhs], args[mm.rhs], args[mm.out]);
+    let offsets = |v: &View, b: usize| -> isize {
+        let mut rem = b;
+        let mut off = v.offset;
+        for d in (0..nd - 2).rev() {
+            let c = rem % shape[d];
+            rem /= shape[d];
+            off += c as isize * v.strides[d];
+        }
+        off
+    };
+    let (ls, rs) = (&mm.lhs_view.strides, &mm.rhs_view.strides);
+    let (l_rs, l_cs, r_rs, r_cs) = (ls[nd - 2], ls[nd - 1], rs[nd - 2], rs[nd - 1]);
+    let threads = rayon::current_num_threads().max(1);
+    let flops = 2.0 * (m * n * k) as f64;
+    let parallel_batches = batch >= threads && batch > 1;
+    let inner_par = if !parallel_batches && flops > 2e6 {
+        gemm::Parallelism::Rayon(threads)
+    } else {
+        gemm::Parallelism::None
+    };
+    let one = |b: usize| -> Result<()> {
+        let lo = offsets(&mm.lhs_view, b);
+        let ro = offsets(&mm.rhs_view, b);
+        let oo = (b * m * n) as isize;
+        // SAFETY: the operand views were checked to lie inside their buffers, so every
+        // element gemm reads through (offset, row stride, column stride) is in bounds; the
+        // output block [oo, oo + m·n) is inside the output buffer and written by this batch
+        // index only; operands and output are distinct buffers.
+        unsafe {
+            match dtype {
+                DType::F32 => gemm_typed::<f32>(
+                    out, oo, lhs, lo, l_rs, l_cs, rhs, ro, r_rs, r_cs, m, n, k, inner_par,
+                ),
+                DType::F64 => gemm_typed::<f64>(
+                    out, oo, lhs, lo, l_rs, l_cs, rhs, ro, r_rs, r_cs, m, n, k, inner_par,
+                ),
+                DType::F16 => gemm_typed::<f16>(
+                    out, oo, lhs, lo, l_rs, l_cs, rhs, ro, r_rs, r_cs, m, n, k, inner_par,
+                ),
+                DType::BF16 => bf16_gemm(
+                    out, oo, lhs, lo, l_rs, l_cs, rhs, ro, r_rs, r_cs, m, n, k, inner_par,
+                ),
+                DType::I32 => {
+                    int_gemm::<i32>(out, oo, lhs, lo, l_rs, l_cs, rhs, ro, r_rs, r_cs, m, n, k)
+                }
+                DType::I64 => {
+                    int_gemm::<i64>(out, oo, lhs, lo, l_rs, l_cs, rhs, ro, r_rs, r_cs, m, n, k)
+                }
+                DType::U8 => {
+                    int_gemm::<u8>(out, oo, lhs, lo, l_rs, l_cs, rhs, ro, r_rs, r_cs, m, n, k)
+                }
+                DType::Bool => {
+                    return Err(KilnError::UnsupportedDType {
+                        op: "matmul",
+                        dtype,
+                        detail: String::new(),
+                    });
+                }
+            }
+        }
+        Ok(())
+    };
+    if parallel_batches {
+        (0..batch).into_par_iter().try_for_each(one)
+    } else {
+        (0..batch).try_for_each(one)
+    }
+}
+
+trait GemmScalar: Copy + 'static {
+    const ZERO: Self;
+    const ONE: Self;
+}
+impl GemmScalar for f32 {
+    const ZERO: Self = 0.0;
+    const ONE: Self = 1.0;
+}
+impl GemmScalar for f64 {
+    const ZERO: Self = 0.0;
+    const ONE: Self = 1.0;
+}
+impl GemmScalar for f16 {
+    const ZERO: Self = f16::ZERO;
+    const ONE: Self = f16::ONE;
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_typed<T: GemmScalar>(
+    out: ArgPtr,
+    oo: isize,
+    lhs: ArgPtr,
+    lo: isize,
+    l_rs: isize,
+    l_cs: isize,
+    rhs: ArgPtr,
+    ro: isize,
+    r_rs: isize,
+    r_cs: isize,
+    m: usize,
+    n: usize,
+    k: usize,
+    par: gemm::Parallelism,
+) {
+    // SAFETY (whole function): the caller guarantees every pointer below addresses elements
+    // inside its buffer for the given strides and extents, and that `out` is not aliased.
+    unsafe {
+        let dst = (out.ptr as *mut T).offset(oo);
+        if k == 0 {
+            std::slice::from_raw_parts_mut(dst, m * n).fill(T::ZERO);
+            return;
+        }
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst,
+            1,
+            n as isize,
+            false,
+            (lhs.ptr as *const T).offset(lo),
+            l_cs,
+            l_rs,
+            (rhs.ptr as *const T).offset(ro),
+            r_cs,
+            r_rs,
+            T::ZERO,
+            T::ONE,
+            false,
+            false,
+            false,
+            par,
+        );
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe fn bf16_gemm(
+    out: ArgPtr,
+    oo: isize,
+    lhs: ArgPtr,
+    lo: isize,
+    l_rs: isize,
+    l_cs: isize,
+    rhs: ArgPtr,
+    ro: isize,
+    r_rs: isize,
+    r_cs: isize,
+    m: usize,
+    n: usize,
+    k: usize,
+    par: gemm::Parallelism,
+) {
+    // Widen both operands to contiguous f32, multiply, round back.
+    let read =
+        |p: ArgPtr, off: isize, rs: isize, cs: isize, rows: usize, cols: usize| -> Vec<f32> {
+            let mut v = Vec::with_capacity(rows * cols);
+            for i in 0..rows {
+                for j in 0..cols {
+                    // SAFETY: in bounds per the caller's contract.
+                    let x = unsafe {
+                        *(p.ptr as *const bf16).offset(off + i as isize * rs + j as isize * cs)
+                    };
+                    v.push(x.to_f32());
+                }
+            }
+            v
+        };
+    let a = read(lhs, lo, l_rs, l_cs, m, k);
+    let b = read(rhs, ro, r_rs, r_cs, k, n);
+    let mut c = vec![0f32; m * n];
+    if k > 0 {
+        // SAFETY: all three are local contiguous vectors of the right sizes.
+        unsafe {
+            gemm::gemm(
+                m,
+                n,
+                k,
+                c.as_mut_ptr(),
+                1,
+                n as isize,
+                false,
+                a.as_ptr(),
+                1,
+                k as isize,
+                b.as_ptr(),
+                1,
+                n as isize,
+                0.0f32,
+                1.0f32,
+                false,
+                false,
+                false,
+                par,
+            );
+        }
+    }
+    // SAFETY: the output block is in bounds and written only here.
+    let dst = unsafe { std::slice::from_raw_parts_mut((out.ptr as *mut bf16).offset(oo), m * n) };
+    for (d, &x) in dst.iter_mut().zip(&c) {
+        *d = bf16::from_f32(x);
+    }
+}
+
+trait IntScalar: Copy + Send + Sync + 'static {
+    fn zero() -> Self;
+    fn mul_add(acc: Self, a: Self, b: Self) -> Self;
+}
+macro_rules! int_scalar {
+    ($($t:ty),*) => {$(
+        impl IntScalar for $t {
+            fn zero() -> Self { 0 }
+            fn mul_add(acc: Self, a: Self, b: Self) -> Self { acc.wrapping_add(a.wrapping_mul(b)) }
+        }
+    )*};
+}
+int_scalar!(i32, i64, u8);
+
+#[allow(clippy::too_many_arguments)]
+unsafe fn int_gemm<T: IntScalar>(
+    out: ArgPtr,
+    oo: isize,
+    lhs: ArgPtr,
+    lo: isize,
+    l_rs: isize,
+    l_cs: isize,
+    rhs: ArgPtr,
+    ro: isize,
+    r_rs: isize,
+    r_cs: isize,
+    m: usize,
+    n: usize,
+    k: usize,
+) {
+    let (a, b) = (lhs.ptr as *const T, rhs.ptr as *const T);
+    // SAFETY: the output block is in bounds and written only here.
+    let dst = unsafe { std::slice::from_raw_parts_mut((out.ptr as *mut T).offset(oo), m * n) };
+    for i in 0..m {
+        for j in 0..n {
+            let mut acc = T::zero();
+            for p in 0..k {
+                // SAFETY: in bounds per the caller's contract.
+                let (x, y) = unsafe {
+                    (
+                        *a.offset(lo + i as isize * l_rs + p as isize * l_cs),
+                        *b.offset(ro + p as isize * r_rs + j as isize * r_cs),
+                    )
+                };
+                acc = T::mul_add(acc, x, y);
+            }
+            dst[i * n + j] = acc;
+        }
+    }
+}

@@ -1,0 +1,595 @@
+//! Compiles a [`Kernel`] into a [`Program`] the CPU executor runs: reduce axes moved last,
+//! dimensions coalesced where every view allows it, instructions split into phases (one per
+//! round of reductions, then the final stores), registers assigned, and a loop strategy
+//! chosen.
+
+use super::ops::Scal;
+use crate::dtype::{ComputeType, DType, Scalar};
+use crate::graph::{BinaryOp, Generator, ReduceOp, UnaryOp};
+use crate::kernel::{IrOp, Kernel, Level};
+use crate::shape::View;
+
+/// Elements per register (one run of a loop).
+pub(crate) const CHUNK: usize = 1024;
+
+/// A view over the program's coalesced dimensions (all of them for `Elem`, the first
+/// `n_out` for `Row`).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct PView {
+    pub strides: Vec<isize>,
+    pub offset: isize,
+    pub mask: Option<Vec<(usize, usize)>>,
+}
+
+impl PView {
+    /// Offset of the run starting at `coords` (run dimension `ax` at `coords[ax]`), and
+    /// whether every dimension other than `ax` is inside the mask.
+    #[inline(always)]
+    pub fn base(&self, coords: &[usize], ax: usize) -> (isize, bool) {
+        let mut off = self.offset;
+        let mut ok = true;
+        for (d, (&c, &s)) in coords.iter().zip(&self.strides).enumerate() {
+            off += c as isize * s;
+            if d != ax
+                && let Some(m) = &self.mask
+            {
+                ok &= c >= m[d].0 && c < m[d].1;
+            }
+        }
+        (off, ok)
+    }
+
+    /// Valid sub-range `[lo, hi)` of a run of `n` starting at `c0` along `ax`, relative to
+    /// the run start.
+    #[inline(always)]
+    pub fn run_valid(&self, ax: usize, c0: usize, n: usize) -> (usize, usize) {
+        match &self.mask {
+            None => (0, n),
+            Some(m) => {
+                let (lo, hi) = m[ax];
+                let a = lo.saturating_sub(c0).min(n);
+                let b = hi.saturating_sub(c0).min(n).max(a);
+                (a, b)
+            }
+        }
+    }
+}
+
+/// A program instruction (the kernel IR with views converted and constants resolved).
+#[derive(Debug, Clone)]
+pub(crate) enum POp {
+    /// `borrow`: runs can be read in place (no mask, unit stride, no conversion).
+    Load {
+        arg: usize,
+        view: PView,
+        fill: Scal,
+        borrow: bool,
+    },
+    Gen {
+        gen_: Generator,
+        view: PView,
+        fill: Scal,
+    },
+    Const(Scal),
+    Valid {
+        view: PView,
+    },
+    Unary(UnaryOp, usize),
+    Binary(BinaryOp, usize, usize),
+    Where(usize, usize, usize),
+    Cast(usize),
+    Reduce {
+        op: ReduceOp,
+        src: usize,
+    },
+    Store {
+        arg: usize,
+        view: PView,
+        src: usize,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct PInstr {
+    pub op: POp,
+    pub dtype: DType,
+    pub level: Level,
+    /// Register for `Row` values (and reduce accumulators); `usize::MAX` if none.
+    pub row_reg: usize,
+    /// Second register for arg-reductions (the best value so far).
+    pub aux_reg: usize,
+}
+
+impl PInstr {
+    pub fn ct(&self) -> ComputeType {
+        self.dtype.compute()
+    }
+}
+
+/// One pass over the reduce space.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Phase {
+    /// Reductions completed by this pass.
+    pub reduces: Vec<usize>,
+    /// `Elem` instructions evaluated at every step, in dependency order.
+    pub elem: Vec<usize>,
+    /// `Elem` stores performed at every step.
+    pub stores: Vec<usize>,
+    /// `Row` instructions computable once this pass is done.
+    pub row_after: Vec<usize>,
+    /// Register of each `Elem` instruction in this pass (`usize::MAX` = borrowed or none).
+    pub regs: Vec<usize>,
+}
+
+/// Which dimension runs innermost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Strategy {
+    /// Runs along the last output dimension; reductions accumulate per position
+    /// (elementwise kernels, column reductions).
+    OutInner,
+    /// Runs along the last reduce dimension; each output row is reduced in turn (row
+    /// reductions, softmax over the last axis).
+    ReduceInner,
+}
+
+/// An executable program.
+#[derive(Debug, Clone)]
+pub(crate) struct Program {
+    /// Coalesced dimensions: output dimensions first, then reduce dimensions.
+    pub dims: Vec<usize>,
+    pub n_out: usize,
+    pub instrs: Vec<PInstr>,
+    /// `Row` instructions needing no reduction, computed before the first pass.
+    pub row_first: Vec<usize>,
+    /// Reduction passes, then the final pass (which holds the `Elem` stores, if any).
+    pub phases: Vec<Phase>,
+    /// `Row` stores, done last.
+    pub row_stores: Vec<usize>,
+    pub strategy: Strategy,
+    pub n_regs: usize,
+    /// Buffer arguments that are also written (matmul epilogues): never borrowed.
+    pub has_reduce: bool,
+}
+
+impl Program {
+    pub fn rows(&self) -> usize {
+        self.dims[..self.n_out].iter().product()
+    }
+    pub fn reduce_len(&self) -> usize {
+        self.dims[self.n_out..].iter().product()
+    }
+}
+
+/// Compiles `k`. `in_place` lists args that are read and written by the same kernel.
+pub(crate) fn compile(k: &Kernel, in_place: &[usize]) -> Program {
+    let nd = k.shape.len();
+    let out_dims: Vec<usize> = (0..nd).filter(|d| !k.reduce_axes.contains(d)).collect();
+    let perm: Vec<usize> = out_dims.iter().chain(&k.reduce_axes).copied().collect();
+    let n_out0 = out_dims.len();
+    let mut dims: Vec<usize> = perm.iter().map(|&d| k.shape[d]).collect();
+
+    // Convert views to the permuted order: Elem views permute; Row views are already over O.
+    let conv = |v: &View, level: Level| -> PView {
+        match level {
+            Level::Elem => PView {
+                strides: perm.iter().map(|&d| v.strides[d]).collect(),
+                offset: v.offset,
+                mask: v
+                    .mask
+                    .as_ref()
+                    .map(|m| perm.iter().map(|&d| m[d]).collect()),
+            },
+            Level::Row => PView {
+                strides: v.strides.clone(),
+                offset: v.offset,
+                mask: v.mask.clone(),
+            },
+        }
+    };
+    let mut instrs: Vec<PInstr> = k
+        .ops
+        .iter()
+        .enumerate()
+        .map(|(i, ins)| {
+            let lv = ins.level;
+            let op = match &ins.op {
+                IrOp::Load { view, fill, .. } | IrOp::Generate { view, fill, .. }
+                    if view.is_fully_masked() =>
+                {
+                    POp::Const(Scal::from_scalar(*fill, ins.dtype))
+                }
+                IrOp::Load { arg, view, fill } => POp::Load {
+                    arg: *arg,
+                    view: conv(view, lv),
+                    fill: Scal::from_scalar(*fill, ins.dtype),
+                    borrow: false,
+                },
+                IrOp::Generate { gen_, view, fill } => POp::Gen {
+                    gen_: *gen_,
+                    view: conv(view, lv),
+                    fill: Scal::from_scalar(*fill, ins.dtype),
+                },
+                IrOp::Const(s) => POp::Const(Scal::from_scalar(*s, ins.dtype)),
+                IrOp::Valid { view } if view.is_fully_masked() => {
+                    POp::Const(Scal::from_scalar(Scalar::Bool(false), DType::Bool))
+                }
+                IrOp::Valid { view } => POp::Valid {
+                    view: conv(view, lv),
+                },
+                IrOp::Unary(u, a) => POp::Unary(*u, *a),
+                IrOp::Binary(b, x, y) => POp::Binary(*b, *x, *y),
+                IrOp::Where(c, x, y) => POp::Where(*c, *x, *y),
+                IrOp::Cast(a) => POp::Cast(*a),
+                IrOp::Reduce { op, src } => POp::Reduce { op: *op, src: *src },
+                IrOp::MatmulResult => {
+                    // The product already sits in the output buffer: read it in place.
+                    let out = k.matmul.as_ref().map(|m| m.out).unwrap_or(0);
+                    POp::Load {
+                        arg: out,
+                        view: conv(&View::contiguous(&k.shape), Level::Elem),
+                        fill: Scal::from_scalar(Scalar::Int(0), ins.dtype),
+                        borrow: false,
+                    }
+                }
+                IrOp::Store { arg, view, src } => POp::Store {
+                    arg: *arg,
+                    view: conv(view, lv),
+                    src: *src,
+                },
+            };
+            let _ = i;
+            PInstr {
+                op,
+                dtype: ins.dtype,
+                level: lv,
+                row_reg: usize::MAX,
+                aux_reg: usize::MAX,
+            }
+        })
+        .collect();
+    let has_reduce = instrs.iter().any(|p| matches!(p.op, POp::Reduce { .. }));
+
+    // Coalesce dimensions.
+    let mut n_out = n_out0;
+    coalesce(&mut dims, &mut n_out, &mut instrs);
+
+    // Borrowable loads: unit stride along the run dimension of their level, no mask,
+    // storage type equal to compute type, not written by this kernel.
+    let strategy = choose_strategy(&dims, n_out, has_reduce, &instrs, k);
+    for p in instrs.iter_mut() {
+        let run_dim = run_dim(strategy, p.level, &dims, n_out);
+        let level = p.level;
+        if let POp::Load {
+            arg, view, borrow, ..
+        } = &mut p.op
+        {
+            let same_type = matches!(
+                p.dtype,
+                DType::F32 | DType::F64 | DType::I32 | DType::I64 | DType::U8 | DType::Bool
+            );
+            *borrow = view.mask.is_none()
+                && same_type
+                && !in_place.contains(arg)
+                && run_dim.is_some_and(|d| view.strides[d] == 1)
+                && !(strategy == Strategy::ReduceInner && level == Level::Row);
+        }
+    }
+
+    let (row_first, phases, row_stores, n_regs) = plan_phases(&mut instrs);
+    Program {
+        dims,
+        n_out,
+        instrs,
+        row_first,
+        phases,
+        row_stores,
+        strategy,
+        n_regs,
+        has_reduce,
+    }
+}
+
+/// The dimension runs go along for values of `level`.
+pub(crate) fn run_dim(s: Strategy, level: Level, dims: &[usize], n_out: usize) -> Option<usize> {
+    match (s, level) {
+        (Strategy::OutInner, _) | (Strategy::ReduceInner, Level::Row) => Some(n_out - 1),
+        (Strategy::ReduceInner, Level::Elem) => Some(dims.len() - 1),
+    }
+}
+
+fn views_mut(p: &mut PInstr) -> Option<&mut PView> {
+    match &mut p.op {
+        POp::Load { view, .. }
+        | POp::Gen { view, .. }
+        | POp::Valid { view }
+        | POp::Store { view, .. } => Some(view),
+        _ => None,
+    }
+}
+
+/// Drops size-1 dimensions and merges neighbours that every view walks as one run.
+/// Afterwards there is at least one output dimension, and at least one reduce dimension if
+/// the kernel reduces.
+fn coalesce(dims: &mut Vec<usize>, n_out: &mut usize, instrs: &mut [PInstr]) {
+    let had_reduce_dims = dims.len() > *n_out;
+    for d in (0..dims.len()).rev() {
+        if dims[d] == 1 {
+            remove_dim(dims, n_out, instrs, d);
+        }
+    }
+    // Check pairs (b-1, b) from the innermost outwards; merging removes index b, which
+    // leaves the pairs still to check untouched.
+    for b in (1..dims.len()).rev() {
+        let a = b - 1;
+        let same_group = b < *n_out || a >= *n_out;
+        if !same_group || !mergeable(dims, *n_out, instrs, a, b) {
+            continue;
+        }
+        let merged = dims[a] * dims[b];
+        for p in instrs.iter_mut() {
+            let level = p.level;
+            if let Some(v) = views_mut(p)
+                && (level == Level::Elem || b < *n_out)
+            {
+                v.strides[a] = v.strides[b];
+                v.strides.remove(b);
+                if let Some(m) = &mut v.mask {
+                    m[a] = (0, merged);
+                    m.remove(b);
+                }
+            }
+        }
+        dims[a] = merged;
+        dims.remove(b);
+        if b < *n_out {
+            *n_out -= 1;
+        }
+    }
+    if *n_out == 0 {
+        insert_unit_dim(dims, n_out, instrs, 0, true);
+    }
+    if had_reduce_dims && dims.len() == *n_out {
+        let at = dims.len();
+        insert_unit_dim(dims, n_out, instrs, at, false);
+    }
+}
+
+fn mergeable(dims: &[usize], n_out: usize, instrs: &[PInstr], a: usize, b: usize) -> bool {
+    instrs.iter().all(|p| {
+        let v = match &p.op {
+            POp::Load { view, .. }
+            | POp::Gen { view, .. }
+            | POp::Valid { view }
+            | POp::Store { view, .. } => view,
+            _ => return true,
+        };
+        if p.level == Level::Row && b >= n_out {
+            return true;
+        }
+        let masked = v
+            .mask
+            .as_ref()
+            .is_some_and(|m| m[a] != (0, dims[a]) || m[b] != (0, dims[b]));
+        !masked && v.strides[a] == v.strides[b] * dims[b] as isize
+    })
+}
+
+fn remove_dim(dims: &mut Vec<usize>, n_out: &mut usize, instrs: &mut [PInstr], d: usize) {
+    for p in instrs.iter_mut() {
+        let level = p.level;
+        if let Some(v) = views_mut(p)
+            && (level == Level::Elem || d < *n_out)
+        {
+            v.strides.remove(d);
+            if let Some(m) = &mut v.mask {
+                m.remove(d);
+            }
+        }
+    }
+    dims.remove(d);
+    if d < *n_out {
+        *n_out -= 1;
+    }
+}
+
+fn insert_unit_dim(
+    dims: &mut Vec<usize>,
+    n_out: &mut usize,
+    instrs: &mut [PInstr],
+    at: usize,
+    is_out: bool,
+) {
+    for p in instrs.iter_mut() {
+        let level = p.level;
+        if let Some(v) = views_mut(p)
+            && (level == Level::Elem || is_out)
+        {
+            v.strides.insert(at, 0);
+            if let Some(m) = &mut v.mask {
+                m.insert(at, (0, 1));
+            }
+        }
+    }
+    dims.insert(at, 1);
+    if is_out {
+        *n_out += 1;
+    }
+}
+
+fn choose_strategy(
+    dims: &[usize],
+    n_out: usize,
+    has_reduce: bool,
+    instrs: &[PInstr],
+    k: &Kernel,
+) -> Strategy {
+    if !has_reduce || dims.len() == n_out {
+        return Strategy::OutInner;
+    }
+    let la = *dims.last().unwrap_or(&1);
+    let lo = dims[n_out - 1];
+    let rows: usize = dims[..n_out].iter().product();
+    if rows == 1 {
+        return Strategy::ReduceInner;
+    }
+    // Which run dimension do the Elem loads walk with unit stride (weighted by bytes)?
+    let (mut w_red, mut w_out) = (0usize, 0usize);
+    for p in instrs {
+        if let (POp::Load { arg, view, .. }, Level::Elem) = (&p.op, p.level) {
+            let bytes = k
+                .args
+                .get(*arg)
+                .map(|a| a.numel * a.dtype.size_bytes())
+                .unwrap_or(0);
+            if view.strides[dims.len() - 1].abs() == 1 {
+                w_red += bytes;
+            }
+            if view.strides[n_out - 1].abs() == 1 {
+                w_out += bytes;
+            }
+        }
+    }
+    if la < 8 && lo >= 8 {
+        return Strategy::OutInner;
+    }
+    if lo < 8 && la >= 8 {
+        return Strategy::ReduceInner;
+    }
+    if w_red != w_out {
+        return if w_red > w_out {
+            Strategy::ReduceInner
+        } else {
+            Strategy::OutInner
+        };
+    }
+    if la >= lo {
+        Strategy::ReduceInner
+    } else {
+        Strategy::OutInner
+    }
+}
+
+/// Splits instructions into phases and assigns registers.
+fn plan_phases(instrs: &mut [PInstr]) -> (Vec<usize>, Vec<Phase>, Vec<usize>, usize) {
+    let n = instrs.len();
+    // dep[v]: the number of reduction passes that must finish before v can be computed.
+    let mut dep = vec![0usize; n];
+    for v in 0..n {
+        let ops = operands(&instrs[v].op);
+        let d = ops.iter().map(|&o| dep[o]).max().unwrap_or(0);
+        dep[v] = match instrs[v].op {
+            POp::Reduce { .. } => d + 1,
+            _ => d,
+        };
+    }
+    let passes = (0..n)
+        .filter(|&v| matches!(instrs[v].op, POp::Reduce { .. }))
+        .map(|v| dep[v])
+        .max()
+        .unwrap_or(0);
+
+    // Row registers: one per Row value (and per reduce), never reused.
+    let mut next_reg = 0;
+    for p in instrs.iter_mut() {
+        let is_row_value =
+            p.level == Level::Row && !matches!(p.op, POp::Store { .. } | POp::Const(_));
+        if is_row_value {
+            p.row_reg = next_reg;
+            next_reg += 1;
+            if let POp::Reduce { op, .. } = p.op
+                && op.is_arg()
+            {
+                p.aux_reg = next_reg;
+                next_reg += 1;
+            }
+        }
+    }
+    let row_regs = next_reg;
+
+    let mut row_first = vec![];
+    let mut row_stores = vec![];
+    let mut phases: Vec<Phase> = (0..=passes).map(|_| Phase::default()).collect();
+    for v in 0..n {
+        let p = &instrs[v];
+        match (&p.op, p.level) {
+            (POp::Store { .. }, Level::Row) => row_stores.push(v),
+            (POp::Store { .. }, Level::Elem) => phases[passes].stores.push(v),
+            (POp::Reduce { .. }, _) => phases[dep[v] - 1].reduces.push(v),
+            (POp::Const(_), _) => {}
+            (_, Level::Row) => {
+                if dep[v] == 0 {
+                    row_first.push(v);
+                } else {
+                    phases[dep[v] - 1].row_after.push(v);
+                }
+            }
+            _ => {}
+        }
+    }
+    // Elem instructions each pass needs: the Elem cone of its reduce sources / stores.
+    let mut max_regs = row_regs;
+    for ph in phases.iter_mut() {
+        let mut need = vec![false; n];
+        let mut stack: Vec<usize> = ph
+            .reduces
+            .iter()
+            .chain(&ph.stores)
+            .flat_map(|&r| operands(&instrs[r].op))
+            .collect();
+        while let Some(v) = stack.pop() {
+            if instrs[v].level != Level::Elem || need[v] {
+                continue;
+            }
+            if matches!(instrs[v].op, POp::Const(_)) {
+                continue;
+            }
+            need[v] = true;
+            stack.extend(operands(&instrs[v].op));
+        }
+        ph.elem = (0..n).filter(|&v| need[v]).collect();
+        // Liveness within the pass.
+        let mut last_use = vec![0usize; n];
+        for (pos, &v) in ph.elem.iter().enumerate() {
+            for o in operands(&instrs[v].op) {
+                last_use[o] = last_use[o].max(pos);
+            }
+        }
+        let end = ph.elem.len();
+        for &r in ph.reduces.iter().chain(&ph.stores) {
+            for o in operands(&instrs[r].op) {
+                last_use[o] = end;
+            }
+        }
+        ph.regs = vec![usize::MAX; n];
+        let mut free: Vec<usize> = vec![];
+        let mut next = row_regs;
+        for (pos, &v) in ph.elem.iter().enumerate() {
+            let borrowed = matches!(instrs[v].op, POp::Load { borrow: true, .. });
+            if !borrowed {
+                let r = free.pop().unwrap_or_else(|| {
+                    next += 1;
+                    next - 1
+                });
+                ph.regs[v] = r;
+            }
+            for o in operands(&instrs[v].op) {
+                if last_use[o] == pos && ph.regs[o] != usize::MAX && need[o] {
+                    free.push(ph.regs[o]);
+                }
+            }
+        }
+        max_regs = max_regs.max(next);
+    }
+    (row_first, phases, row_stores, max_regs.max(1))
+}
+
+/// Operands of a program op.
+pub(crate) fn operands(op: &POp) -> Vec<usize> {
+    match op {
+        POp::Unary(_, a) | POp::Cast(a) => vec![*a],
+        POp::Reduce { src, .. } | POp::Store { src, .. } => vec![*src],
+        POp::Binary(_, a, b) => vec![*a, *b],
+        POp::Where(c, a, b) => vec![*c, *a, *b],
+        _ => vec![],
+    }
+}

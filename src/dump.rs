@@ -1,0 +1,344 @@
+//! Graph dumps, before and after planning, as readable text and as Graphviz DOT.
+//!
+//! Before: the lazy graph (every recorded op, movement ops included). After: the plan —
+//! kernels with the ops each fused, the view (shape, strides, offset, mask) of every load,
+//! the buffers with their sizes and lifetimes, and the kernel count.
+
+use crate::graph::{Graph, NodeKey, Op};
+use crate::kernel::{IrOp, Kernel, Level};
+use crate::plan::{BufferRef, Plan, PlanOp, Step};
+use crate::shape::View;
+use std::collections::HashMap;
+use std::fmt::Write;
+
+/// Human-readable byte count.
+pub fn fmt_bytes(b: usize) -> String {
+    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < 3 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+/// One view as `shape=[..] strides=[..] offset=k [mask=[..]]`.
+pub fn fmt_view(v: &View) -> String {
+    let mut s = format!(
+        "shape={:?} strides={:?} offset={}",
+        v.shape, v.strides, v.offset
+    );
+    if let Some(m) = &v.mask {
+        let parts: Vec<String> = m.iter().map(|(a, b)| format!("{a}..{b}")).collect();
+        let _ = write!(s, " mask=[{}]", parts.join(", "));
+    }
+    s
+}
+
+fn node_ids(g: &Graph, targets: &[NodeKey]) -> (Vec<NodeKey>, HashMap<NodeKey, usize>) {
+    let order = g.lazy_subgraph(targets).unwrap_or_default();
+    let ids = order.iter().enumerate().map(|(i, &k)| (k, i)).collect();
+    (order, ids)
+}
+
+/// The lazy graph behind `targets` as text, one node per line, inputs first.
+pub fn graph_text(g: &Graph, targets: &[NodeKey]) -> String {
+    let (order, ids) = node_ids(g, targets);
+    let mut s = format!("lazy graph: {} nodes\n", order.len());
+    for k in &order {
+        let Ok(n) = g.node(*k) else { continue };
+        let ins: Vec<String> = g
+            .inputs(*k)
+            .unwrap_or_default()
+            .iter()
+            .map(|i| format!("%{}", ids.get(i).copied().unwrap_or(usize::MAX)))
+            .collect();
+        let extra = match &n.op {
+            Op::Buffer => " (realized)".to_string(),
+            Op::Movement(m) => format!(" {m:?}"),
+            Op::Generate(gen_) => format!(" {gen_:?}"),
+            _ => String::new(),
+        };
+        let _ = writeln!(
+            s,
+            "  %{} = {}({}) : {:?} {}{}{}",
+            ids[k],
+            n.op.name(),
+            ins.join(", "),
+            n.shape,
+            n.dtype,
+            extra,
+            if targets.contains(k) {
+                "  <- target"
+            } else {
+                ""
+            }
+        );
+    }
+    s
+}
+
+/// The lazy graph behind `targets` as Graphviz DOT.
+pub fn graph_dot(g: &Graph, targets: &[NodeKey]) -> String {
+    let (order, ids) = node_ids(g, targets);
+    let mut s = String::from("digraph lazy {\n  rankdir=TB;\n  node [fontname=monospace];\n");
+    for k in &order {
+        let Ok(n) = g.node(*k) else { continue };
+        let shape = match n.op {
+            Op::Buffer => "box",
+            Op::Movement(_) => "note",
+            _ => "ellipse",
+        };
+        let _ = writeln!(
+            s,
+            "  n{} [shape={shape}, label=\"%{} {}\\n{:?} {}\"];",
+            ids[k],
+            ids[k],
+            n.op.name(),
+            n.shape,
+            n.dtype
+        );
+        for (pos, i) in g.inputs(*k).unwrap_or_default().iter().enumerate() {
+            if let Some(src) = ids.get(i) {
+                let _ = writeln!(s, "  n{src} -> n{} [label=\"{pos}\"];", ids[k]);
+            }
+        }
+    }
+    s.push_str("}\n");
+    s
+}
+
+fn buffer_name(plan: &Plan, r: BufferRef) -> String {
+    match r {
+        BufferRef::Input(i) => format!("input{i}"),
+        BufferRef::Planned(g) => {
+            let step = plan
+                .schedule
+                .order
+                .iter()
+                .position(|&x| x == g)
+                .unwrap_or(g);
+            format!("b{step}")
+        }
+    }
+}
+
+fn instr_text(k: &Kernel, i: usize, args: &[String]) -> String {
+    let ins = &k.ops[i];
+    let lv = if ins.level == Level::Row { " row" } else { "" };
+    let body = match &ins.op {
+        IrOp::Load { arg, view, fill } => {
+            let fill = if view.mask.is_some() {
+                format!(" fill={fill}")
+            } else {
+                String::new()
+            };
+            format!("load {} [{}]{fill}", args[*arg], fmt_view(view))
+        }
+        IrOp::Generate { gen_, view, .. } => format!("{gen_:?} [{}]", fmt_view(view)),
+        IrOp::Const(c) => format!("const {c}"),
+        IrOp::Valid { view } => format!("valid [{}]", fmt_view(view)),
+        IrOp::Unary(u, a) => format!("{} %{a}", u.name()),
+        IrOp::Binary(b, x, y) => format!("{} %{x}, %{y}", b.name()),
+        IrOp::Where(c, x, y) => format!("where %{c}, %{x}, %{y}"),
+        IrOp::Cast(a) => format!("cast %{a}"),
+        IrOp::Reduce { op, src } => format!("reduce.{} %{src}", op.name()),
+        IrOp::MatmulResult => "matmul".into(),
+        IrOp::Store { arg, view, src } => {
+            format!("store {} <- %{src} [{}]", args[*arg], fmt_view(view))
+        }
+    };
+    format!("%{i} = {body} : {}{lv}", ins.dtype)
+}
+
+/// The plan as text: summary, buffers with lifetimes, then every kernel with its IR.
+pub fn plan_text(plan: &Plan) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "plan ({}): kernels: {} ({} copies), planned peak {}",
+        if plan.options.fuse {
+            "fused"
+        } else {
+            "unfused"
+        },
+        plan.kernel_count(),
+        plan.copy_count(),
+        fmt_bytes(plan.buffers.peak_bytes)
+    );
+    let _ = writeln!(s, "buffers:");
+    for (step, &g) in plan.schedule.order.iter().enumerate() {
+        let b = &plan.buffers.buffers[g];
+        let n = &plan.view_graph.nodes[b.node];
+        let _ = writeln!(
+            s,
+            "  b{step}: {:?} {} {} — written by step {}, last read by step {}{}",
+            n.shape,
+            n.dtype,
+            fmt_bytes(b.bytes),
+            b.first,
+            b.last,
+            if b.kept { ", kept" } else { ", released after" }
+        );
+    }
+    for (step, st) in plan.steps.iter().enumerate() {
+        match st {
+            Step::Kernel(pk) => {
+                let k = &pk.kernel;
+                let args: Vec<String> = pk.args.iter().map(|r| buffer_name(plan, *r)).collect();
+                let kind = if k.matmul.is_some() {
+                    "matmul"
+                } else if k.is_copy() {
+                    "copy"
+                } else if !k.reduce_axes.is_empty() {
+                    "reduce"
+                } else {
+                    "elementwise"
+                };
+                let _ = writeln!(
+                    s,
+                    "kernel {step} {} ({kind}): space {:?}{} — fuses [{}]",
+                    k.name,
+                    k.shape,
+                    if k.reduce_axes.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" reduce axes {:?}", k.reduce_axes)
+                    },
+                    k.fused_ops.join(", ")
+                );
+                if let Some(mm) = &k.matmul {
+                    let _ = writeln!(
+                        s,
+                        "    gemm {} [{}] @ {} [{}]",
+                        args[mm.lhs],
+                        fmt_view(&mm.lhs_view),
+                        args[mm.rhs],
+                        fmt_view(&mm.rhs_view)
+                    );
+                }
+                for i in 0..k.ops.len() {
+                    let _ = writeln!(s, "    {}", instr_text(k, i, &args));
+                }
+            }
+            Step::Transfer {
+                src,
+                group,
+                to,
+                bytes,
+            } => {
+                let _ = writeln!(
+                    s,
+                    "transfer {step}: {} -> {} on {to} ({})",
+                    buffer_name(plan, *src),
+                    buffer_name(plan, BufferRef::Planned(*group)),
+                    fmt_bytes(*bytes)
+                );
+            }
+        }
+    }
+    let _ = writeln!(s, "kernel count: {}", plan.kernel_count());
+    s
+}
+
+/// The plan as Graphviz DOT: kernels are boxes listing the ops they fuse, buffers are
+/// ellipses with size and lifetime, edges carry the views kernels read through.
+pub fn plan_dot(plan: &Plan) -> String {
+    let mut s = String::from("digraph plan {\n  rankdir=TB;\n  node [fontname=monospace];\n");
+    for (i, key) in plan.view_graph.inputs.iter().enumerate() {
+        let _ = key;
+        let node = plan
+            .view_graph
+            .nodes
+            .iter()
+            .find(|n| n.op == PlanOp::Input { slot: i });
+        let label = node
+            .map(|n| format!("input{i}\\n{:?} {}", n.shape, n.dtype))
+            .unwrap_or_else(|| format!("input{i}"));
+        let _ = writeln!(
+            s,
+            "  input{i} [shape=ellipse, style=dashed, label=\"{label}\"];"
+        );
+    }
+    for (step, &g) in plan.schedule.order.iter().enumerate() {
+        let b = &plan.buffers.buffers[g];
+        let n = &plan.view_graph.nodes[b.node];
+        let _ = writeln!(
+            s,
+            "  b{step} [shape=ellipse, label=\"b{step}\\n{:?} {}\\n{}\\nsteps {}..{}{}\"];",
+            n.shape,
+            n.dtype,
+            fmt_bytes(b.bytes),
+            b.first,
+            b.last,
+            if b.kept { " kept" } else { "" }
+        );
+    }
+    for (step, st) in plan.steps.iter().enumerate() {
+        match st {
+            Step::Kernel(pk) => {
+                let k = &pk.kernel;
+                let _ = writeln!(
+                    s,
+                    "  k{step} [shape=box, style=filled, fillcolor=lightyellow, label=\"{}\\n{}\"];",
+                    k.name,
+                    k.fused_ops.join(" → ")
+                );
+                for ins in &k.ops {
+                    match &ins.op {
+                        IrOp::Load { arg, view, .. } => {
+                            let _ = writeln!(
+                                s,
+                                "  {} -> k{step} [label=\"{}\"];",
+                                buffer_name(plan, pk.args[*arg]),
+                                fmt_view(view)
+                            );
+                        }
+                        IrOp::Store { arg, .. } => {
+                            let _ =
+                                writeln!(s, "  k{step} -> {};", buffer_name(plan, pk.args[*arg]));
+                        }
+                        _ => {}
+                    }
+                }
+                if let Some(mm) = &k.matmul {
+                    for (a, v) in [(mm.lhs, &mm.lhs_view), (mm.rhs, &mm.rhs_view)] {
+                        let _ = writeln!(
+                            s,
+                            "  {} -> k{step} [label=\"{}\"];",
+                            buffer_name(plan, pk.args[a]),
+                            fmt_view(v)
+                        );
+                    }
+                }
+            }
+            Step::Transfer { src, group, to, .. } => {
+                let _ = writeln!(
+                    s,
+                    "  {} -> {} [label=\"to {to}\", style=bold];",
+                    buffer_name(plan, *src),
+                    buffer_name(plan, BufferRef::Planned(*group))
+                );
+            }
+        }
+    }
+    s.push_str("}\n");
+    s
+}
+
+impl Plan {
+    /// [`plan_text`].
+    pub fn dump_text(&self) -> String {
+        plan_text(self)
+    }
+
+    /// [`plan_dot`].
+    pub fn to_dot(&self) -> String {
+        plan_dot(self)
+    }
+}

@@ -1,0 +1,299 @@
+//! The lazy graph: a petgraph DAG of [`Node`]s, addressed through versioned slotmap keys.
+//!
+//! Edges run from an input to its consumer; the edge weight is the operand position. A node
+//! stays alive while a [`crate::Tensor`] handle points at it or a live node consumes it; when
+//! both counts reach zero it is removed, and its inputs are checked in turn. After
+//! `realize()`, a node becomes an [`Op::Buffer`] leaf and loses its input edges, so a loop that
+//! builds and realizes expressions keeps the graph bounded.
+
+mod op;
+
+pub use op::{BinaryOp, Generator, Op, ReduceOp, UnaryOp};
+
+use crate::device::Device;
+use crate::dtype::DType;
+use crate::error::{KilnError, Result};
+use crate::memory::Buffer;
+use petgraph::Direction;
+use petgraph::stable_graph::{NodeIndex, StableDiGraph};
+use petgraph::visit::EdgeRef;
+use slotmap::{SlotMap, new_key_type};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
+
+new_key_type! {
+    /// A stable, versioned handle to a graph node (a stale key never aliases a new node).
+    pub struct NodeKey;
+}
+
+/// One recorded op with its result's metadata.
+#[derive(Debug)]
+pub struct Node {
+    pub key: NodeKey,
+    pub op: Op,
+    pub shape: Vec<usize>,
+    pub dtype: DType,
+    pub device: Device,
+    /// The data, once realized (`op == Op::Buffer`).
+    pub buffer: Option<Arc<Buffer>>,
+    handles: usize,
+}
+
+impl Node {
+    /// Number of live tensor handles pointing at this node.
+    pub fn handles(&self) -> usize {
+        self.handles
+    }
+}
+
+/// The graph store. One process-wide instance lives behind [`with_graph`].
+#[derive(Default)]
+pub struct Graph {
+    dag: StableDiGraph<Node, usize>,
+    keys: SlotMap<NodeKey, NodeIndex>,
+}
+
+impl Graph {
+    /// Records a node with one handle (the tensor that is about to hold it).
+    pub fn add_node(
+        &mut self,
+        op: Op,
+        inputs: &[NodeKey],
+        shape: Vec<usize>,
+        dtype: DType,
+        device: Device,
+    ) -> Result<NodeKey> {
+        let input_idx: Vec<NodeIndex> = inputs
+            .iter()
+            .map(|&k| self.index(k))
+            .collect::<Result<_>>()?;
+        let key = self.keys.insert(NodeIndex::end());
+        let idx = self.dag.add_node(Node {
+            key,
+            op,
+            shape,
+            dtype,
+            device,
+            buffer: None,
+            handles: 1,
+        });
+        self.keys[key] = idx;
+        for (pos, &i) in input_idx.iter().enumerate() {
+            self.dag.add_edge(i, idx, pos);
+        }
+        Ok(key)
+    }
+
+    /// Records a realized leaf holding `buffer`.
+    pub fn add_buffer(
+        &mut self,
+        buffer: Arc<Buffer>,
+        shape: Vec<usize>,
+        dtype: DType,
+        device: Device,
+    ) -> NodeKey {
+        let key = self
+            .add_node(Op::Buffer, &[], shape, dtype, device)
+            .expect("a leaf has no inputs to look up");
+        self.dag[self.keys[key]].buffer = Some(buffer);
+        key
+    }
+
+    fn index(&self, key: NodeKey) -> Result<NodeIndex> {
+        self.keys
+            .get(key)
+            .copied()
+            .ok_or_else(|| KilnError::internal("tensor handle refers to a dropped graph node"))
+    }
+
+    /// The node behind a key.
+    pub fn node(&self, key: NodeKey) -> Result<&Node> {
+        Ok(&self.dag[self.index(key)?])
+    }
+
+    /// Inputs of a node in operand order.
+    pub fn inputs(&self, key: NodeKey) -> Result<Vec<NodeKey>> {
+        let idx = self.index(key)?;
+        let mut edges: Vec<(usize, NodeKey)> = self
+            .dag
+            .edges_directed(idx, Direction::Incoming)
+            .map(|e| (*e.weight(), self.dag[e.source()].key))
+            .collect();
+        edges.sort_by_key(|e| e.0);
+        Ok(edges.into_iter().map(|e| e.1).collect())
+    }
+
+    /// Number of distinct consumers (nodes reading this one).
+    pub fn consumer_count(&self, key: NodeKey) -> Result<usize> {
+        let idx = self.index(key)?;
+        Ok(self
+            .dag
+            .neighbors_directed(idx, Direction::Outgoing)
+            .count())
+    }
+
+    /// Number of live nodes (bounded in realize loops; tests check it).
+    pub fn len(&self) -> usize {
+        self.dag.node_count()
+    }
+
+    /// True when no node is alive.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// A new handle to `key` (a tensor clone).
+    pub fn retain(&mut self, key: NodeKey) {
+        if let Some(&idx) = self.keys.get(key) {
+            self.dag[idx].handles += 1;
+        }
+    }
+
+    /// Drops one handle of `key`, removing whatever becomes unreachable.
+    pub fn release(&mut self, key: NodeKey) {
+        if let Some(&idx) = self.keys.get(key) {
+            let n = &mut self.dag[idx];
+            n.handles = n.handles.saturating_sub(1);
+            self.prune_from(idx);
+        }
+    }
+
+    /// Turns a node into a realized leaf: it keeps its key, shape and dtype, holds `buffer`,
+    /// and its input edges go (pruning inputs nobody else needs).
+    pub fn set_realized(&mut self, key: NodeKey, buffer: Arc<Buffer>) -> Result<()> {
+        let idx = self.index(key)?;
+        let inputs: Vec<NodeIndex> = self
+            .dag
+            .neighbors_directed(idx, Direction::Incoming)
+            .collect();
+        let edges: Vec<_> = self
+            .dag
+            .edges_directed(idx, Direction::Incoming)
+            .map(|e| e.id())
+            .collect();
+        for e in edges {
+            self.dag.remove_edge(e);
+        }
+        let n = &mut self.dag[idx];
+        n.op = Op::Buffer;
+        n.buffer = Some(buffer);
+        for i in inputs {
+            self.prune_from(i);
+        }
+        Ok(())
+    }
+
+    fn prune_from(&mut self, start: NodeIndex) {
+        let mut stack = vec![start];
+        while let Some(idx) = stack.pop() {
+            let Some(n) = self.dag.node_weight(idx) else {
+                continue;
+            };
+            let has_consumers = self
+                .dag
+                .neighbors_directed(idx, Direction::Outgoing)
+                .next()
+                .is_some();
+            if n.handles > 0 || has_consumers {
+                continue;
+            }
+            let inputs: Vec<NodeIndex> = self
+                .dag
+                .neighbors_directed(idx, Direction::Incoming)
+                .collect();
+            if let Some(node) = self.dag.remove_node(idx) {
+                self.keys.remove(node.key);
+            }
+            stack.extend(inputs);
+        }
+    }
+
+    /// Every not-yet-realized node that `targets` depend on, inputs before consumers.
+    /// Realized nodes reached on the way are included as leaves.
+    pub fn lazy_subgraph(&self, targets: &[NodeKey]) -> Result<Vec<NodeKey>> {
+        let mut order = Vec::new();
+        let mut state: std::collections::HashMap<NodeIndex, bool> = Default::default();
+        for &t in targets {
+            let root = self.index(t)?;
+            // Iterative post-order DFS (deep chains must not overflow the stack).
+            let mut stack = vec![(root, false)];
+            while let Some((idx, expanded)) = stack.pop() {
+                if expanded {
+                    state.insert(idx, true);
+                    order.push(self.dag[idx].key);
+                    continue;
+                }
+                if state.contains_key(&idx) {
+                    continue;
+                }
+                state.insert(idx, false);
+                stack.push((idx, true));
+                if self.dag[idx].op != Op::Buffer {
+                    let mut ins: Vec<(usize, NodeIndex)> = self
+                        .dag
+                        .edges_directed(idx, Direction::Incoming)
+                        .map(|e| (*e.weight(), e.source()))
+                        .collect();
+                    ins.sort_by_key(|e| std::cmp::Reverse(e.0));
+                    for (_, i) in ins {
+                        if !state.contains_key(&i) {
+                            stack.push((i, false));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(order)
+    }
+}
+
+static GRAPH: LazyLock<Mutex<Graph>> = LazyLock::new(Default::default);
+static PENDING_RELEASES: Mutex<Vec<NodeKey>> = Mutex::new(Vec::new());
+
+fn lock_graph() -> MutexGuard<'static, Graph> {
+    // A panic while the lock was held cannot leave the graph half-edited in a way that
+    // matters more than refusing all further work, so poisoning is ignored.
+    let mut g = GRAPH.lock().unwrap_or_else(|e| e.into_inner());
+    drain_pending(&mut g);
+    g
+}
+
+fn drain_pending(g: &mut Graph) {
+    let pending: Vec<NodeKey> =
+        std::mem::take(&mut *PENDING_RELEASES.lock().unwrap_or_else(|e| e.into_inner()));
+    for k in pending {
+        g.release(k);
+    }
+}
+
+/// Runs `f` with the process-wide graph locked.
+pub fn with_graph<R>(f: impl FnOnce(&mut Graph) -> R) -> R {
+    let mut g = lock_graph();
+    f(&mut g)
+}
+
+/// Drops a tensor handle. Never blocks: if the graph is busy (held by another thread, or by
+/// this one inside [`with_graph`]), the release is queued and applied at the next lock.
+pub fn release_handle(key: NodeKey) {
+    match GRAPH.try_lock() {
+        Ok(mut g) => {
+            drain_pending(&mut g);
+            g.release(key);
+        }
+        Err(std::sync::TryLockError::Poisoned(p)) => {
+            let mut g = p.into_inner();
+            drain_pending(&mut g);
+            g.release(key);
+        }
+        Err(std::sync::TryLockError::WouldBlock) => {
+            PENDING_RELEASES
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(key);
+        }
+    }
+}
+
+/// Number of live nodes in the process-wide graph.
+pub fn live_nodes() -> usize {
+    with_graph(|g| g.len())
+}

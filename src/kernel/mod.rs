@@ -1,0 +1,240 @@
+//! The kernel IR: a small typed, device-neutral description of one fused kernel. The CPU
+//! backend executes it; the CUDA backend renders it to CUDA C.
+//!
+//! A kernel iterates over an index space `shape` (called *S*). Some axes of S may be reduce
+//! axes (*A*); the remaining axes form the row space *O* (`row_shape`). Every value has a
+//! [`Level`]: `Elem` values vary over all of S, `Row` values only over O (one per output of a
+//! reduction). Instructions are in SSA form, each reading earlier ones:
+//!
+//! * loads and generators read through a [`View`] whose shape is S (`Elem`) or O (`Row`);
+//!   coordinates outside the view's mask read `fill`;
+//! * elementwise ops combine values; a `Row` operand of an `Elem` op is broadcast along A;
+//! * a `Reduce` turns an `Elem` value into a `Row` value; all reduces of a kernel share A,
+//!   and later instructions may use earlier reduce results (softmax and layer norm are one
+//!   kernel: max, then sum of `exp(x - max)`, then the division);
+//! * stores write a value through a view (`Elem` → S-shaped output, `Row` → O-shaped).
+//!
+//! Matmul kernels carry a [`MatmulSpec`]; their instructions are the elementwise epilogue,
+//! where `MatmulResult` is the product at the current coordinate.
+
+use crate::dtype::{DType, Scalar};
+use crate::graph::{BinaryOp, Generator, ReduceOp, UnaryOp};
+use crate::shape::View;
+
+/// Index of an instruction in [`Kernel::ops`].
+pub type ValueId = usize;
+
+/// Whether a value varies over the whole space or only over its rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Level {
+    Elem,
+    Row,
+}
+
+/// One IR instruction's operation.
+#[derive(Debug, Clone, PartialEq)]
+pub enum IrOp {
+    /// Read buffer argument `arg` through `view`; masked-out coordinates give `fill`.
+    Load {
+        arg: usize,
+        view: View,
+        fill: Scalar,
+    },
+    /// A generator evaluated at the view's buffer offset (the generator's element index).
+    Generate {
+        gen_: Generator,
+        view: View,
+        fill: Scalar,
+    },
+    /// A constant.
+    Const(Scalar),
+    /// True where the coordinate is inside the view's mask (used for padding of computed
+    /// values: `where(valid, value, pad)`).
+    Valid {
+        view: View,
+    },
+    Unary(UnaryOp, ValueId),
+    Binary(BinaryOp, ValueId, ValueId),
+    /// `where(cond, a, b)`.
+    Where(ValueId, ValueId, ValueId),
+    /// Convert to the instruction's dtype.
+    Cast(ValueId),
+    /// Reduce an `Elem` value over A into a `Row` value.
+    Reduce {
+        op: ReduceOp,
+        src: ValueId,
+    },
+    /// The matmul product at this coordinate (matmul kernels only).
+    MatmulResult,
+    /// Write a value to buffer argument `arg` through `view`.
+    Store {
+        arg: usize,
+        view: View,
+        src: ValueId,
+    },
+}
+
+/// One instruction: an op, the dtype of its result and its level.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Instr {
+    pub op: IrOp,
+    pub dtype: DType,
+    pub level: Level,
+}
+
+impl Instr {
+    /// The values this instruction reads.
+    pub fn operands(&self) -> Vec<ValueId> {
+        match &self.op {
+            IrOp::Unary(_, a) | IrOp::Cast(a) => vec![*a],
+            IrOp::Reduce { src, .. } | IrOp::Store { src, .. } => vec![*src],
+            IrOp::Binary(_, a, b) => vec![*a, *b],
+            IrOp::Where(c, a, b) => vec![*c, *a, *b],
+            _ => vec![],
+        }
+    }
+}
+
+/// A buffer a kernel reads or writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelArg {
+    pub dtype: DType,
+    /// Elements in the buffer.
+    pub numel: usize,
+    /// True for outputs.
+    pub output: bool,
+}
+
+/// The matrix product a matmul kernel computes before its epilogue. Views have shape
+/// `[batch.., m, k]` and `[batch.., k, n]`; the output is `out`, row-major `[batch.., m, n]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MatmulSpec {
+    pub lhs: usize,
+    pub lhs_view: View,
+    pub rhs: usize,
+    pub rhs_view: View,
+    pub out: usize,
+}
+
+/// One fused kernel.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Kernel {
+    /// Readable name, e.g. `k2_exp_add_sum`.
+    pub name: String,
+    /// The index space S.
+    pub shape: Vec<usize>,
+    /// Reduce axes A (sorted; empty for elementwise kernels).
+    pub reduce_axes: Vec<usize>,
+    pub args: Vec<KernelArg>,
+    pub ops: Vec<Instr>,
+    pub matmul: Option<MatmulSpec>,
+    /// The graph ops this kernel computes, in order (for dumps).
+    pub fused_ops: Vec<String>,
+}
+
+impl Kernel {
+    /// The row space O: S without the reduce axes.
+    pub fn row_shape(&self) -> Vec<usize> {
+        self.shape
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !self.reduce_axes.contains(i))
+            .map(|(_, &n)| n)
+            .collect()
+    }
+
+    /// Number of reduce instructions.
+    pub fn reduce_count(&self) -> usize {
+        self.ops
+            .iter()
+            .filter(|i| matches!(i.op, IrOp::Reduce { .. }))
+            .count()
+    }
+
+    /// True for a kernel that only copies one buffer into another (a planner-inserted or
+    /// user-requested copy).
+    pub fn is_copy(&self) -> bool {
+        self.matmul.is_none()
+            && self.ops.len() == 2
+            && matches!(self.ops[0].op, IrOp::Load { .. })
+            && matches!(self.ops[1].op, IrOp::Store { .. })
+    }
+
+    /// Checks the IR's internal invariants: operands precede their users, levels and dtypes
+    /// are consistent, views have the right shapes, args are in range. Backends call this
+    /// before running a kernel; a violation is a planner bug reported as an error.
+    pub fn validate(&self) -> Result<(), String> {
+        let row = self.row_shape();
+        for (i, ins) in self.ops.iter().enumerate() {
+            for o in ins.operands() {
+                if o >= i {
+                    return Err(format!("op {i} reads later value {o}"));
+                }
+                let src = &self.ops[o];
+                if matches!(src.op, IrOp::Store { .. }) {
+                    return Err(format!("op {i} reads a store"));
+                }
+                if src.level == Level::Elem
+                    && ins.level == Level::Row
+                    && !matches!(ins.op, IrOp::Reduce { .. })
+                {
+                    return Err(format!("row op {i} reads elem value {o}"));
+                }
+            }
+            let want = |v: &View| -> Result<(), String> {
+                let s = if ins.level == Level::Elem {
+                    &self.shape
+                } else {
+                    &row
+                };
+                if &v.shape != s {
+                    return Err(format!(
+                        "op {i}: view shape {:?}, expected {:?}",
+                        v.shape, s
+                    ));
+                }
+                Ok(())
+            };
+            match &ins.op {
+                IrOp::Load { arg, view, .. } | IrOp::Store { arg, view, .. } => {
+                    want(view)?;
+                    let a = self
+                        .args
+                        .get(*arg)
+                        .ok_or(format!("op {i}: bad arg {arg}"))?;
+                    if a.dtype != ins.dtype {
+                        return Err(format!("op {i}: dtype {} vs arg {}", ins.dtype, a.dtype));
+                    }
+                    if let Some((lo, hi)) = view.offset_bounds()
+                        && (lo < 0 || hi as usize >= a.numel)
+                    {
+                        return Err(format!(
+                            "op {i}: view reads offsets {lo}..={hi} of a {}-element buffer",
+                            a.numel
+                        ));
+                    }
+                    if let IrOp::Store { .. } = ins.op
+                        && (!a.output
+                            || view.mask.is_some()
+                            || view.strides.contains(&0) && view.numel() > 1)
+                    {
+                        return Err(format!(
+                            "op {i}: store view must be injective into an output"
+                        ));
+                    }
+                }
+                IrOp::Generate { view, .. } | IrOp::Valid { view } => want(view)?,
+                IrOp::Reduce { src, .. }
+                    if (ins.level != Level::Row || self.ops[*src].level != Level::Elem) =>
+                {
+                    return Err(format!("reduce {i} must map elem to row"));
+                }
+                IrOp::MatmulResult if self.matmul.is_none() => {
+                    return Err(format!("op {i}: matmul result outside a matmul kernel"));
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}

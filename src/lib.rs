@@ -1,0 +1,43 @@
+//! kiln — a lazy graph-compiling tensor runtime.
+//!
+//! Tensor ops record nodes in a graph instead of running. [`Tensor::realize`] plans what is
+//! needed — views collapse into stride/offset/mask metadata, elementwise chains and
+//! reductions fuse into single kernels, intermediates get lifetimes and memory from a
+//! bucketed caching allocator — and runs the kernels on a multi-threaded, vectorized CPU
+//! backend (CUDA is the second backend).
+//!
+//! ```
+//! use kiln::{RealizeOptions, Tensor};
+//!
+//! let x = Tensor::randn(&[256, 512], 0);
+//! let y = (&x * 2.0 + 1.0).exp().softmax(-1).sum(&[1], false);
+//! let plan = y.plan(&RealizeOptions::default()).unwrap();
+//! assert_eq!(plan.kernel_count(), 1); // the whole expression is one kernel
+//! let v = y.to_vec::<f32>().unwrap();
+//! assert!((v[0] - 1.0).abs() < 1e-4);
+//! ```
+//!
+//! The data path, top-down: [`tensor`] (API) → [`graph`] (lazy DAG) → [`plan`] (passes:
+//! views, fusion, schedule, memory plan, lowering) → [`kernel`] (IR) → [`backend`] →
+//! [`memory`] (buffers, allocators).
+
+pub mod backend;
+pub mod device;
+pub mod dtype;
+pub mod dump;
+pub mod error;
+pub mod graph;
+pub mod kernel;
+pub mod memory;
+pub mod plan;
+pub mod random;
+pub mod reference;
+pub mod shape;
+pub mod special;
+pub mod tensor;
+
+pub use device::Device;
+pub use dtype::{DType, Element, Scalar};
+pub use error::{KilnError, Result};
+pub use plan::{Plan, RealizeOptions};
+pub use tensor::{Operand, RealizeReport, Tensor, realize_all, realize_all_with};

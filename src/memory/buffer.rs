@@ -1,0 +1,170 @@
+//! [`Buffer`]: a block that goes back to its allocator when dropped.
+
+use std::fmt;
+use std::sync::Arc;
+
+use super::allocator::{Block, CachingAllocator, DeviceMemory};
+use crate::device::Device;
+
+/// Something that takes blocks back: the allocator a [`Buffer`] returns its block to.
+pub trait BlockOwner: Send + Sync {
+    /// Take `block` back (it will not be used by the caller again).
+    fn release(&self, block: Block);
+    /// The device the blocks live on.
+    fn device(&self) -> Device;
+}
+
+impl<D: DeviceMemory> BlockOwner for CachingAllocator<D> {
+    fn release(&self, block: Block) {
+        CachingAllocator::release(self, block);
+    }
+
+    fn device(&self) -> Device {
+        self.device_memory().device()
+    }
+}
+
+/// A block of memory owned by a tensor's storage; returns the block to its owner on drop.
+///
+/// Usually shared as `Arc<Buffer>`. `Buffer` is `Send + Sync` and never hands out `&mut`
+/// access: it only exposes the address. Kernels write through raw pointers derived from
+/// [`Buffer::host_ptr`] / [`Buffer::addr`], and it is their (unsafe) responsibility that
+/// concurrent writers touch disjoint regions and that nobody reads a region while it is
+/// being written.
+pub struct Buffer {
+    /// Always `Some` until `drop` takes it.
+    block: Option<Block>,
+    owner: Arc<dyn BlockOwner>,
+}
+
+impl Buffer {
+    /// Wrap `block`, which `owner` handed out; it goes back to `owner` on drop.
+    pub fn new(block: Block, owner: Arc<dyn BlockOwner>) -> Self {
+        Self {
+            block: Some(block),
+            owner,
+        }
+    }
+
+    /// The device the memory lives on.
+    pub fn device(&self) -> Device {
+        self.owner.device()
+    }
+
+    /// The number of bytes asked for (what the tensor uses).
+    pub fn len_bytes(&self) -> usize {
+        self.block.as_ref().map_or(0, |block| block.requested)
+    }
+
+    /// The size of the underlying block (its size class), at least `len_bytes`.
+    pub fn capacity_bytes(&self) -> usize {
+        self.block.as_ref().map_or(0, |block| block.size)
+    }
+
+    /// The block's address: a host pointer for `Device::Cpu`, a device pointer for CUDA.
+    pub fn addr(&self) -> u64 {
+        self.block.as_ref().map_or(0, |block| block.addr)
+    }
+
+    /// Host pointer to the first byte (only meaningful when `device() == Device::Cpu`).
+    ///
+    /// Host blocks come from zeroed allocations, so all `capacity_bytes()` bytes are
+    /// initialized. Dereferencing is up to the caller (see the type's docs on aliasing).
+    pub fn host_ptr(&self) -> *mut u8 {
+        // Host addresses were exposed by `HostMemory::alloc`, so this recovers a pointer
+        // with valid provenance for the block.
+        std::ptr::with_exposed_provenance_mut(self.addr() as usize)
+    }
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        if let Some(block) = self.block.take() {
+            self.owner.release(block);
+        }
+    }
+}
+
+impl fmt::Debug for Buffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Buffer")
+            .field("device", &self.device())
+            .field("addr", &format_args!("{:#x}", self.addr()))
+            .field("len_bytes", &self.len_bytes())
+            .field("capacity_bytes", &self.capacity_bytes())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::allocator::RoundingPolicy;
+    use crate::memory::host::HostMemory;
+
+    fn assert_send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn buffer_is_send_and_sync() {
+        assert_send_sync::<Buffer>();
+        assert_send_sync::<Arc<Buffer>>();
+    }
+
+    #[test]
+    fn dropping_a_buffer_returns_its_block() {
+        let alloc = Arc::new(CachingAllocator::new(HostMemory, RoundingPolicy::HOST));
+        let owner: Arc<dyn BlockOwner> = alloc.clone();
+        let buffer = Buffer::new(alloc.allocate(1000).unwrap(), Arc::clone(&owner));
+        assert_eq!(buffer.device(), Device::Cpu);
+        assert_eq!(buffer.len_bytes(), 1000);
+        assert_eq!(buffer.capacity_bytes(), 1024);
+        assert_eq!(buffer.host_ptr() as usize as u64, buffer.addr());
+        assert_eq!(buffer.host_ptr().align_offset(64), 0);
+        assert!(format!("{buffer:?}").contains("len_bytes: 1000"));
+        let addr = buffer.addr();
+        let s = alloc.stats();
+        assert_eq!(
+            (s.current_bytes, s.requested_bytes, s.cached_bytes),
+            (1024, 1000, 0)
+        );
+
+        drop(buffer);
+        let s = alloc.stats();
+        assert_eq!(
+            (s.current_bytes, s.requested_bytes, s.cached_bytes),
+            (0, 0, 1024)
+        );
+
+        let again = Buffer::new(alloc.allocate(1024).unwrap(), owner);
+        assert_eq!(again.addr(), addr);
+        let s = alloc.stats();
+        assert_eq!((s.hits, s.misses, s.device_allocs), (1, 1, 1));
+    }
+
+    #[test]
+    fn shared_buffer_is_released_by_the_last_reference() {
+        let alloc = Arc::new(CachingAllocator::new(HostMemory, RoundingPolicy::HOST));
+        let buffer = Arc::new(Buffer::new(alloc.allocate(256).unwrap(), alloc.clone()));
+        std::thread::scope(|scope| {
+            for i in 0..4 {
+                let buffer = Arc::clone(&buffer);
+                scope.spawn(move || {
+                    // Each thread writes only its own 64-byte quarter.
+                    let ptr = buffer.host_ptr();
+                    // SAFETY: the block has 256 initialized bytes; quarters are disjoint and
+                    // the buffer outlives the scope.
+                    unsafe { ptr.add(i * 64).write_bytes(i as u8 + 1, 64) };
+                });
+            }
+        });
+        // SAFETY: all writers have finished; 256 bytes are initialized.
+        let bytes = unsafe { std::slice::from_raw_parts(buffer.host_ptr(), 256) };
+        assert_eq!((bytes[0], bytes[64], bytes[128], bytes[255]), (1, 2, 3, 4));
+        let extra = Arc::clone(&buffer);
+        drop(buffer);
+        assert_eq!(alloc.stats().current_bytes, 256);
+        drop(extra);
+        assert_eq!(alloc.stats().current_bytes, 0);
+        assert_eq!(alloc.stats().cached_bytes, 256);
+    }
+}

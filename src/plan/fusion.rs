@@ -1,0 +1,344 @@
+//! Pass 2 — fusion: decide which nodes get their own buffer (kernel roots) and which are
+//! computed inside the kernels that use them.
+//!
+//! Takes a [`ViewGraph`]. Produces a [`FusionPlan`]: one [`KernelGroup`] per root, and for
+//! every node whether it is a leaf, a root, or inlined. Rules, applied consumers-first:
+//!
+//! * **Roots:** targets, `contiguous()`/copies, transfers, matmul operands, and nodes the
+//!   lowering pass sends back (a view chain that does not compose through them). With fusion
+//!   off, every non-leaf node is a root: one op per kernel.
+//! * **Elementwise chains** inline into their consumer. A value with **several consumers**
+//!   (or read through several different views) is *recomputed* in each when it is cheap: its
+//!   input cone holds no reduction or matmul, at most 24 elementwise ops and at most 6 leaf
+//!   reads. Otherwise it is *stored once* (it becomes a root). `b = (x+1).exp(); b + b.T` is
+//!   one kernel; `d = x@y; d + d.T` stores `d`.
+//! * **Elementwise work before a reduction** inlines into it (the reduction reads its input
+//!   space S directly).
+//! * **A reduction inlines into its consumer's kernel** when every use is in that kernel and
+//!   sees it canonically: either the consumer works on the reduced shape (elementwise work
+//!   after a reduction — `x.sum(1).relu() * 2`, `x.sum(1) + x.max(1)`) or it broadcasts the
+//!   kept-dims result back over the same space S with the same axes (`x - x.max(1, keepdim)`,
+//!   softmax, layer norm: several reductions over one row in one kernel). All reductions of a
+//!   kernel share S and the reduce axes.
+//! * **A matmul inlines into its consumer** when that consumer's kernel is elementwise over
+//!   exactly the product's shape (bias, activation): the epilogue runs on the product.
+//!
+//! Planning reads only structure: ops, shapes, dtypes and views.
+
+use super::views::{NodeId, PlanOp, ViewGraph};
+use crate::shape::{Movement, View};
+use std::collections::HashSet;
+
+/// Largest elementwise cone that is recomputed rather than stored.
+const CHEAP_OPS: usize = 24;
+/// Most leaf reads a recomputed cone may have.
+const CHEAP_LEAVES: usize = 6;
+/// Most distinct (kernel, view) uses a value may be recomputed for.
+const MAX_USES: usize = 8;
+
+/// Where a node is computed.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Placement {
+    /// An input buffer or a generator: read where used.
+    Leaf,
+    /// Computed by kernel group `group` and stored.
+    Root { group: usize },
+    /// Computed inside the kernels that use it.
+    Inlined,
+}
+
+/// One kernel to be: a root and what its index space is.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KernelGroup {
+    pub root: NodeId,
+    /// `(S, reduce axes)` once a reduction belongs to this kernel.
+    pub space: Option<(Vec<usize>, Vec<usize>)>,
+    /// The matmul whose epilogue this kernel is (or the root itself).
+    pub matmul: Option<NodeId>,
+}
+
+impl KernelGroup {
+    /// True when the root is stored over the reduced shape (a `Row` root).
+    pub fn row_rooted(&self, vg: &ViewGraph) -> bool {
+        match &self.space {
+            Some((s, _)) => vg.nodes[self.root].shape != *s,
+            None => false,
+        }
+    }
+}
+
+/// The result of the pass.
+#[derive(Debug, Clone, Default)]
+pub struct FusionPlan {
+    pub placement: Vec<Placement>,
+    pub groups: Vec<KernelGroup>,
+    /// For inlined reductions and matmuls: the group they belong to.
+    pub owner: Vec<Option<usize>>,
+}
+
+impl FusionPlan {
+    /// Number of kernels.
+    pub fn kernel_count(&self) -> usize {
+        self.groups.len()
+    }
+
+    /// The group a root node leads, if any.
+    pub fn group_of_root(&self, id: NodeId) -> Option<usize> {
+        match self.placement[id] {
+            Placement::Root { group } => Some(group),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Frame {
+    /// Coordinates of the kernel root's shape.
+    Root,
+    /// Coordinates of the kernel's reduction space S.
+    Space,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Use {
+    group: usize,
+    frame: Frame,
+    chain: Vec<Movement>,
+}
+
+/// Runs the pass. `fuse = false` makes every compute node its own kernel; `forced` are nodes
+/// that must be stored (sent back by lowering).
+pub fn fuse(vg: &ViewGraph, fuse: bool, forced: &HashSet<NodeId>) -> FusionPlan {
+    let n = vg.nodes.len();
+    let consumers = vg.consumers();
+    let mut plan = FusionPlan {
+        placement: vec![Placement::Inlined; n],
+        groups: vec![],
+        owner: vec![None; n],
+    };
+    let mut uses: Vec<Vec<Use>> = vec![vec![]; n];
+    for v in (0..n).rev() {
+        let node = &vg.nodes[v];
+        let is_target = vg.is_target(v);
+        match node.op {
+            PlanOp::Input { .. } => {
+                plan.placement[v] = Placement::Leaf;
+                continue;
+            }
+            PlanOp::Generate(_) if !is_target => {
+                plan.placement[v] = Placement::Leaf;
+                continue;
+            }
+            _ => {}
+        }
+        let operand_of_buffer_op = consumers[v]
+            .iter()
+            .any(|&(c, _)| matches!(vg.nodes[c].op, PlanOp::Matmul | PlanOp::Transfer(_)));
+        let must_store = is_target
+            || forced.contains(&v)
+            || !fuse
+            || operand_of_buffer_op
+            || matches!(
+                node.op,
+                PlanOp::Copy { .. } | PlanOp::Transfer(_) | PlanOp::Generate(_)
+            );
+        if must_store || consumers[v].is_empty() {
+            make_root(vg, &mut plan, v);
+            continue;
+        }
+        let u = gather_uses(vg, &plan, &consumers, &uses, v);
+        let inlined = match &node.op {
+            _ if u.is_empty() || u.len() > MAX_USES => false,
+            op if op.is_elementwise() => u.len() == 1 || is_cheap(vg, forced, v),
+            PlanOp::Reduce { .. } => try_inline_reduce(vg, &mut plan, v, &u),
+            PlanOp::Matmul => try_inline_matmul(vg, &mut plan, v, &u),
+            _ => false,
+        };
+        if inlined {
+            uses[v] = u;
+        } else {
+            make_root(vg, &mut plan, v);
+        }
+    }
+    plan
+}
+
+fn make_root(vg: &ViewGraph, plan: &mut FusionPlan, v: NodeId) {
+    let node = &vg.nodes[v];
+    let space = match &node.op {
+        PlanOp::Reduce { axes, .. } => Some((vg.edge_shape(&node.inputs[0]), axes.clone())),
+        _ => None,
+    };
+    let matmul = matches!(node.op, PlanOp::Matmul).then_some(v);
+    plan.groups.push(KernelGroup {
+        root: v,
+        space,
+        matmul,
+    });
+    plan.placement[v] = Placement::Root {
+        group: plan.groups.len() - 1,
+    };
+}
+
+/// Every (kernel, frame, view chain) through which `v`'s value is read.
+fn gather_uses(
+    vg: &ViewGraph,
+    plan: &FusionPlan,
+    consumers: &[Vec<(NodeId, usize)>],
+    uses: &[Vec<Use>],
+    v: NodeId,
+) -> Vec<Use> {
+    let mut out: Vec<Use> = vec![];
+    let mut push = |u: Use| {
+        // Once a kernel is a persistent reduction over its root's own shape, root
+        // coordinates and reduction-space coordinates are the same frame.
+        let g = &plan.groups[u.group];
+        let u = match (&u.frame, &g.space) {
+            (Frame::Root, Some(_)) if !g.row_rooted(vg) => Use {
+                frame: Frame::Space,
+                ..u
+            },
+            _ => u,
+        };
+        if !out.contains(&u) {
+            out.push(u);
+        }
+    };
+    for &(c, i) in &consumers[v] {
+        let chain = &vg.nodes[c].inputs[i].chain;
+        let cnode = &vg.nodes[c];
+        let reduce = matches!(cnode.op, PlanOp::Reduce { .. });
+        match plan.placement[c] {
+            Placement::Root { group } => push(Use {
+                group,
+                frame: if reduce { Frame::Space } else { Frame::Root },
+                chain: chain.clone(),
+            }),
+            Placement::Inlined if reduce => {
+                if let Some(group) = plan.owner[c] {
+                    push(Use {
+                        group,
+                        frame: Frame::Space,
+                        chain: chain.clone(),
+                    });
+                }
+            }
+            Placement::Inlined => {
+                for u in &uses[c] {
+                    let mut ch = chain.clone();
+                    ch.extend(u.chain.iter().cloned());
+                    push(Use {
+                        group: u.group,
+                        frame: u.frame.clone(),
+                        chain: ch,
+                    });
+                }
+            }
+            Placement::Leaf => {}
+        }
+    }
+    out
+}
+
+/// Cheap to recompute: no reduction or matmul in the cone down to leaves and stored nodes,
+/// few ops, few leaf reads.
+fn is_cheap(vg: &ViewGraph, forced: &HashSet<NodeId>, v: NodeId) -> bool {
+    let mut seen = HashSet::new();
+    let mut stack = vec![v];
+    let (mut ops, mut leaves) = (0, 0);
+    while let Some(x) = stack.pop() {
+        if !seen.insert(x) {
+            continue;
+        }
+        let node = &vg.nodes[x];
+        let stored = x != v
+            && (forced.contains(&x)
+                || vg.is_target(x)
+                || matches!(node.op, PlanOp::Copy { .. } | PlanOp::Transfer(_)));
+        if stored || matches!(node.op, PlanOp::Input { .. } | PlanOp::Generate(_)) {
+            leaves += 1;
+        } else if node.op.is_elementwise() {
+            ops += 1;
+            stack.extend(node.inputs.iter().map(|e| e.src));
+        } else {
+            return false;
+        }
+        if ops > CHEAP_OPS || leaves > CHEAP_LEAVES {
+            return false;
+        }
+    }
+    true
+}
+
+fn squeeze(s: &[usize]) -> Vec<usize> {
+    s.iter().copied().filter(|&n| n != 1).collect()
+}
+
+fn try_inline_reduce(vg: &ViewGraph, plan: &mut FusionPlan, r: NodeId, uses: &[Use]) -> bool {
+    let node = &vg.nodes[r];
+    let PlanOp::Reduce { axes, .. } = &node.op else {
+        return false;
+    };
+    let group = uses[0].group;
+    if uses.iter().any(|u| u.group != group) {
+        return false;
+    }
+    let s = vg.edge_shape(&node.inputs[0]);
+    let g = &plan.groups[group];
+    if g.matmul.is_some() {
+        return false;
+    }
+    let root_shape = &vg.nodes[g.root].shape;
+    match &g.space {
+        Some((gs, ga)) if (gs, ga) != (&s, axes) => return false,
+        Some(_) => {}
+        None => {
+            let elem_root = *root_shape == s;
+            let row_root = squeeze(root_shape) == squeeze(&node.shape);
+            if !(elem_root || row_root) {
+                return false;
+            }
+        }
+    }
+    let row_rooted = *root_shape != s;
+    let keep = View::contiguous(&node.shape);
+    let Some(broadcast) = keep.apply(&Movement::Expand(s.clone())) else {
+        return false;
+    };
+    for u in uses {
+        let Some(seen) = keep.apply_all(&u.chain) else {
+            return false;
+        };
+        let ok = match u.frame {
+            Frame::Root if row_rooted => seen == View::contiguous(root_shape),
+            _ => seen == broadcast,
+        };
+        if !ok {
+            return false;
+        }
+    }
+    plan.groups[group].space = Some((s, axes.clone()));
+    plan.owner[r] = Some(group);
+    true
+}
+
+fn try_inline_matmul(vg: &ViewGraph, plan: &mut FusionPlan, m: NodeId, uses: &[Use]) -> bool {
+    let [u] = uses else {
+        return false;
+    };
+    let g = &plan.groups[u.group];
+    let shape = &vg.nodes[m].shape;
+    let identity = View::contiguous(shape).apply_all(&u.chain) == Some(View::contiguous(shape));
+    if u.frame != Frame::Root
+        || g.matmul.is_some()
+        || g.space.is_some()
+        || vg.nodes[g.root].shape != *shape
+        || !identity
+        || matches!(vg.nodes[g.root].op, PlanOp::Transfer(_))
+    {
+        return false;
+    }
+    plan.groups[u.group].matmul = Some(m);
+    plan.owner[m] = Some(u.group);
+    true
+}

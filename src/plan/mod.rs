@@ -1,0 +1,157 @@
+//! The planner: turns the lazy graph behind some tensors into an ordered list of kernels
+//! with a memory plan. Five passes, one file each, run in this order:
+//!
+//! 1. [`views`] — movement ops become view chains on edges (copies only where a reshape
+//!    cannot be a view);
+//! 2. [`fusion`] — which nodes are stored and which are computed inside other kernels;
+//! 3. [`schedule`] — kernels in dependency order;
+//! 4. [`buffers`] — lifetimes of the stored intermediates (the memory plan);
+//! 5. [`lower`] — kernel IR for every kernel.
+//!
+//! Lowering may find that a view chain does not compose through an inlined node; the node is
+//! then stored and passes 2–5 run again (at most once per node).
+//!
+//! Planning is a pure function of graph structure (ops, shapes, dtypes, views), never of
+//! tensor data, so a plan can later be cached and reused for structurally equal graphs.
+
+pub mod buffers;
+pub mod fusion;
+pub mod lower;
+pub mod schedule;
+pub mod views;
+
+pub use buffers::{BufferPlan, PlannedBuffer};
+pub use fusion::{FusionPlan, KernelGroup, Placement};
+pub use lower::{BufferRef, PlannedKernel, Step};
+pub use schedule::Schedule;
+pub use views::{Edge, NodeId, PlanNode, PlanOp, ViewGraph};
+
+use crate::error::{KilnError, Result};
+use crate::graph::{Graph, NodeKey};
+use std::collections::HashSet;
+
+/// How to realize.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RealizeOptions {
+    /// Fuse (the default). `false` runs one op per kernel, for comparison.
+    pub fuse: bool,
+}
+
+impl Default for RealizeOptions {
+    fn default() -> Self {
+        RealizeOptions { fuse: true }
+    }
+}
+
+impl RealizeOptions {
+    /// One op per kernel.
+    pub fn unfused() -> Self {
+        RealizeOptions { fuse: false }
+    }
+}
+
+/// Everything the passes decided, ready to run.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub options: RealizeOptions,
+    pub view_graph: ViewGraph,
+    pub fusion: FusionPlan,
+    pub schedule: Schedule,
+    pub buffers: BufferPlan,
+    pub steps: Vec<Step>,
+    /// Nodes the lowering pass sent back to be stored.
+    pub stored_by_lowering: Vec<NodeId>,
+}
+
+impl Plan {
+    /// Number of kernels launched (transfers excluded).
+    pub fn kernel_count(&self) -> usize {
+        self.steps
+            .iter()
+            .filter(|s| matches!(s, Step::Kernel(_)))
+            .count()
+    }
+
+    /// Number of kernels that only copy (planner-inserted or `contiguous()` of a view).
+    pub fn copy_count(&self) -> usize {
+        self.steps
+            .iter()
+            .filter(|s| matches!(s, Step::Kernel(k) if k.kernel.is_copy()))
+            .count()
+    }
+
+    /// The kernels in run order.
+    pub fn kernels(&self) -> impl Iterator<Item = &PlannedKernel> {
+        self.steps.iter().filter_map(|s| match s {
+            Step::Kernel(k) => Some(k),
+            Step::Transfer { .. } => None,
+        })
+    }
+
+    /// Where each target's value will be after the run.
+    pub fn target_buffers(&self) -> Vec<(NodeKey, BufferRef)> {
+        self.view_graph
+            .targets
+            .iter()
+            .map(|&(key, id)| (key, self.buffer_of(id)))
+            .collect()
+    }
+
+    /// Stored nodes that a live tensor handle points at (kept and installed after the run).
+    pub fn kept_buffers(&self) -> Vec<(NodeKey, BufferRef)> {
+        self.fusion
+            .groups
+            .iter()
+            .enumerate()
+            .filter(|&(g, _)| self.buffers.buffers[g].kept)
+            .filter_map(|(g, grp)| {
+                self.view_graph.nodes[grp.root]
+                    .origin
+                    .map(|k| (k, BufferRef::Planned(g)))
+            })
+            .collect()
+    }
+
+    fn buffer_of(&self, id: NodeId) -> BufferRef {
+        match (&self.view_graph.nodes[id].op, &self.fusion.placement[id]) {
+            (PlanOp::Input { slot }, _) => BufferRef::Input(*slot),
+            (_, Placement::Root { group }) => BufferRef::Planned(*group),
+            // Unreachable for targets: they are always roots or inputs.
+            _ => BufferRef::Input(usize::MAX),
+        }
+    }
+}
+
+/// Plans the realization of `targets`.
+pub fn plan(g: &Graph, targets: &[NodeKey], options: &RealizeOptions) -> Result<Plan> {
+    let view_graph = views::collapse_views(g, targets)?;
+    let mut forced: HashSet<NodeId> = HashSet::new();
+    let mut stored_by_lowering = vec![];
+    loop {
+        let fusion = fusion::fuse(&view_graph, options.fuse, &forced);
+        let schedule = schedule::schedule(&view_graph, &fusion)?;
+        let buffers = buffers::plan_buffers(&view_graph, &fusion, &schedule);
+        match lower::lower(&view_graph, &fusion, &schedule) {
+            Ok(steps) => {
+                return Ok(Plan {
+                    options: *options,
+                    view_graph,
+                    fusion,
+                    schedule,
+                    buffers,
+                    steps,
+                    stored_by_lowering,
+                });
+            }
+            Err(lower::LowerError::Store(n)) => {
+                if !forced.insert(n) {
+                    return Err(KilnError::internal(
+                        "planner: storing a node did not make its views compose",
+                    ));
+                }
+                stored_by_lowering.push(n);
+            }
+            Err(lower::LowerError::Fatal(e)) => return Err(e),
+        }
+    }
+}

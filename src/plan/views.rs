@@ -1,0 +1,297 @@
+//! Pass 1 — views: collapse movement ops into per-edge view chains.
+//!
+//! Takes the lazy graph and the targets to realize. Produces a [`ViewGraph`]: only compute
+//! nodes and leaves remain, each input edge carries the chain of movement ops between the
+//! producer and the consumer, and realized tensors become `Input` slots.
+//!
+//! Guarantees:
+//! * every edge's chain folds into a single [`View`] over the producer's row-major layout
+//!   (`View::contiguous(src.shape).apply_all(chain)` succeeds) and holds at most one distinct
+//!   pad value. Where a reshape cannot be expressed with strides (or two different pad values
+//!   meet), the chain is split and an explicit `Copy` node is inserted — the only copies the
+//!   planner makes, visible in the dumps;
+//! * matmul operands and device transfers read a buffer through an unmasked view (a padded
+//!   or generated operand gets a `Copy`);
+//! * node ids are topological: inputs before consumers.
+
+use crate::device::Device;
+use crate::dtype::{DType, Scalar};
+use crate::error::{KilnError, Result};
+use crate::graph::{BinaryOp, Generator, Graph, NodeKey, Op, ReduceOp, UnaryOp};
+use crate::shape::{Movement, View};
+use std::collections::HashMap;
+
+/// Index of a node in a [`ViewGraph`].
+pub type NodeId = usize;
+
+/// What a planned node computes (movement ops are gone; they live on edges).
+#[derive(Debug, Clone, PartialEq)]
+pub enum PlanOp {
+    /// A realized tensor, bound to input slot `slot` when the plan runs.
+    Input {
+        slot: usize,
+    },
+    Generate(Generator),
+    Unary(UnaryOp),
+    Binary(BinaryOp),
+    Where,
+    Cast,
+    Reduce {
+        op: ReduceOp,
+        axes: Vec<usize>,
+    },
+    Matmul,
+    /// Store the input row-major: `explicit` for `contiguous()`, else inserted by this pass.
+    Copy {
+        explicit: bool,
+    },
+    /// Move the input to another device.
+    Transfer(Device),
+}
+
+impl PlanOp {
+    /// Elementwise ops (fusion chains them).
+    pub fn is_elementwise(&self) -> bool {
+        matches!(
+            self,
+            PlanOp::Unary(_) | PlanOp::Binary(_) | PlanOp::Where | PlanOp::Cast
+        )
+    }
+
+    /// Short name for dumps.
+    pub fn name(&self) -> String {
+        match self {
+            PlanOp::Input { slot } => format!("input{slot}"),
+            PlanOp::Generate(g) => g.name().into(),
+            PlanOp::Unary(u) => u.name().into(),
+            PlanOp::Binary(b) => b.name().into(),
+            PlanOp::Where => "where".into(),
+            PlanOp::Cast => "cast".into(),
+            PlanOp::Reduce { op, axes } => format!("{}{axes:?}", op.name()),
+            PlanOp::Matmul => "matmul".into(),
+            PlanOp::Copy { explicit: true } => "contiguous".into(),
+            PlanOp::Copy { explicit: false } => "copy".into(),
+            PlanOp::Transfer(d) => format!("to({d})"),
+        }
+    }
+}
+
+/// An input edge: the producer and the movement ops applied to its output.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Edge {
+    pub src: NodeId,
+    pub chain: Vec<Movement>,
+}
+
+impl Edge {
+    /// The pad value of the chain, if it pads.
+    pub fn pad_value(&self) -> Option<Scalar> {
+        self.chain.iter().find_map(|m| match m {
+            Movement::Pad { value, .. } => Some(*value),
+            _ => None,
+        })
+    }
+}
+
+/// A node of the planned graph.
+#[derive(Debug, Clone)]
+pub struct PlanNode {
+    pub op: PlanOp,
+    pub inputs: Vec<Edge>,
+    pub shape: Vec<usize>,
+    pub dtype: DType,
+    pub device: Device,
+    /// The lazy-graph node this came from (`None` for inserted copies).
+    pub origin: Option<NodeKey>,
+    /// A live tensor handle points at `origin`: if this node gets a buffer, keep it.
+    pub keep: bool,
+}
+
+/// The graph the later passes work on.
+#[derive(Debug, Clone, Default)]
+pub struct ViewGraph {
+    pub nodes: Vec<PlanNode>,
+    /// Nodes whose values the caller asked for, with the lazy-graph key they answer.
+    pub targets: Vec<(NodeKey, NodeId)>,
+    /// Lazy-graph keys of the realized tensors bound to each input slot.
+    pub inputs: Vec<NodeKey>,
+}
+
+impl ViewGraph {
+    /// The view an edge reads, over its producer's row-major layout.
+    pub fn edge_view(&self, e: &Edge) -> Option<View> {
+        View::contiguous(&self.nodes[e.src].shape).apply_all(&e.chain)
+    }
+
+    /// The shape an edge delivers to its consumer.
+    pub fn edge_shape(&self, e: &Edge) -> Vec<usize> {
+        let mut s = self.nodes[e.src].shape.clone();
+        for m in &e.chain {
+            s = m.output_shape(&s);
+        }
+        s
+    }
+
+    /// Consumers of every node: `(consumer, operand index)`.
+    pub fn consumers(&self) -> Vec<Vec<(NodeId, usize)>> {
+        let mut c = vec![vec![]; self.nodes.len()];
+        for (id, n) in self.nodes.iter().enumerate() {
+            for (i, e) in n.inputs.iter().enumerate() {
+                c[e.src].push((id, i));
+            }
+        }
+        c
+    }
+
+    /// True if `id` is a target.
+    pub fn is_target(&self, id: NodeId) -> bool {
+        self.targets.iter().any(|t| t.1 == id)
+    }
+}
+
+/// Runs the pass over the lazy subgraph of `targets`.
+pub fn collapse_views(g: &Graph, targets: &[NodeKey]) -> Result<ViewGraph> {
+    let order = g.lazy_subgraph(targets)?;
+    let mut vg = ViewGraph::default();
+    // Every lazy node maps to (producer in the view graph, chain from it).
+    let mut map: HashMap<NodeKey, (NodeId, Vec<Movement>)> = HashMap::new();
+    for key in order {
+        let node = g.node(key)?;
+        let keep = node.handles() > 0;
+        let inputs = g.inputs(key)?;
+        let lookup = |k: &NodeKey| {
+            map.get(k)
+                .cloned()
+                .ok_or_else(|| KilnError::internal("views pass: input visited out of order"))
+        };
+        let op = match &node.op {
+            Op::Movement(m) => {
+                let (src, mut chain) = lookup(&inputs[0])?;
+                chain.push(m.clone());
+                map.insert(key, (src, chain));
+                continue;
+            }
+            Op::Buffer => {
+                vg.inputs.push(key);
+                PlanOp::Input {
+                    slot: vg.inputs.len() - 1,
+                }
+            }
+            Op::Generate(gen_) => PlanOp::Generate(*gen_),
+            Op::Unary(u) => PlanOp::Unary(*u),
+            Op::Binary(b) => PlanOp::Binary(*b),
+            Op::Where => PlanOp::Where,
+            Op::Cast => PlanOp::Cast,
+            Op::Reduce { op, axes } => PlanOp::Reduce {
+                op: *op,
+                axes: axes.clone(),
+            },
+            Op::Matmul => PlanOp::Matmul,
+            Op::Contiguous => PlanOp::Copy { explicit: true },
+            Op::ToDevice(d) => PlanOp::Transfer(*d),
+        };
+        let needs_buffer = matches!(op, PlanOp::Matmul | PlanOp::Transfer(_));
+        let mut edges = Vec::with_capacity(inputs.len());
+        for k in &inputs {
+            let (src, chain) = lookup(k)?;
+            edges.push(fold_edge(&mut vg, src, chain, needs_buffer));
+        }
+        vg.nodes.push(PlanNode {
+            op,
+            inputs: edges,
+            shape: node.shape.clone(),
+            dtype: node.dtype,
+            device: node.device,
+            origin: Some(key),
+            keep,
+        });
+        map.insert(key, (vg.nodes.len() - 1, vec![]));
+    }
+    for &t in targets {
+        let (src, chain) = map
+            .get(&t)
+            .cloned()
+            .ok_or_else(|| KilnError::internal("views pass: target not visited"))?;
+        let id = if chain.is_empty() {
+            src
+        } else {
+            // A view as a target is stored row-major.
+            let e = fold_edge(&mut vg, src, chain, false);
+            let shape = vg.edge_shape(&e);
+            let (dtype, device) = (vg.nodes[src].dtype, vg.nodes[src].device);
+            vg.nodes.push(PlanNode {
+                op: PlanOp::Copy { explicit: false },
+                inputs: vec![e],
+                shape,
+                dtype,
+                device,
+                origin: Some(t),
+                keep: true,
+            });
+            vg.nodes.len() - 1
+        };
+        if !vg.targets.iter().any(|x| x.0 == t) {
+            vg.targets.push((t, id));
+        }
+    }
+    Ok(vg)
+}
+
+/// Makes `chain` over `src` foldable, inserting copies where it is not.
+fn fold_edge(vg: &mut ViewGraph, src: NodeId, chain: Vec<Movement>, needs_buffer: bool) -> Edge {
+    let mut base = src;
+    let mut view = View::contiguous(&vg.nodes[src].shape);
+    let mut start = 0;
+    let mut pad: Option<Scalar> = None;
+    for (i, m) in chain.iter().enumerate() {
+        let conflict = match m {
+            Movement::Pad { value, .. } => pad.is_some_and(|p| p != *value),
+            _ => false,
+        };
+        let next = if conflict { None } else { view.apply(m) };
+        match next {
+            Some(v) => view = v,
+            None => {
+                base = insert_copy(vg, base, chain[start..i].to_vec());
+                start = i;
+                pad = None;
+                // A fresh row-major buffer takes any single movement.
+                view = View::contiguous(&vg.nodes[base].shape)
+                    .apply(m)
+                    .unwrap_or_else(|| View::contiguous(&m.output_shape(&vg.nodes[base].shape)));
+            }
+        }
+        if let Movement::Pad { value, .. } = m {
+            pad = Some(*value);
+        }
+    }
+    let edge = Edge {
+        src: base,
+        chain: chain[start..].to_vec(),
+    };
+    let generated = matches!(vg.nodes[base].op, PlanOp::Generate(_));
+    if needs_buffer && (view.mask.is_some() || generated) {
+        let c = insert_copy(vg, edge.src, edge.chain);
+        return Edge {
+            src: c,
+            chain: vec![],
+        };
+    }
+    edge
+}
+
+fn insert_copy(vg: &mut ViewGraph, src: NodeId, chain: Vec<Movement>) -> NodeId {
+    let e = Edge { src, chain };
+    let shape = vg.edge_shape(&e);
+    let (dtype, device) = (vg.nodes[src].dtype, vg.nodes[src].device);
+    vg.nodes.push(PlanNode {
+        op: PlanOp::Copy { explicit: false },
+        inputs: vec![e],
+        shape,
+        dtype,
+        device,
+        origin: None,
+        keep: false,
+    });
+    vg.nodes.len() - 1
+}

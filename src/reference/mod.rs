@@ -1,0 +1,473 @@
+//! The reference evaluator: the test oracle. It walks the lazy graph node by node and
+//! computes each op on plain row-major vectors — movement ops by explicit index mapping, no
+//! views, no fusion, floats in f64 rounded to the node's dtype after every op, integers
+//! wrapped to their width. It shares nothing with the planner or the backends except the
+//! counter-based random generator.
+
+use crate::dtype::{DType, Scalar};
+use crate::error::{KilnError, Result};
+use crate::graph::{self, BinaryOp, Generator, Graph, NodeKey, Op, ReduceOp, UnaryOp};
+use crate::random;
+use crate::shape::{Movement, contiguous_strides, numel};
+use crate::tensor::Tensor;
+use half::{bf16, f16};
+use std::collections::HashMap;
+
+/// A value computed by the reference evaluator.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RefTensor {
+    pub shape: Vec<usize>,
+    pub dtype: DType,
+    /// Row-major values: floats as f64 (already rounded to `dtype`), integers and bools as
+    /// i64 (already wrapped; bools 0/1).
+    pub data: RefData,
+}
+
+/// Element storage of a [`RefTensor`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum RefData {
+    F(Vec<f64>),
+    I(Vec<i64>),
+}
+
+impl RefTensor {
+    /// Every element as f64.
+    pub fn to_f64(&self) -> Vec<f64> {
+        match &self.data {
+            RefData::F(v) => v.clone(),
+            RefData::I(v) => v.iter().map(|&x| x as f64).collect(),
+        }
+    }
+
+    fn get(&self, i: usize) -> Scalar {
+        match &self.data {
+            RefData::F(v) => Scalar::Float(v[i]),
+            RefData::I(v) => {
+                if self.dtype == DType::Bool {
+                    Scalar::Bool(v[i] != 0)
+                } else {
+                    Scalar::Int(v[i])
+                }
+            }
+        }
+    }
+
+    fn from_scalars(
+        shape: Vec<usize>,
+        dtype: DType,
+        vals: impl Iterator<Item = Scalar>,
+    ) -> RefTensor {
+        let data = if dtype.is_float() {
+            RefData::F(vals.map(|s| s.cast(dtype).to_f64()).collect())
+        } else {
+            RefData::I(vals.map(|s| s.cast(dtype).to_i64()).collect())
+        };
+        RefTensor { shape, dtype, data }
+    }
+}
+
+/// Evaluates `t` from scratch (realized inputs are read from their buffers).
+pub fn evaluate(t: &Tensor) -> Result<RefTensor> {
+    graph::with_graph(|g| evaluate_in(g, t.node_key()))
+}
+
+fn read_buffer(g: &Graph, key: NodeKey) -> Result<RefTensor> {
+    let n = g.node(key)?;
+    let buf = n
+        .buffer
+        .as_ref()
+        .ok_or_else(|| KilnError::internal("realized node without buffer"))?;
+    if n.device != crate::Device::Cpu {
+        return Err(KilnError::internal(
+            "reference evaluator reads host buffers only",
+        ));
+    }
+    let count = numel(&n.shape);
+    let sz = n.dtype.size_bytes();
+    let mut bytes = vec![0u8; count * sz];
+    if !bytes.is_empty() {
+        // SAFETY: the buffer holds at least `count * sz` initialized bytes (it backs a
+        // realized tensor of this shape and dtype) and no kernel writes it anymore.
+        unsafe { std::ptr::copy_nonoverlapping(buf.host_ptr(), bytes.as_mut_ptr(), bytes.len()) };
+    }
+    let vals = bytes.chunks_exact(sz).map(|b| decode(n.dtype, b));
+    Ok(RefTensor::from_scalars(n.shape.clone(), n.dtype, vals))
+}
+
+fn decode(dtype: DType, b: &[u8]) -> Scalar {
+    use crate::dtype::Element;
+    match dtype {
+        DType::Bool => Scalar::Bool(b[0] != 0),
+        DType::U8 => Scalar::Int(b[0] as i64),
+        DType::I32 => Scalar::Int(i32::read_bytes(b) as i64),
+        DType::I64 => Scalar::Int(i64::read_bytes(b)),
+        DType::F16 => Scalar::Float(f16::read_bytes(b).to_f64()),
+        DType::BF16 => Scalar::Float(bf16::read_bytes(b).to_f64()),
+        DType::F32 => Scalar::Float(f32::read_bytes(b) as f64),
+        DType::F64 => Scalar::Float(f64::read_bytes(b)),
+    }
+}
+
+fn evaluate_in(g: &Graph, target: NodeKey) -> Result<RefTensor> {
+    let order = g.lazy_subgraph(&[target])?;
+    let mut vals: HashMap<NodeKey, RefTensor> = HashMap::new();
+    for k in order {
+        let n = g.node(k)?;
+        let ins: Vec<&RefTensor> = g
+            .inputs(k)?
+            .iter()
+            .map(|i| {
+                vals.get(i)
+                    .ok_or_else(|| KilnError::internal("reference: order"))
+            })
+            .collect::<Result<_>>()?;
+        let shape = n.shape.clone();
+        let dt = n.dtype;
+        let out = match &n.op {
+            Op::Buffer => read_buffer(g, k)?,
+            Op::Generate(gen_) => generate(*gen_, &shape, dt),
+            Op::Movement(m) => movement(ins[0], m, &shape),
+            Op::Unary(u) => elementwise(&shape, dt, |i| unary(*u, dt, ins[0].get(i))),
+            Op::Binary(b) => {
+                let in_dt = ins[0].dtype;
+                elementwise(&shape, dt, |i| {
+                    binary(*b, in_dt, ins[0].get(i), ins[1].get(i))
+                })
+            }
+            Op::Where => elementwise(&shape, dt, |i| {
+                if ins[0].get(i).to_f64() != 0.0 {
+                    ins[1].get(i)
+                } else {
+                    ins[2].get(i)
+                }
+            }),
+            Op::Cast => elementwise(&shape, dt, |i| ins[0].get(i)),
+            Op::Reduce { op, axes } => reduce(ins[0], *op, axes, &shape, dt),
+            Op::Matmul => matmul(ins[0], ins[1], &shape, dt),
+            Op::Contiguous | Op::ToDevice(_) => ins[0].clone(),
+        };
+        vals.insert(k, out);
+    }
+    vals.remove(&target)
+        .ok_or_else(|| KilnError::internal("reference: target not evaluated"))
+}
+
+fn elementwise(shape: &[usize], dt: DType, f: impl Fn(usize) -> Scalar) -> RefTensor {
+    RefTensor::from_scalars(shape.to_vec(), dt, (0..numel(shape)).map(f))
+}
+
+fn generate(g: Generator, shape: &[usize], dt: DType) -> RefTensor {
+    elementwise(shape, dt, |i| match g {
+        Generator::Full(v) => v,
+        Generator::Arange { start, step } => {
+            if dt.is_float() {
+                let v = start.to_f64() + i as f64 * step.to_f64();
+                // Computed in f64, rounded once to the dtype (f32 for half types first, as
+                // the backends store arange values).
+                if dt == DType::F64 {
+                    Scalar::Float(v)
+                } else {
+                    Scalar::Float(v as f32 as f64)
+                }
+            } else {
+                Scalar::Int(
+                    start
+                        .to_i64()
+                        .wrapping_add((i as i64).wrapping_mul(step.to_i64())),
+                )
+            }
+        }
+        Generator::Rand { seed } => {
+            if dt == DType::F64 {
+                Scalar::Float(random::uniform_f64(seed, i as u64))
+            } else {
+                Scalar::Float(random::uniform_f32(seed, i as u64) as f64)
+            }
+        }
+        Generator::Randn { seed } => {
+            if dt == DType::F64 {
+                Scalar::Float(random::normal_f64(seed, i as u64))
+            } else {
+                Scalar::Float(random::normal_f32(seed, i as u64) as f64)
+            }
+        }
+    })
+}
+
+fn unravel(mut flat: usize, shape: &[usize]) -> Vec<usize> {
+    let mut c = vec![0; shape.len()];
+    for d in (0..shape.len()).rev() {
+        c[d] = flat % shape[d].max(1);
+        flat /= shape[d].max(1);
+    }
+    c
+}
+
+fn ravel(c: &[usize], shape: &[usize]) -> usize {
+    c.iter()
+        .zip(contiguous_strides(shape))
+        .map(|(&x, s)| x * s as usize)
+        .sum()
+}
+
+fn movement(x: &RefTensor, m: &Movement, shape: &[usize]) -> RefTensor {
+    let pad_value = match m {
+        Movement::Pad { value, .. } => Some(*value),
+        _ => None,
+    };
+    let vals = (0..numel(shape)).map(|flat| {
+        let c = unravel(flat, shape);
+        let src: Option<Vec<usize>> = match m {
+            Movement::Reshape(_) => return x.get(flat),
+            Movement::Permute(p) => {
+                let mut ic = vec![0; p.len()];
+                for (i, &d) in p.iter().enumerate() {
+                    ic[d] = c[i];
+                }
+                Some(ic)
+            }
+            Movement::Expand(_) => Some(
+                c.iter()
+                    .zip(&x.shape)
+                    .map(|(&ci, &n)| if n == 1 { 0 } else { ci })
+                    .collect(),
+            ),
+            Movement::Slice(r) => Some(
+                c.iter()
+                    .zip(r)
+                    .map(|(&ci, r)| r.start + ci * r.step)
+                    .collect(),
+            ),
+            Movement::Pad { pads, .. } => {
+                let mut ic = vec![0; c.len()];
+                let mut inside = true;
+                for d in 0..c.len() {
+                    let (b, _) = pads[d];
+                    if c[d] < b || c[d] - b >= x.shape[d] {
+                        inside = false;
+                    } else {
+                        ic[d] = c[d] - b;
+                    }
+                }
+                inside.then_some(ic)
+            }
+            Movement::Flip(axes) => Some(
+                c.iter()
+                    .enumerate()
+                    .map(|(d, &ci)| {
+                        if axes.contains(&d) {
+                            x.shape[d] - 1 - ci
+                        } else {
+                            ci
+                        }
+                    })
+                    .collect(),
+            ),
+        };
+        match src {
+            Some(ic) => x.get(ravel(&ic, &x.shape)),
+            None => pad_value.unwrap_or(Scalar::Int(0)),
+        }
+    });
+    RefTensor::from_scalars(shape.to_vec(), x.dtype, vals)
+}
+
+fn unary(op: UnaryOp, dt: DType, x: Scalar) -> Scalar {
+    if !dt.is_float() {
+        let v = x.to_i64();
+        return match op {
+            UnaryOp::Neg => Scalar::Int(v.wrapping_neg()),
+            UnaryOp::Abs => Scalar::Int(v.wrapping_abs()),
+            UnaryOp::Relu => Scalar::Int(v.max(0)),
+            _ => Scalar::Int(v),
+        };
+    }
+    let v = x.to_f64();
+    let r = match op {
+        UnaryOp::Neg => -v,
+        UnaryOp::Abs => v.abs(),
+        UnaryOp::Exp => v.exp(),
+        UnaryOp::Log => v.ln(),
+        UnaryOp::Sqrt => v.sqrt(),
+        UnaryOp::Recip => 1.0 / v,
+        UnaryOp::Sin => v.sin(),
+        UnaryOp::Cos => v.cos(),
+        UnaryOp::Tanh => v.tanh(),
+        UnaryOp::Sigmoid => crate::special::sigmoid(v),
+        UnaryOp::Relu => {
+            if v.is_nan() || v > 0.0 {
+                v
+            } else {
+                0.0
+            }
+        }
+        UnaryOp::Gelu => crate::special::gelu(v),
+    };
+    Scalar::Float(r)
+}
+
+fn binary(op: BinaryOp, in_dt: DType, a: Scalar, b: Scalar) -> Scalar {
+    if op.is_comparison() {
+        let r = if in_dt.is_float() {
+            let (x, y) = (a.to_f64(), b.to_f64());
+            match op {
+                BinaryOp::Lt => x < y,
+                BinaryOp::Le => x <= y,
+                BinaryOp::Gt => x > y,
+                BinaryOp::Ge => x >= y,
+                BinaryOp::Eq => x == y,
+                _ => x != y,
+            }
+        } else {
+            let (x, y) = (a.to_i64(), b.to_i64());
+            match op {
+                BinaryOp::Lt => x < y,
+                BinaryOp::Le => x <= y,
+                BinaryOp::Gt => x > y,
+                BinaryOp::Ge => x >= y,
+                BinaryOp::Eq => x == y,
+                _ => x != y,
+            }
+        };
+        return Scalar::Bool(r);
+    }
+    if in_dt.is_float() {
+        let (x, y) = (a.to_f64(), b.to_f64());
+        let r = match op {
+            BinaryOp::Add => x + y,
+            BinaryOp::Sub => x - y,
+            BinaryOp::Mul => x * y,
+            BinaryOp::Div => x / y,
+            BinaryOp::Pow => {
+                // f32 pow is computed in f32 by the backends; do the same.
+                if in_dt == DType::F64 {
+                    x.powf(y)
+                } else {
+                    (x as f32).powf(y as f32) as f64
+                }
+            }
+            BinaryOp::Max => {
+                if x.is_nan() || y.is_nan() {
+                    f64::NAN
+                } else {
+                    x.max(y)
+                }
+            }
+            _ => {
+                if x.is_nan() || y.is_nan() {
+                    f64::NAN
+                } else {
+                    x.min(y)
+                }
+            }
+        };
+        Scalar::Float(r)
+    } else {
+        let (x, y) = (a.to_i64(), b.to_i64());
+        let r = match op {
+            BinaryOp::Add => x.wrapping_add(y),
+            BinaryOp::Sub => x.wrapping_sub(y),
+            BinaryOp::Mul => x.wrapping_mul(y),
+            BinaryOp::Div => {
+                if y == 0 {
+                    0
+                } else {
+                    x.wrapping_div(y)
+                }
+            }
+            BinaryOp::Pow => crate::special::int_pow(x, y),
+            BinaryOp::Max => x.max(y),
+            _ => x.min(y),
+        };
+        Scalar::Int(r)
+    }
+}
+
+fn reduce(x: &RefTensor, op: ReduceOp, axes: &[usize], shape: &[usize], dt: DType) -> RefTensor {
+    let mut groups: Vec<Vec<Scalar>> = vec![vec![]; numel(shape)];
+    for flat in 0..numel(&x.shape) {
+        let mut c = unravel(flat, &x.shape);
+        for &a in axes {
+            c[a] = 0;
+        }
+        groups[ravel(&c, shape)].push(x.get(flat));
+    }
+    let float = x.dtype.is_float();
+    let vals = groups.into_iter().map(|g| match op {
+        ReduceOp::Sum if float => Scalar::Float(g.iter().map(|s| s.to_f64()).sum()),
+        ReduceOp::Sum => Scalar::Int(g.iter().fold(0i64, |a, s| a.wrapping_add(s.to_i64()))),
+        ReduceOp::Prod if float => Scalar::Float(g.iter().map(|s| s.to_f64()).product()),
+        ReduceOp::Prod => Scalar::Int(g.iter().fold(1i64, |a, s| a.wrapping_mul(s.to_i64()))),
+        ReduceOp::Max | ReduceOp::Min => {
+            let is_max = op == ReduceOp::Max;
+            if float {
+                let v: Vec<f64> = g.iter().map(|s| s.to_f64()).collect();
+                if v.iter().any(|x| x.is_nan()) {
+                    Scalar::Float(f64::NAN)
+                } else if is_max {
+                    Scalar::Float(v.iter().copied().fold(f64::NEG_INFINITY, f64::max))
+                } else {
+                    Scalar::Float(v.iter().copied().fold(f64::INFINITY, f64::min))
+                }
+            } else {
+                let it = g.iter().map(|s| s.to_i64());
+                Scalar::Int(if is_max {
+                    it.max().unwrap_or(0)
+                } else {
+                    it.min().unwrap_or(0)
+                })
+            }
+        }
+        ReduceOp::ArgMax | ReduceOp::ArgMin => {
+            let mut best: Option<(usize, f64)> = None;
+            for (i, s) in g.iter().enumerate() {
+                let v = s.to_f64();
+                let better = match best {
+                    None => true,
+                    Some((_, b)) if b.is_nan() => false,
+                    Some(_) if v.is_nan() => true,
+                    Some((_, b)) => {
+                        if op == ReduceOp::ArgMax {
+                            v > b
+                        } else {
+                            v < b
+                        }
+                    }
+                };
+                if better {
+                    best = Some((i, v));
+                }
+            }
+            Scalar::Int(best.map(|b| b.0 as i64).unwrap_or(0))
+        }
+    });
+    RefTensor::from_scalars(shape.to_vec(), dt, vals)
+}
+
+fn matmul(a: &RefTensor, b: &RefTensor, shape: &[usize], dt: DType) -> RefTensor {
+    let nd = shape.len();
+    let (m, n) = (shape[nd - 2], shape[nd - 1]);
+    let k = a.shape[nd - 1];
+    let batch: usize = shape[..nd - 2].iter().product();
+    let mut out = Vec::with_capacity(numel(shape));
+    for bi in 0..batch {
+        for i in 0..m {
+            for j in 0..n {
+                let ia = |p: usize| bi * m * k + i * k + p;
+                let ib = |p: usize| bi * k * n + p * n + j;
+                if dt.is_float() {
+                    let s: f64 = (0..k)
+                        .map(|p| a.get(ia(p)).to_f64() * b.get(ib(p)).to_f64())
+                        .sum();
+                    out.push(Scalar::Float(s));
+                } else {
+                    let s = (0..k).fold(0i64, |acc, p| {
+                        acc.wrapping_add(a.get(ia(p)).to_i64().wrapping_mul(b.get(ib(p)).to_i64()))
+                    });
+                    out.push(Scalar::Int(s));
+                }
+            }
+        }
+    }
+    RefTensor::from_scalars(shape.to_vec(), dt, out.into_iter())
+}

@@ -1,0 +1,224 @@
+//! Creating tensors: from data (a realized leaf), or lazily from a generator (no memory until
+//! a kernel reads it).
+
+use super::{Tensor, unwrap_or_panic};
+use crate::device::Device;
+use crate::dtype::{DType, Element, Scalar};
+use crate::error::{KilnError, Result};
+use crate::graph::{self, Generator, Op};
+use crate::memory;
+use crate::shape::numel;
+use std::sync::Arc;
+
+impl Tensor {
+    /// A tensor holding `data` (row-major) with `shape`.
+    ///
+    /// ```
+    /// let t = kiln::Tensor::from_vec(vec![1i32, 2, 3, 4], &[2, 2]);
+    /// assert_eq!(t.dtype(), kiln::DType::I32);
+    /// ```
+    #[track_caller]
+    pub fn from_vec<T: Element>(data: Vec<T>, shape: &[usize]) -> Tensor {
+        unwrap_or_panic(Self::try_from_slice(&data, shape))
+    }
+
+    /// Like [`Tensor::from_vec`], returning an error when `data` does not fill `shape`.
+    pub fn try_from_vec<T: Element>(data: Vec<T>, shape: &[usize]) -> Result<Tensor> {
+        Self::try_from_slice(&data, shape)
+    }
+
+    /// A tensor copied from a slice.
+    #[track_caller]
+    pub fn from_slice<T: Element>(data: &[T], shape: &[usize]) -> Tensor {
+        unwrap_or_panic(Self::try_from_slice(data, shape))
+    }
+
+    /// Like [`Tensor::from_slice`], returning an error when `data` does not fill `shape`.
+    pub fn try_from_slice<T: Element>(data: &[T], shape: &[usize]) -> Result<Tensor> {
+        let n = numel(shape);
+        if data.len() != n {
+            return Err(KilnError::DataLength {
+                op: "from_vec",
+                len: data.len(),
+                shape: shape.to_vec(),
+                numel: n,
+            });
+        }
+        let bytes: &[u8] = bytemuck::cast_slice(data);
+        Self::try_from_bytes(bytes, shape, T::DTYPE)
+    }
+
+    /// A tensor from raw little-endian bytes of `dtype`, row-major.
+    pub fn try_from_bytes(bytes: &[u8], shape: &[usize], dtype: DType) -> Result<Tensor> {
+        let n = numel(shape);
+        if bytes.len() != n * dtype.size_bytes() {
+            return Err(KilnError::DataLength {
+                op: "from_bytes",
+                len: bytes.len() / dtype.size_bytes().max(1),
+                shape: shape.to_vec(),
+                numel: n,
+            });
+        }
+        if dtype == DType::Bool && bytes.iter().any(|&b| b > 1) {
+            return Err(KilnError::InvalidArgument {
+                op: "from_bytes",
+                shape: shape.to_vec(),
+                reason: "bool bytes must be 0 or 1".into(),
+            });
+        }
+        let buf = memory::alloc_host(bytes.len())?;
+        if !bytes.is_empty() {
+            // SAFETY: `buf` is a fresh host allocation of at least `bytes.len()` bytes that
+            // nothing else references yet; the source slice cannot overlap it.
+            unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf.host_ptr(), bytes.len()) };
+        }
+        let key =
+            graph::with_graph(|g| g.add_buffer(Arc::new(buf), shape.to_vec(), dtype, Device::Cpu));
+        Ok(Tensor::from_node(key, shape.to_vec(), dtype, Device::Cpu))
+    }
+
+    /// A zero-dimensional tensor holding one value.
+    pub fn scalar<T: Element>(value: T) -> Tensor {
+        Self::full(&[], value.to_scalar(), T::DTYPE)
+    }
+
+    pub(crate) fn generate(
+        gen_: Generator,
+        shape: &[usize],
+        dtype: DType,
+        device: Device,
+    ) -> Result<Tensor> {
+        Tensor::record(Op::Generate(gen_), &[], shape.to_vec(), dtype, device)
+    }
+
+    /// Every element equal to `value` (converted to `dtype`).
+    pub fn full(shape: &[usize], value: impl Into<Scalar>, dtype: DType) -> Tensor {
+        unwrap_or_panic(Self::try_full_on(shape, value, dtype, Device::Cpu))
+    }
+
+    /// [`Tensor::full`] on a chosen device.
+    pub fn try_full_on(
+        shape: &[usize],
+        value: impl Into<Scalar>,
+        dtype: DType,
+        device: Device,
+    ) -> Result<Tensor> {
+        let v = value.into().cast(dtype);
+        Self::generate(Generator::Full(v), shape, dtype, device)
+    }
+
+    /// All zeros.
+    pub fn zeros(shape: &[usize], dtype: DType) -> Tensor {
+        Self::full(shape, Scalar::Int(0), dtype)
+    }
+
+    /// All ones.
+    pub fn ones(shape: &[usize], dtype: DType) -> Tensor {
+        Self::full(shape, Scalar::Int(1), dtype)
+    }
+
+    /// Zeros with this tensor's shape, dtype and device.
+    pub fn zeros_like(&self) -> Tensor {
+        unwrap_or_panic(Self::try_full_on(&self.shape, 0, self.dtype, self.device))
+    }
+
+    /// Ones with this tensor's shape, dtype and device.
+    pub fn ones_like(&self) -> Tensor {
+        unwrap_or_panic(Self::try_full_on(&self.shape, 1, self.dtype, self.device))
+    }
+
+    /// `value` with this tensor's shape, dtype and device.
+    pub fn full_like(&self, value: impl Into<Scalar>) -> Tensor {
+        unwrap_or_panic(Self::try_full_on(
+            &self.shape,
+            value,
+            self.dtype,
+            self.device,
+        ))
+    }
+
+    /// `start, start+step, …` below `end`, as f32 (like `torch.arange` with float arguments).
+    #[track_caller]
+    pub fn arange(start: f32, end: f32, step: f32) -> Tensor {
+        unwrap_or_panic(Self::try_arange(start, end, step, DType::F32))
+    }
+
+    /// `start, start+step, …` below `end` (above it for a negative step) in any dtype.
+    ///
+    /// ```
+    /// let t = kiln::Tensor::try_arange(0, 5, 2, kiln::DType::I64).unwrap();
+    /// assert_eq!(t.to_vec::<i64>().unwrap(), vec![0, 2, 4]);
+    /// ```
+    pub fn try_arange(
+        start: impl Into<Scalar>,
+        end: impl Into<Scalar>,
+        step: impl Into<Scalar>,
+        dtype: DType,
+    ) -> Result<Tensor> {
+        let (start, end, step) = (start.into(), end.into(), step.into());
+        let (s, e, st) = (start.to_f64(), end.to_f64(), step.to_f64());
+        if st == 0.0 || !st.is_finite() || !s.is_finite() || !e.is_finite() || (e - s) / st < 0.0 {
+            return Err(KilnError::InvalidArgument {
+                op: "arange",
+                shape: vec![],
+                reason: format!("cannot step from {start} to {end} by {step}"),
+            });
+        }
+        let n = ((e - s) / st).ceil().max(0.0) as usize;
+        Self::generate(
+            Generator::Arange {
+                start: start.cast(dtype),
+                step: step.cast(dtype),
+            },
+            &[n],
+            dtype,
+            Device::Cpu,
+        )
+    }
+
+    /// The `n × n` identity matrix (built from two aranges and a comparison, so it fuses).
+    #[track_caller]
+    pub fn eye(n: usize, dtype: DType) -> Tensor {
+        unwrap_or_panic(Self::try_eye(n, dtype))
+    }
+
+    /// Fallible [`Tensor::eye`].
+    pub fn try_eye(n: usize, dtype: DType) -> Result<Tensor> {
+        let i = Self::try_arange(0, n as i64, 1, DType::I64)?;
+        let rows = i.try_reshape(&[n as isize, 1])?;
+        let cols = i.try_reshape(&[1, n as isize])?;
+        rows.try_eq(&cols)?.try_cast(dtype)
+    }
+
+    /// Uniform samples in `[0, 1)`, f32, reproducible from `seed` (a counter-based hash of the
+    /// element index, identical on every backend).
+    pub fn rand(shape: &[usize], seed: u64) -> Tensor {
+        unwrap_or_panic(Self::try_rand(shape, seed, DType::F32))
+    }
+
+    /// Uniform samples of a float dtype.
+    pub fn try_rand(shape: &[usize], seed: u64, dtype: DType) -> Result<Tensor> {
+        Self::random(Generator::Rand { seed }, shape, dtype, "rand")
+    }
+
+    /// Standard normal samples, f32, reproducible from `seed`.
+    pub fn randn(shape: &[usize], seed: u64) -> Tensor {
+        unwrap_or_panic(Self::try_randn(shape, seed, DType::F32))
+    }
+
+    /// Standard normal samples of a float dtype.
+    pub fn try_randn(shape: &[usize], seed: u64, dtype: DType) -> Result<Tensor> {
+        Self::random(Generator::Randn { seed }, shape, dtype, "randn")
+    }
+
+    fn random(g: Generator, shape: &[usize], dtype: DType, op: &'static str) -> Result<Tensor> {
+        if !dtype.is_float() {
+            return Err(KilnError::UnsupportedDType {
+                op,
+                dtype,
+                detail: ": random samples need a float dtype".into(),
+            });
+        }
+        Self::generate(g, shape, dtype, Device::Cpu)
+    }
+}

@@ -1,0 +1,371 @@
+//! Elementwise ops: NumPy broadcasting, PyTorch dtype promotion, explicit casts in the graph.
+
+use super::{Tensor, unwrap_or_panic};
+use crate::dtype::{DType, Scalar};
+use crate::error::{KilnError, Result};
+use crate::graph::{BinaryOp, Op, UnaryOp};
+use crate::shape::broadcast_shapes;
+
+/// The right-hand side of a binary op: a tensor or a plain number.
+pub enum Operand<'a> {
+    Ref(&'a Tensor),
+    Owned(Tensor),
+    Scalar(Scalar),
+}
+
+impl<'a> From<&'a Tensor> for Operand<'a> {
+    fn from(t: &'a Tensor) -> Self {
+        Operand::Ref(t)
+    }
+}
+impl From<Tensor> for Operand<'_> {
+    fn from(t: Tensor) -> Self {
+        Operand::Owned(t)
+    }
+}
+macro_rules! operand_scalar {
+    ($($t:ty),*) => {$(
+        impl From<$t> for Operand<'_> {
+            fn from(v: $t) -> Self {
+                Operand::Scalar(Scalar::from(v))
+            }
+        }
+    )*};
+}
+operand_scalar!(f32, f64, i32, i64, u8, bool);
+impl From<Scalar> for Operand<'_> {
+    fn from(v: Scalar) -> Self {
+        Operand::Scalar(v)
+    }
+}
+
+impl Operand<'_> {
+    fn tensor(&self) -> Option<&Tensor> {
+        match self {
+            Operand::Ref(t) => Some(t),
+            Operand::Owned(t) => Some(t),
+            Operand::Scalar(_) => None,
+        }
+    }
+}
+
+/// Resolves two operands (at least one a tensor) into same-dtype, same-shape tensors.
+fn align(
+    op: &'static str,
+    a: &Operand<'_>,
+    b: &Operand<'_>,
+) -> Result<(Tensor, Tensor, DType, Vec<usize>)> {
+    let (ta, tb) = (a.tensor(), b.tensor());
+    let (dtype, shape, device) = match (ta, tb) {
+        (Some(x), Some(y)) => {
+            if x.device != y.device {
+                return Err(KilnError::DeviceMismatch {
+                    op,
+                    lhs: x.device,
+                    rhs: y.device,
+                });
+            }
+            (
+                DType::promote(x.dtype, y.dtype),
+                broadcast_shapes(op, &x.shape, &y.shape)?,
+                x.device,
+            )
+        }
+        (Some(x), None) => match b {
+            Operand::Scalar(s) => (
+                DType::promote_scalar(x.dtype, *s),
+                x.shape.clone(),
+                x.device,
+            ),
+            _ => return Err(KilnError::internal("operand mismatch")),
+        },
+        (None, Some(y)) => match a {
+            Operand::Scalar(s) => (
+                DType::promote_scalar(y.dtype, *s),
+                y.shape.clone(),
+                y.device,
+            ),
+            _ => return Err(KilnError::internal("operand mismatch")),
+        },
+        (None, None) => {
+            return Err(KilnError::internal(format!(
+                "{op}: at least one operand must be a tensor"
+            )));
+        }
+    };
+    let lift = |o: &Operand<'_>| -> Result<Tensor> {
+        match o {
+            Operand::Scalar(s) => Tensor::try_full_on(&shape, *s, dtype, device),
+            _ => {
+                let t = o.tensor().ok_or_else(|| KilnError::internal("operand"))?;
+                t.try_cast(dtype)?.try_broadcast_to(&shape)
+            }
+        }
+    };
+    Ok((lift(a)?, lift(b)?, dtype, shape))
+}
+
+impl Tensor {
+    /// Records a binary op on two aligned operands.
+    fn binary(a: Operand<'_>, b: Operand<'_>, op: BinaryOp) -> Result<Tensor> {
+        let name = op.name();
+        let (mut x, mut y, mut dtype, shape) = align(name, &a, &b)?;
+        let mut op = op;
+        if dtype == DType::Bool {
+            op = match op {
+                // PyTorch: bool + bool is logical or, bool * bool logical and.
+                BinaryOp::Add => BinaryOp::Max,
+                BinaryOp::Mul => BinaryOp::Min,
+                BinaryOp::Sub | BinaryOp::Pow => {
+                    return Err(KilnError::UnsupportedDType {
+                        op: name,
+                        dtype,
+                        detail: ": use logical ops or cast to an integer dtype".into(),
+                    });
+                }
+                other => other,
+            };
+        }
+        if op == BinaryOp::Div && !dtype.is_float() {
+            dtype = DType::default_float();
+            x = x.try_cast(dtype)?;
+            y = y.try_cast(dtype)?;
+        }
+        let out_dtype = if op.is_comparison() {
+            DType::Bool
+        } else {
+            dtype
+        };
+        let device = x.device;
+        Tensor::record(Op::Binary(op), &[&x, &y], shape, out_dtype, device)
+    }
+
+    fn unary(&self, op: UnaryOp) -> Result<Tensor> {
+        if self.dtype == DType::Bool && !op.needs_float() {
+            return Err(KilnError::UnsupportedDType {
+                op: op.name(),
+                dtype: self.dtype,
+                detail: String::new(),
+            });
+        }
+        let x = if op.needs_float() && !self.dtype.is_float() {
+            self.try_cast(DType::default_float())?
+        } else {
+            self.clone()
+        };
+        Tensor::record(Op::Unary(op), &[&x], x.shape.clone(), x.dtype, x.device)
+    }
+
+    /// Converts to `dtype` (float → int truncates toward zero, saturating; NaN → 0).
+    #[track_caller]
+    pub fn cast(&self, dtype: DType) -> Tensor {
+        unwrap_or_panic(self.try_cast(dtype))
+    }
+
+    /// Fallible [`Tensor::cast`].
+    pub fn try_cast(&self, dtype: DType) -> Result<Tensor> {
+        if dtype == self.dtype {
+            return Ok(self.clone());
+        }
+        Tensor::record(Op::Cast, &[self], self.shape.clone(), dtype, self.device)
+    }
+
+    /// `where(cond, a, b)`: `a` where `cond` is true, else `b`, all broadcast together.
+    /// A non-bool `cond` is compared with zero.
+    ///
+    /// ```
+    /// use kiln::Tensor;
+    /// let x = Tensor::from_vec(vec![-1.0f32, 2.0, -3.0], &[3]);
+    /// let y = Tensor::where_(&x.gt(0.0), &x, 0.0);
+    /// assert_eq!(y.to_vec::<f32>().unwrap(), vec![0.0, 2.0, 0.0]);
+    /// ```
+    #[track_caller]
+    pub fn where_<'a, 'b>(
+        cond: &Tensor,
+        a: impl Into<Operand<'a>>,
+        b: impl Into<Operand<'b>>,
+    ) -> Tensor {
+        unwrap_or_panic(Self::try_where(cond, a, b))
+    }
+
+    /// Fallible [`Tensor::where_`].
+    pub fn try_where<'a, 'b>(
+        cond: &Tensor,
+        a: impl Into<Operand<'a>>,
+        b: impl Into<Operand<'b>>,
+    ) -> Result<Tensor> {
+        let (a, b) = (a.into(), b.into());
+        let c = if cond.dtype == DType::Bool {
+            cond.clone()
+        } else {
+            cond.try_ne(Scalar::Int(0))?
+        };
+        let (x, y, dtype, shape) = if a.tensor().is_none() && b.tensor().is_none() {
+            // Both scalars: take the dtype they promote to and the condition's shape.
+            let (sa, sb) = match (&a, &b) {
+                (Operand::Scalar(p), Operand::Scalar(q)) => (*p, *q),
+                _ => return Err(KilnError::internal("where operands")),
+            };
+            let dt = DType::promote(sa.natural_dtype(), sb.natural_dtype());
+            (
+                Tensor::try_full_on(&c.shape, sa, dt, c.device)?,
+                Tensor::try_full_on(&c.shape, sb, dt, c.device)?,
+                dt,
+                c.shape.clone(),
+            )
+        } else {
+            align("where", &a, &b)?
+        };
+        if c.device != x.device {
+            return Err(KilnError::DeviceMismatch {
+                op: "where",
+                lhs: c.device,
+                rhs: x.device,
+            });
+        }
+        let shape = broadcast_shapes("where", &c.shape, &shape)?;
+        let (c, x, y) = (
+            c.try_broadcast_to(&shape)?,
+            x.try_broadcast_to(&shape)?,
+            y.try_broadcast_to(&shape)?,
+        );
+        let device = x.device;
+        Tensor::record(Op::Where, &[&c, &x, &y], shape, dtype, device)
+    }
+
+    /// Clamps into `[min, max]`.
+    #[track_caller]
+    pub fn clamp(&self, min: impl Into<Scalar>, max: impl Into<Scalar>) -> Tensor {
+        unwrap_or_panic(self.try_clamp(min, max))
+    }
+
+    /// Fallible [`Tensor::clamp`].
+    pub fn try_clamp(&self, min: impl Into<Scalar>, max: impl Into<Scalar>) -> Result<Tensor> {
+        self.try_maximum(min.into())?.try_minimum(max.into())
+    }
+
+    /// `self * self`.
+    #[track_caller]
+    pub fn square(&self) -> Tensor {
+        unwrap_or_panic(self.try_mul(self))
+    }
+
+    /// `1 / sqrt(self)`.
+    #[track_caller]
+    pub fn rsqrt(&self) -> Tensor {
+        unwrap_or_panic(self.try_sqrt().and_then(|s| s.try_recip()))
+    }
+
+    /// `self ** exponent`, with an integer-power fast path: `pow(2)` records a multiply,
+    /// `pow(0.5)` a square root. Integer tensors raised to negative integer powers give the
+    /// truncated real result (0 unless the base is ±1).
+    #[track_caller]
+    pub fn pow<'a>(&self, exponent: impl Into<Operand<'a>>) -> Tensor {
+        unwrap_or_panic(self.try_pow(exponent))
+    }
+
+    /// Fallible [`Tensor::pow`].
+    pub fn try_pow<'a>(&self, exponent: impl Into<Operand<'a>>) -> Result<Tensor> {
+        let e = exponent.into();
+        if let Operand::Scalar(s) = e {
+            let f = s.to_f64();
+            let base = if DType::promote_scalar(self.dtype, s) != self.dtype {
+                self.try_cast(DType::promote_scalar(self.dtype, s))?
+            } else {
+                self.clone()
+            };
+            if f == 1.0 {
+                return Ok(base);
+            }
+            if f == 2.0 && base.dtype != DType::Bool {
+                return base.try_mul(&base);
+            }
+            if f == 0.5 && base.dtype.is_float() {
+                return base.try_sqrt();
+            }
+        }
+        Tensor::binary(Operand::Ref(self), e, BinaryOp::Pow)
+    }
+}
+
+macro_rules! binary_methods {
+    ($($name:ident, $try_name:ident, $op:ident, $doc:literal;)*) => {
+        impl Tensor {
+            $(
+                #[doc = $doc]
+                #[doc = ""]
+                #[doc = "Broadcasts both sides; a plain number on the right keeps the tensor's dtype category."]
+                #[track_caller]
+                pub fn $name<'a>(&self, rhs: impl Into<Operand<'a>>) -> Tensor {
+                    unwrap_or_panic(self.$try_name(rhs))
+                }
+
+                #[doc = concat!("Fallible form of `", stringify!($name), "`.")]
+                pub fn $try_name<'a>(&self, rhs: impl Into<Operand<'a>>) -> Result<Tensor> {
+                    Tensor::binary(Operand::Ref(self), rhs.into(), BinaryOp::$op)
+                }
+            )*
+        }
+    };
+}
+
+binary_methods! {
+    add, try_add, Add, "Elementwise sum.";
+    sub, try_sub, Sub, "Elementwise difference.";
+    mul, try_mul, Mul, "Elementwise product.";
+    div, try_div, Div, "Elementwise true division (integers divide as f32).";
+    maximum, try_maximum, Max, "Elementwise maximum (NaN propagates).";
+    minimum, try_minimum, Min, "Elementwise minimum (NaN propagates).";
+    lt, try_lt, Lt, "`self < rhs` as bool.";
+    le, try_le, Le, "`self <= rhs` as bool.";
+    gt, try_gt, Gt, "`self > rhs` as bool.";
+    ge, try_ge, Ge, "`self >= rhs` as bool.";
+    eq, try_eq, Eq, "`self == rhs` as bool.";
+    ne, try_ne, Ne, "`self != rhs` as bool.";
+}
+
+impl Tensor {
+    /// `lhs - self` for a scalar or tensor `lhs` (so `2.0 - x` works).
+    pub(crate) fn try_rsub<'a>(&self, lhs: impl Into<Operand<'a>>) -> Result<Tensor> {
+        Tensor::binary(lhs.into(), Operand::Ref(self), BinaryOp::Sub)
+    }
+
+    /// `lhs / self` for a scalar or tensor `lhs`.
+    pub(crate) fn try_rdiv<'a>(&self, lhs: impl Into<Operand<'a>>) -> Result<Tensor> {
+        Tensor::binary(lhs.into(), Operand::Ref(self), BinaryOp::Div)
+    }
+}
+
+macro_rules! unary_methods {
+    ($($name:ident, $try_name:ident, $op:ident, $doc:literal;)*) => {
+        impl Tensor {
+            $(
+                #[doc = $doc]
+                #[track_caller]
+                pub fn $name(&self) -> Tensor {
+                    unwrap_or_panic(self.$try_name())
+                }
+
+                #[doc = concat!("Fallible form of `", stringify!($name), "`.")]
+                pub fn $try_name(&self) -> Result<Tensor> {
+                    self.unary(UnaryOp::$op)
+                }
+            )*
+        }
+    };
+}
+
+unary_methods! {
+    neg, try_neg, Neg, "Elementwise negation.";
+    abs, try_abs, Abs, "Elementwise absolute value.";
+    exp, try_exp, Exp, "Elementwise `e^x` (integers become f32).";
+    log, try_log, Log, "Elementwise natural logarithm.";
+    sqrt, try_sqrt, Sqrt, "Elementwise square root.";
+    recip, try_recip, Recip, "Elementwise `1/x`.";
+    sin, try_sin, Sin, "Elementwise sine.";
+    cos, try_cos, Cos, "Elementwise cosine.";
+    tanh, try_tanh, Tanh, "Elementwise hyperbolic tangent.";
+    sigmoid, try_sigmoid, Sigmoid, "Elementwise logistic function `1/(1+e^-x)`.";
+    relu, try_relu, Relu, "Elementwise `max(x, 0)` (NaN stays NaN).";
+    gelu, try_gelu, Gelu, "Elementwise GELU, the exact erf form `x·Φ(x)`.";
+}

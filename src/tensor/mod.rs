@@ -1,0 +1,187 @@
+//! The user-facing [`Tensor`]: a cheap handle to a lazy graph node.
+//!
+//! Ops record nodes and return at once; [`Tensor::realize`] plans and runs what the tensor
+//! needs. Every op has a `try_` form returning [`Result`] and a panicking form whose panic
+//! message is the same error text.
+
+mod creation;
+mod display;
+mod elementwise;
+mod matmul;
+mod movement;
+mod operators;
+mod realize;
+mod reduce;
+mod transfer;
+
+pub use elementwise::Operand;
+pub use realize::{RealizeReport, realize_all, realize_all_with};
+
+use crate::device::Device;
+use crate::dtype::{DType, Element};
+use crate::error::{KilnError, Result};
+use crate::graph::{self, NodeKey, Op};
+
+/// A lazily evaluated n-dimensional array.
+///
+/// Cloning is cheap (it adds a handle to the same node). Dropping the last handle of an
+/// unrealized node lets the graph forget it.
+///
+/// ```
+/// use kiln::Tensor;
+/// let x = Tensor::arange(0.0, 6.0, 1.0).reshape(&[2, 3]);
+/// let y = (&x * 2.0 + 1.0).sum(&[1], false);
+/// assert_eq!(y.to_vec::<f32>().unwrap(), vec![9.0, 27.0]);
+/// ```
+pub struct Tensor {
+    key: NodeKey,
+    shape: Vec<usize>,
+    dtype: DType,
+    device: Device,
+}
+
+impl Tensor {
+    /// Wraps a key that already carries one handle for this tensor.
+    pub(crate) fn from_node(key: NodeKey, shape: Vec<usize>, dtype: DType, device: Device) -> Self {
+        Tensor {
+            key,
+            shape,
+            dtype,
+            device,
+        }
+    }
+
+    /// Records `op` over `inputs` (which must already agree on device).
+    pub(crate) fn record(
+        op: Op,
+        inputs: &[&Tensor],
+        shape: Vec<usize>,
+        dtype: DType,
+        device: Device,
+    ) -> Result<Tensor> {
+        let keys: Vec<NodeKey> = inputs.iter().map(|t| t.key).collect();
+        let key = graph::with_graph(|g| g.add_node(op, &keys, shape.clone(), dtype, device))?;
+        Ok(Tensor::from_node(key, shape, dtype, device))
+    }
+
+    /// The graph node this tensor refers to.
+    pub fn node_key(&self) -> NodeKey {
+        self.key
+    }
+
+    /// The dimensions.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Where the data lives.
+    pub fn device(&self) -> Device {
+        self.device
+    }
+
+    /// Number of dimensions.
+    pub fn ndim(&self) -> usize {
+        self.shape.len()
+    }
+
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        crate::shape::numel(&self.shape)
+    }
+
+    /// True once this tensor's node holds a buffer.
+    pub fn is_realized(&self) -> bool {
+        graph::with_graph(|g| {
+            g.node(self.key)
+                .map(|n| n.op == Op::Buffer)
+                .unwrap_or(false)
+        })
+    }
+
+    /// Reads the data back as a `Vec<T>` in row-major order, realizing first if needed.
+    /// `T` must match the dtype (cast first otherwise).
+    pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
+        if T::DTYPE != self.dtype {
+            return Err(KilnError::ReadBackType {
+                op: "to_vec",
+                actual: self.dtype,
+                requested: T::DTYPE,
+            });
+        }
+        let bytes = self.to_bytes()?;
+        let sz = self.dtype.size_bytes();
+        Ok(bytes.chunks_exact(sz).map(T::read_bytes).collect())
+    }
+
+    /// The only element of a one-element tensor.
+    pub fn item<T: Element>(&self) -> Result<T> {
+        if self.numel() != 1 {
+            return Err(KilnError::InvalidShape {
+                op: "item",
+                shape: self.shape.clone(),
+                requested: vec![],
+                reason: "item() needs exactly one element".into(),
+            });
+        }
+        let v = self.to_vec::<T>()?;
+        v.first()
+            .copied()
+            .ok_or_else(|| KilnError::internal("item(): empty read-back"))
+    }
+
+    /// Realizes (if needed) and returns the raw little-endian bytes, row-major.
+    pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        let t = if self.device == Device::Cpu {
+            self.clone()
+        } else {
+            self.try_to(Device::Cpu)?
+        };
+        t.realize()?;
+        let buf = graph::with_graph(|g| g.node(t.key).map(|n| n.buffer.clone()))?
+            .ok_or_else(|| KilnError::internal("realized node has no buffer"))?;
+        let len = t.numel() * t.dtype.size_bytes();
+        if buf.len_bytes() < len {
+            return Err(KilnError::internal("buffer shorter than its tensor"));
+        }
+        let mut out = vec![0u8; len];
+        if len > 0 {
+            // SAFETY: `buf` is a host buffer (device checked above) of at least `len`
+            // initialized bytes (allocations are zeroed and kernels write every element);
+            // no kernel writes it anymore because the node is realized and its plan finished.
+            unsafe { std::ptr::copy_nonoverlapping(buf.host_ptr(), out.as_mut_ptr(), len) };
+        }
+        Ok(out)
+    }
+}
+
+impl Clone for Tensor {
+    fn clone(&self) -> Self {
+        graph::with_graph(|g| g.retain(self.key));
+        Tensor {
+            key: self.key,
+            shape: self.shape.clone(),
+            dtype: self.dtype,
+            device: self.device,
+        }
+    }
+}
+
+impl Drop for Tensor {
+    fn drop(&mut self) {
+        graph::release_handle(self.key);
+    }
+}
+
+/// Panics with the error's text; the panicking API forms use this.
+#[track_caller]
+pub(crate) fn unwrap_or_panic<T>(r: Result<T>) -> T {
+    match r {
+        Ok(v) => v,
+        Err(e) => panic!("{e}"),
+    }
+}

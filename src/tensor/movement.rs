@@ -1,0 +1,408 @@
+//! Movement ops. Each records a view change; the planner folds chains of them into one
+//! [`crate::shape::View`] per edge, so none of them copies data.
+
+use super::{Tensor, unwrap_or_panic};
+use crate::dtype::Scalar;
+use crate::error::{KilnError, Result};
+use crate::graph::Op;
+use crate::shape::{Movement, SliceRange, normalize_axes, normalize_axis, numel};
+
+impl Tensor {
+    fn movement(&self, m: Movement) -> Result<Tensor> {
+        let shape = m.output_shape(&self.shape);
+        Tensor::record(Op::Movement(m), &[self], shape, self.dtype, self.device)
+    }
+
+    /// A new shape with the same number of elements; one entry may be `-1` (inferred).
+    ///
+    /// ```
+    /// let x = kiln::Tensor::arange(0.0, 6.0, 1.0);
+    /// assert_eq!(x.reshape(&[2, -1]).shape(), &[2, 3]);
+    /// ```
+    #[track_caller]
+    pub fn reshape(&self, shape: &[isize]) -> Tensor {
+        unwrap_or_panic(self.try_reshape(shape))
+    }
+
+    /// Fallible [`Tensor::reshape`].
+    pub fn try_reshape(&self, shape: &[isize]) -> Result<Tensor> {
+        let err = |reason: &str| KilnError::InvalidShape {
+            op: "reshape",
+            shape: self.shape.clone(),
+            requested: shape.to_vec(),
+            reason: reason.into(),
+        };
+        let mut infer = None;
+        let mut known = 1usize;
+        for (i, &d) in shape.iter().enumerate() {
+            if d == -1 {
+                if infer.is_some() {
+                    return Err(err("only one dimension can be -1"));
+                }
+                infer = Some(i);
+            } else if d < 0 {
+                return Err(err("sizes must be non-negative or -1"));
+            } else {
+                known = known
+                    .checked_mul(d as usize)
+                    .ok_or_else(|| err("size overflows"))?;
+            }
+        }
+        let total = self.numel();
+        let mut out: Vec<usize> = shape.iter().map(|&d| d.max(0) as usize).collect();
+        if let Some(i) = infer {
+            if known == 0 || !total.is_multiple_of(known) {
+                return Err(err("the -1 dimension cannot be inferred"));
+            }
+            out[i] = total / known;
+        } else if known != total {
+            return Err(err(&format!(
+                "{total} elements cannot be arranged as {known}"
+            )));
+        }
+        if out == self.shape {
+            return Ok(self.clone());
+        }
+        self.movement(Movement::Reshape(out))
+    }
+
+    /// Reorders dimensions: output dimension `i` is input dimension `perm[i]`.
+    #[track_caller]
+    pub fn permute(&self, perm: &[isize]) -> Tensor {
+        unwrap_or_panic(self.try_permute(perm))
+    }
+
+    /// Fallible [`Tensor::permute`].
+    pub fn try_permute(&self, perm: &[isize]) -> Result<Tensor> {
+        if perm.len() != self.ndim() {
+            return Err(KilnError::InvalidArgument {
+                op: "permute",
+                shape: self.shape.clone(),
+                reason: format!(
+                    "permutation {perm:?} has {} entries, need {}",
+                    perm.len(),
+                    self.ndim()
+                ),
+            });
+        }
+        let mut p = Vec::with_capacity(perm.len());
+        for &a in perm {
+            let d = normalize_axis("permute", a, &self.shape)?;
+            if p.contains(&d) {
+                return Err(KilnError::InvalidArgument {
+                    op: "permute",
+                    shape: self.shape.clone(),
+                    reason: format!("{perm:?} repeats dimension {d}"),
+                });
+            }
+            p.push(d);
+        }
+        if p.iter().enumerate().all(|(i, &d)| i == d) {
+            return Ok(self.clone());
+        }
+        self.movement(Movement::Permute(p))
+    }
+
+    /// Swaps two dimensions.
+    #[track_caller]
+    pub fn transpose(&self, d0: isize, d1: isize) -> Tensor {
+        unwrap_or_panic(self.try_transpose(d0, d1))
+    }
+
+    /// Fallible [`Tensor::transpose`].
+    pub fn try_transpose(&self, d0: isize, d1: isize) -> Result<Tensor> {
+        let a = normalize_axis("transpose", d0, &self.shape)?;
+        let b = normalize_axis("transpose", d1, &self.shape)?;
+        let mut p: Vec<isize> = (0..self.ndim() as isize).collect();
+        p.swap(a, b);
+        self.try_permute(&p)
+    }
+
+    /// Transposes the last two dimensions (a no-op below 2-D).
+    pub fn t(&self) -> Tensor {
+        if self.ndim() < 2 {
+            self.clone()
+        } else {
+            unwrap_or_panic(self.try_transpose(-2, -1))
+        }
+    }
+
+    /// Broadcasts to `shape` (NumPy rules: leading dimensions are added, size-1 dimensions
+    /// repeat with stride 0).
+    #[track_caller]
+    pub fn broadcast_to(&self, shape: &[usize]) -> Tensor {
+        unwrap_or_panic(self.try_broadcast_to(shape))
+    }
+
+    /// Same as [`Tensor::broadcast_to`] (PyTorch's name).
+    #[track_caller]
+    pub fn expand(&self, shape: &[usize]) -> Tensor {
+        self.broadcast_to(shape)
+    }
+
+    /// Fallible [`Tensor::broadcast_to`].
+    pub fn try_broadcast_to(&self, shape: &[usize]) -> Result<Tensor> {
+        if shape == self.shape.as_slice() {
+            return Ok(self.clone());
+        }
+        let err = || KilnError::ShapeMismatch {
+            op: "broadcast_to",
+            lhs: self.shape.clone(),
+            rhs: shape.to_vec(),
+            detail: ": size-1 dimensions can grow, others must match".into(),
+        };
+        if shape.len() < self.ndim() {
+            return Err(err());
+        }
+        let lead = shape.len() - self.ndim();
+        for (i, &n) in self.shape.iter().enumerate() {
+            if n != shape[lead + i] && n != 1 {
+                return Err(err());
+            }
+        }
+        let x = if lead > 0 {
+            let mut s: Vec<isize> = vec![1; lead];
+            s.extend(self.shape.iter().map(|&n| n as isize));
+            self.try_reshape(&s)?
+        } else {
+            self.clone()
+        };
+        if x.shape == shape {
+            return Ok(x);
+        }
+        x.movement(Movement::Expand(shape.to_vec()))
+    }
+
+    /// Strided ranges over the leading dimensions, Python style: `(start, end, step)` with
+    /// negative indices counting from the end, bounds clamped, `step ≥ 1` (use `flip` to
+    /// reverse).
+    ///
+    /// ```
+    /// let x = kiln::Tensor::arange(0.0, 10.0, 1.0);
+    /// assert_eq!(x.slice(&[(1, -1, 3)]).to_vec::<f32>().unwrap(), vec![1.0, 4.0, 7.0]);
+    /// ```
+    #[track_caller]
+    pub fn slice(&self, ranges: &[(isize, isize, isize)]) -> Tensor {
+        unwrap_or_panic(self.try_slice(ranges))
+    }
+
+    /// Fallible [`Tensor::slice`].
+    pub fn try_slice(&self, ranges: &[(isize, isize, isize)]) -> Result<Tensor> {
+        if ranges.len() > self.ndim() {
+            return Err(KilnError::InvalidArgument {
+                op: "slice",
+                shape: self.shape.clone(),
+                reason: format!("{} ranges for {} dimensions", ranges.len(), self.ndim()),
+            });
+        }
+        let mut out = Vec::with_capacity(self.ndim());
+        for (d, &n) in self.shape.iter().enumerate() {
+            let Some(&(s, e, step)) = ranges.get(d) else {
+                out.push(SliceRange {
+                    start: 0,
+                    end: n,
+                    step: 1,
+                });
+                continue;
+            };
+            if step < 1 {
+                return Err(KilnError::InvalidArgument {
+                    op: "slice",
+                    shape: self.shape.clone(),
+                    reason: format!(
+                        "step {step} in dimension {d} must be at least 1 (use flip to reverse)"
+                    ),
+                });
+            }
+            let clampi = |i: isize| -> usize {
+                let i = if i < 0 { i + n as isize } else { i };
+                i.clamp(0, n as isize) as usize
+            };
+            let (start, end) = (clampi(s), clampi(e));
+            out.push(SliceRange {
+                start,
+                end: end.max(start),
+                step: step as usize,
+            });
+        }
+        if out
+            .iter()
+            .zip(&self.shape)
+            .all(|(r, &n)| r.start == 0 && r.end == n && r.step == 1)
+        {
+            return Ok(self.clone());
+        }
+        self.movement(Movement::Slice(out))
+    }
+
+    /// `start..end` along one dimension with a step.
+    #[track_caller]
+    pub fn narrow(&self, dim: isize, start: isize, end: isize, step: isize) -> Tensor {
+        unwrap_or_panic(self.try_narrow(dim, start, end, step))
+    }
+
+    /// Fallible [`Tensor::narrow`].
+    pub fn try_narrow(&self, dim: isize, start: isize, end: isize, step: isize) -> Result<Tensor> {
+        let d = normalize_axis("narrow", dim, &self.shape)?;
+        let mut r: Vec<(isize, isize, isize)> = self
+            .shape
+            .iter()
+            .take(d)
+            .map(|&n| (0, n as isize, 1))
+            .collect();
+        r.push((start, end, step));
+        self.try_slice(&r)
+    }
+
+    /// Pads the leading dimensions with `(before, after)` elements of `value`.
+    ///
+    /// ```
+    /// let x = kiln::Tensor::from_vec(vec![1.0f32, 2.0], &[2]);
+    /// assert_eq!(x.pad(&[(1, 2)], 9.0).to_vec::<f32>().unwrap(), vec![9.0, 1.0, 2.0, 9.0, 9.0]);
+    /// ```
+    #[track_caller]
+    pub fn pad(&self, pads: &[(usize, usize)], value: impl Into<Scalar>) -> Tensor {
+        unwrap_or_panic(self.try_pad(pads, value))
+    }
+
+    /// Fallible [`Tensor::pad`].
+    pub fn try_pad(&self, pads: &[(usize, usize)], value: impl Into<Scalar>) -> Result<Tensor> {
+        if pads.len() > self.ndim() {
+            return Err(KilnError::InvalidArgument {
+                op: "pad",
+                shape: self.shape.clone(),
+                reason: format!("{} pad pairs for {} dimensions", pads.len(), self.ndim()),
+            });
+        }
+        let mut p = pads.to_vec();
+        p.resize(self.ndim(), (0, 0));
+        if p.iter().all(|&(b, a)| b == 0 && a == 0) {
+            return Ok(self.clone());
+        }
+        let value = value.into().cast(self.dtype);
+        self.movement(Movement::Pad { pads: p, value })
+    }
+
+    /// Reverses the listed dimensions.
+    #[track_caller]
+    pub fn flip(&self, axes: &[isize]) -> Tensor {
+        unwrap_or_panic(self.try_flip(axes))
+    }
+
+    /// Fallible [`Tensor::flip`].
+    pub fn try_flip(&self, axes: &[isize]) -> Result<Tensor> {
+        let a = normalize_axes("flip", axes, &self.shape)?;
+        let a: Vec<usize> = a.into_iter().filter(|&d| self.shape[d] > 1).collect();
+        if a.is_empty() {
+            return Ok(self.clone());
+        }
+        self.movement(Movement::Flip(a))
+    }
+
+    /// Removes every size-1 dimension.
+    pub fn squeeze(&self) -> Tensor {
+        let s: Vec<isize> = self
+            .shape
+            .iter()
+            .filter(|&&n| n != 1)
+            .map(|&n| n as isize)
+            .collect();
+        unwrap_or_panic(self.try_reshape(&s))
+    }
+
+    /// Removes dimension `dim` if it has size 1 (otherwise returns the tensor unchanged, as
+    /// PyTorch does).
+    #[track_caller]
+    pub fn squeeze_dim(&self, dim: isize) -> Tensor {
+        unwrap_or_panic(self.try_squeeze_dim(dim))
+    }
+
+    /// Fallible [`Tensor::squeeze_dim`].
+    pub fn try_squeeze_dim(&self, dim: isize) -> Result<Tensor> {
+        let d = normalize_axis("squeeze", dim, &self.shape)?;
+        if self.shape[d] != 1 {
+            return Ok(self.clone());
+        }
+        let s: Vec<isize> = self
+            .shape
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| i != d)
+            .map(|(_, &n)| n as isize)
+            .collect();
+        self.try_reshape(&s)
+    }
+
+    /// Inserts a size-1 dimension at `dim` (`-1` appends).
+    #[track_caller]
+    pub fn unsqueeze(&self, dim: isize) -> Tensor {
+        unwrap_or_panic(self.try_unsqueeze(dim))
+    }
+
+    /// Fallible [`Tensor::unsqueeze`].
+    pub fn try_unsqueeze(&self, dim: isize) -> Result<Tensor> {
+        let nd = self.ndim() as isize + 1;
+        let d = if dim < 0 { dim + nd } else { dim };
+        if d < 0 || d >= nd {
+            return Err(KilnError::InvalidAxis {
+                op: "unsqueeze",
+                axis: dim,
+                shape: self.shape.clone(),
+            });
+        }
+        let mut s: Vec<isize> = self.shape.iter().map(|&n| n as isize).collect();
+        s.insert(d as usize, 1);
+        self.try_reshape(&s)
+    }
+
+    /// Flattens to one dimension.
+    pub fn flatten(&self) -> Tensor {
+        unwrap_or_panic(self.try_reshape(&[self.numel() as isize]))
+    }
+
+    /// Flattens dimensions `start..=end` into one.
+    #[track_caller]
+    pub fn flatten_dims(&self, start: isize, end: isize) -> Tensor {
+        unwrap_or_panic(self.try_flatten_dims(start, end))
+    }
+
+    /// Fallible [`Tensor::flatten_dims`].
+    pub fn try_flatten_dims(&self, start: isize, end: isize) -> Result<Tensor> {
+        if self.ndim() == 0 {
+            return self.try_reshape(&[1]);
+        }
+        let a = normalize_axis("flatten", start, &self.shape)?;
+        let b = normalize_axis("flatten", end, &self.shape)?;
+        if a > b {
+            return Err(KilnError::InvalidArgument {
+                op: "flatten",
+                shape: self.shape.clone(),
+                reason: format!("start dimension {a} is after end dimension {b}"),
+            });
+        }
+        let mut s: Vec<isize> = self.shape[..a].iter().map(|&n| n as isize).collect();
+        s.push(numel(&self.shape[a..=b]) as isize);
+        s.extend(self.shape[b + 1..].iter().map(|&n| n as isize));
+        self.try_reshape(&s)
+    }
+
+    /// A tensor that will be stored in its own row-major buffer when realized (a fusion
+    /// boundary). Free for a realized tensor that is already contiguous.
+    pub fn contiguous(&self) -> Tensor {
+        unwrap_or_panic(self.try_contiguous())
+    }
+
+    /// Fallible [`Tensor::contiguous`].
+    pub fn try_contiguous(&self) -> Result<Tensor> {
+        if self.is_realized() {
+            return Ok(self.clone());
+        }
+        Tensor::record(
+            Op::Contiguous,
+            &[self],
+            self.shape.clone(),
+            self.dtype,
+            self.device,
+        )
+    }
+}

@@ -1,0 +1,122 @@
+//! `realize()`: plan under the graph lock, run without it, then install the results as
+//! buffer-backed leaves.
+
+use super::Tensor;
+use crate::backend;
+use crate::dump;
+use crate::error::{KilnError, Result};
+use crate::graph::{self, NodeKey, Op};
+use crate::plan::{self, BufferRef, Plan, RealizeOptions};
+use std::sync::Arc;
+
+/// What a realize did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RealizeReport {
+    /// Kernels launched.
+    pub kernels: usize,
+    /// Of those, kernels that only copy.
+    pub copies: usize,
+    /// Most planned bytes alive at once (intermediates and outputs, not inputs).
+    pub planned_peak_bytes: usize,
+    /// Nodes stored because a view chain did not compose through them.
+    pub stored_by_lowering: usize,
+}
+
+impl Tensor {
+    /// Computes this tensor (if it is not already) with fusion on.
+    ///
+    /// ```
+    /// let t = kiln::Tensor::ones(&[3], kiln::DType::F32) * 2.0;
+    /// t.realize().unwrap();
+    /// assert!(t.is_realized());
+    /// ```
+    pub fn realize(&self) -> Result<()> {
+        realize_all_with(&[self], &RealizeOptions::default()).map(|_| ())
+    }
+
+    /// Computes this tensor with explicit options and reports what ran.
+    pub fn realize_with(&self, options: &RealizeOptions) -> Result<RealizeReport> {
+        realize_all_with(&[self], options)
+    }
+
+    /// The plan `realize_with(options)` would run, without running it.
+    pub fn plan(&self, options: &RealizeOptions) -> Result<Plan> {
+        graph::with_graph(|g| plan::plan(g, &[self.key], options))
+    }
+
+    /// The lazy graph behind this tensor (before planning), as readable text.
+    pub fn dump_graph(&self) -> String {
+        graph::with_graph(|g| dump::graph_text(g, &[self.key]))
+    }
+
+    /// The lazy graph behind this tensor as Graphviz DOT.
+    pub fn dump_graph_dot(&self) -> String {
+        graph::with_graph(|g| dump::graph_dot(g, &[self.key]))
+    }
+}
+
+/// Realizes several tensors in one plan (shared work runs once), fused.
+pub fn realize_all(tensors: &[&Tensor]) -> Result<()> {
+    realize_all_with(tensors, &RealizeOptions::default()).map(|_| ())
+}
+
+/// Realizes several tensors in one plan with explicit options.
+pub fn realize_all_with(tensors: &[&Tensor], options: &RealizeOptions) -> Result<RealizeReport> {
+    let keys: Vec<NodeKey> = tensors.iter().map(|t| t.key).collect();
+    let planned = graph::with_graph(
+        |g| -> Result<Option<(Plan, Vec<Arc<crate::memory::Buffer>>)>> {
+            let mut pending = vec![];
+            for &k in &keys {
+                if g.node(k)?.op != Op::Buffer && !pending.contains(&k) {
+                    pending.push(k);
+                }
+            }
+            if pending.is_empty() {
+                return Ok(None);
+            }
+            let plan = plan::plan(g, &pending, options)?;
+            let inputs = plan
+                .view_graph
+                .inputs
+                .iter()
+                .map(|&k| {
+                    g.node(k)?
+                        .buffer
+                        .clone()
+                        .ok_or_else(|| KilnError::internal("input node without a buffer"))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            Ok(Some((plan, inputs)))
+        },
+    )?;
+    let Some((plan, inputs)) = planned else {
+        return Ok(RealizeReport::default());
+    };
+    let outputs = backend::run_plan(&plan, &inputs)?;
+    drop(inputs);
+    let installs: Vec<(NodeKey, Arc<crate::memory::Buffer>)> = plan
+        .target_buffers()
+        .into_iter()
+        .chain(plan.kept_buffers())
+        .filter_map(|(k, r)| match r {
+            BufferRef::Planned(g) => outputs.get(g).and_then(|b| b.clone()).map(|b| (k, b)),
+            BufferRef::Input(_) => None,
+        })
+        .collect();
+    drop(outputs);
+    graph::with_graph(|g| {
+        for (k, buf) in installs {
+            // The node may be gone if every handle was dropped meanwhile.
+            if g.node(k).is_ok_and(|n| n.op != Op::Buffer) {
+                g.set_realized(k, buf)?;
+            }
+        }
+        Ok::<(), KilnError>(())
+    })?;
+    Ok(RealizeReport {
+        kernels: plan.kernel_count(),
+        copies: plan.copy_count(),
+        planned_peak_bytes: plan.buffers.peak_bytes,
+        stored_by_lowering: plan.stored_by_lowering.len(),
+    })
+}
