@@ -83,7 +83,7 @@ impl Plan {
     /// The kernels in run order.
     pub fn kernels(&self) -> impl Iterator<Item = &PlannedKernel> {
         self.steps.iter().filter_map(|s| match s {
-            Step::Kernel(k) => Some(k),
+            Step::Kernel(k) => Some(k.as_ref()),
             Step::Transfer { .. } => None,
         })
     }
