@@ -212,7 +212,11 @@ pub fn collapse_views(g: &Graph, targets: &[NodeKey]) -> Result<ViewGraph> {
             .get(&t)
             .cloned()
             .ok_or_else(|| KilnError::internal("views pass: target not visited"))?;
-        let id = if chain.is_empty() {
+        let target_shape = g.node(t)?.shape.clone();
+        let aliases = View::contiguous(&vg.nodes[src].shape).apply_all(&chain)
+            == Some(View::contiguous(&target_shape));
+        let id = if chain.is_empty() || aliases {
+            // A row-major reshape of the producer: the target shares its buffer.
             src
         } else {
             // A view as a target is stored row-major.

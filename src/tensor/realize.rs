@@ -93,17 +93,18 @@ pub fn realize_all_with(tensors: &[&Tensor], options: &RealizeOptions) -> Result
         return Ok(RealizeReport::default());
     };
     let outputs = backend::run_plan(&plan, &inputs)?;
-    drop(inputs);
     let installs: Vec<(NodeKey, Arc<crate::memory::Buffer>)> = plan
         .target_buffers()
         .into_iter()
         .chain(plan.kept_buffers())
         .filter_map(|(k, r)| match r {
             BufferRef::Planned(g) => outputs.get(g).and_then(|b| b.clone()).map(|b| (k, b)),
-            BufferRef::Input(_) => None,
+            // A target that reshapes a realized tensor shares its buffer.
+            BufferRef::Input(i) => inputs.get(i).cloned().map(|b| (k, b)),
         })
         .collect();
     drop(outputs);
+    drop(inputs);
     graph::with_graph(|g| {
         for (k, buf) in installs {
             // The node may be gone if every handle was dropped meanwhile.

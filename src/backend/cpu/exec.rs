@@ -590,6 +590,7 @@ impl<'p> Machine<'p> {
                     // run), so the run's first element is too.
                     let ptr = unsafe { a.ptr.offset(base * sz) } as *const u8;
                     self.vals[v] = Val::Ptr(ptr);
+                    prefetch_next_run(ptr, n * sz as usize);
                     return;
                 }
                 let (lo, hi) = if ok {
@@ -815,6 +816,26 @@ impl<'p> Machine<'p> {
             }
         }
     }
+}
+
+/// Asks the CPU to start fetching the run after this one (`bytes` past `ptr`): hardware
+/// prefetchers stop at page boundaries, and a run is about one page.
+#[inline(always)]
+fn prefetch_next_run(ptr: *const u8, bytes: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        let mut off = bytes;
+        while off < 2 * bytes {
+            // SAFETY: prefetching is a hint and never faults, even for addresses outside
+            // the allocation; the pointer arithmetic uses wrapping_add so no out-of-bounds
+            // pointer is created in the sense of `offset`.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(ptr.wrapping_add(off) as *const i8) };
+            off += 64;
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (ptr, bytes);
 }
 
 /// A type-erased accumulator (value bits + index).

@@ -395,7 +395,15 @@ pub fn tanh_f32(x: f32) -> f32 {
     let a = if ax > 9.0 { 9.0 } else { ax };
     let (r, k) = exp_reduce(-2.0 * a);
     let e = scale_pow2_normal(exp_poly(r), k);
-    let big = (1.0 - e) / (1.0 + e);
+    // (1 - e) / (1 + e) with the reciprocal of d = 1 + e in [1, 1.29] by Newton's method
+    // from a linear start (a vector divide costs about five times as much).
+    let d = 1.0 + e;
+    let mut q = (-0.486_6f32).mul_add(d, 1.466_3);
+    for _ in 0..3 {
+        let err = (-d).mul_add(q, 1.0);
+        q = q.mul_add(err, q);
+    }
+    let big = (1.0 - e) * q;
     let big = if ax > 9.0 { 1.0 } else { big };
 
     let v = if ax < TANH_SMALL { small } else { big };

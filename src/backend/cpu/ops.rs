@@ -535,7 +535,6 @@ fn arg_better<T: Num>(op: ReduceOp, x: T, best: T) -> bool {
 /// Reduces a run (`index0` is the flat reduce index of its first element).
 #[inline(always)]
 pub(crate) fn reduce_run<T: Num>(op: ReduceOp, src: Src<'_, T>, n: usize, index0: i64) -> Acc<T> {
-    const L: usize = 16;
     let slice = match src {
         Src::Slice(s) => &s[..n],
         Src::Scalar(v) => {
@@ -554,49 +553,53 @@ pub(crate) fn reduce_run<T: Num>(op: ReduceOp, src: Src<'_, T>, n: usize, index0
             return acc;
         }
     };
-    match op {
-        ReduceOp::Sum | ReduceOp::Prod | ReduceOp::Max | ReduceOp::Min => {
-            let id = acc_init::<T>(op).value;
-            let f = |a: T, b: T| match op {
-                ReduceOp::Sum => T::add(a, b),
-                ReduceOp::Prod => T::mul(a, b),
-                ReduceOp::Max => max_nan(a, b),
-                _ => min_nan(a, b),
-            };
-            let mut lanes = [id; L];
-            let chunks = slice.chunks_exact(L);
-            let rest = chunks.remainder();
-            for c in chunks {
-                for i in 0..L {
-                    lanes[i] = f(lanes[i], c[i]);
-                }
-            }
-            let mut v = id;
-            for &x in rest {
-                v = f(v, x);
-            }
-            let mut w = lanes[0];
-            for &l in &lanes[1..] {
-                w = f(w, l);
-            }
-            Acc {
-                value: f(w, v),
-                index: 0,
-            }
-        }
-        ReduceOp::ArgMax | ReduceOp::ArgMin => {
-            let mut best = acc_init::<T>(op);
-            for (i, &x) in slice.iter().enumerate() {
-                if best.index < 0 || arg_better(op, x, best.value) {
-                    best = Acc {
-                        value: x,
-                        index: index0 + i as i64,
-                    };
-                }
-            }
-            best
+    let id = acc_init::<T>(op).value;
+    let v = match op {
+        ReduceOp::Sum => fold_lanes(slice, id, T::add),
+        ReduceOp::Prod => fold_lanes(slice, id, T::mul),
+        ReduceOp::Max => fold_lanes(slice, id, max_nan),
+        ReduceOp::Min => fold_lanes(slice, id, min_nan),
+        ReduceOp::ArgMax | ReduceOp::ArgMin => return arg_run(op, slice, index0),
+    };
+    Acc { value: v, index: 0 }
+}
+
+/// Folds a slice with `L` independent accumulators (so the loop vectorizes), then folds
+/// the lanes.
+#[inline(always)]
+fn fold_lanes<T: Num>(slice: &[T], id: T, f: impl Fn(T, T) -> T) -> T {
+    const L: usize = 32;
+    let mut lanes = [id; L];
+    let chunks = slice.chunks_exact(L);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for i in 0..L {
+            lanes[i] = f(lanes[i], c[i]);
         }
     }
+    let mut v = id;
+    for &x in rest {
+        v = f(v, x);
+    }
+    let mut w = lanes[0];
+    for &l in &lanes[1..] {
+        w = f(w, l);
+    }
+    f(w, v)
+}
+
+#[inline(always)]
+fn arg_run<T: Num>(op: ReduceOp, slice: &[T], index0: i64) -> Acc<T> {
+    let mut best = acc_init::<T>(op);
+    for (i, &x) in slice.iter().enumerate() {
+        if best.index < 0 || arg_better(op, x, best.value) {
+            best = Acc {
+                value: x,
+                index: index0 + i as i64,
+            };
+        }
+    }
+    best
 }
 
 /// Accumulates a run elementwise into per-position accumulators (column reductions):
