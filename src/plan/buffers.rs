@@ -3,7 +3,8 @@
 //! Takes the schedule. Produces a [`BufferPlan`]: one [`PlannedBuffer`] per kernel output,
 //! allocated just before the step that writes it and released right after the last step that
 //! reads it, so the caching allocator can hand the same memory to a later kernel. Buffers
-//! that outlive the plan (targets, and nodes a live tensor handle still points at) are
+//! that outlive the plan (targets, and nodes a live tensor handle points at, directly or
+//! through a reshape) are
 //! `kept` and never released. Input buffers belong to the graph and are not planned.
 //!
 //! `peak_bytes` is the most planned bytes alive at once (the allocator's measured peak can
@@ -57,7 +58,7 @@ pub fn plan_buffers(vg: &ViewGraph, fusion: &FusionPlan, sched: &Schedule) -> Bu
                 bytes: numel(&node.shape) * node.dtype.size_bytes(),
                 first: step_of[gi],
                 last: step_of[gi],
-                kept: node.keep || vg.is_target(g.root),
+                kept: node.keep || vg.is_target(g.root) || vg.is_aliased(g.root),
             }
         })
         .collect();

@@ -97,19 +97,28 @@ impl Plan {
             .collect()
     }
 
-    /// Stored nodes that a live tensor handle points at (kept and installed after the run).
+    /// Stored nodes that a live tensor handle points at, directly or through a reshape
+    /// (kept and installed after the run).
     pub fn kept_buffers(&self) -> Vec<(NodeKey, BufferRef)> {
-        self.fusion
+        let vg = &self.view_graph;
+        let mut out: Vec<(NodeKey, BufferRef)> = self
+            .fusion
             .groups
             .iter()
             .enumerate()
-            .filter(|&(g, _)| self.buffers.buffers[g].kept)
+            .filter(|&(g, grp)| self.buffers.buffers[g].kept && vg.nodes[grp.root].keep)
             .filter_map(|(g, grp)| {
-                self.view_graph.nodes[grp.root]
+                vg.nodes[grp.root]
                     .origin
                     .map(|k| (k, BufferRef::Planned(g)))
             })
-            .collect()
+            .collect();
+        for &(key, id) in &vg.aliases {
+            if let Some(g) = self.fusion.group_of_root(id) {
+                out.push((key, BufferRef::Planned(g)));
+            }
+        }
+        out
     }
 
     fn buffer_of(&self, id: NodeId) -> BufferRef {

@@ -115,6 +115,9 @@ pub struct ViewGraph {
     pub targets: Vec<(NodeKey, NodeId)>,
     /// Lazy-graph keys of the realized tensors bound to each input slot.
     pub inputs: Vec<NodeKey>,
+    /// Live tensors that are a row-major reshape of a node: if that node is stored, they
+    /// share its buffer.
+    pub aliases: Vec<(NodeKey, NodeId)>,
 }
 
 impl ViewGraph {
@@ -143,6 +146,11 @@ impl ViewGraph {
         c
     }
 
+    /// True if a live tensor shares `id`'s buffer through a reshape.
+    pub fn is_aliased(&self, id: NodeId) -> bool {
+        self.aliases.iter().any(|a| a.1 == id)
+    }
+
     /// True if `id` is a target.
     pub fn is_target(&self, id: NodeId) -> bool {
         self.targets.iter().any(|t| t.1 == id)
@@ -168,6 +176,12 @@ pub fn collapse_views(g: &Graph, targets: &[NodeKey]) -> Result<ViewGraph> {
             Op::Movement(m) => {
                 let (src, mut chain) = lookup(&inputs[0])?;
                 chain.push(m.clone());
+                if keep
+                    && View::contiguous(&vg.nodes[src].shape).apply_all(&chain)
+                        == Some(View::contiguous(&node.shape))
+                {
+                    vg.aliases.push((key, src));
+                }
                 map.insert(key, (src, chain));
                 continue;
             }
