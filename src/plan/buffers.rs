@@ -90,3 +90,39 @@ pub fn plan_buffers(vg: &ViewGraph, fusion: &FusionPlan, sched: &Schedule) -> Bu
         peak_bytes: peak,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::with_graph;
+    use crate::plan::fusion::fuse;
+    use crate::plan::schedule::schedule;
+    use crate::plan::views::collapse_views;
+    use crate::{DType, Tensor};
+
+    #[test]
+    fn intermediates_die_after_their_last_reader() {
+        let x = Tensor::try_rand(&[256], 4, DType::F32).unwrap();
+        x.realize().unwrap();
+        // a feeds b and c (a diamond); unfused: a, b, c, out.
+        let t = {
+            let a = &x + 1.0;
+            (&a * 2.0) + (&a * 3.0)
+        };
+        let vg = with_graph(|g| collapse_views(g, &[t.node_key()])).unwrap();
+        let f = fuse(&vg, false, &Default::default());
+        let s = schedule(&vg, &f).unwrap();
+        let p = plan_buffers(&vg, &f, &s);
+        assert_eq!(p.buffers.len(), 4);
+        let bytes = 256 * 4;
+        let a_buf = p.buffers.iter().find(|b| b.first == 0).unwrap();
+        assert_eq!(a_buf.last, 2, "a is read by the two multiplies");
+        assert!(!a_buf.kept);
+        let out = p.buffers.iter().find(|b| b.kept).unwrap();
+        assert_eq!(out.first, 3);
+        // Step 2 holds a, a*2 and a*3; step 3 holds the two products and the output.
+        assert_eq!(p.peak_bytes, 3 * bytes);
+        let released: usize = p.release_after.iter().map(|r| r.len()).sum();
+        assert_eq!(released, 3);
+    }
+}

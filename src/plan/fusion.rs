@@ -342,3 +342,90 @@ fn try_inline_matmul(vg: &ViewGraph, plan: &mut FusionPlan, m: NodeId, uses: &[U
     plan.owner[m] = Some(u.group);
     true
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::with_graph;
+    use crate::plan::views::collapse_views;
+    use crate::{DType, Tensor};
+
+    fn plan_of(t: &[&Tensor], fuse_on: bool) -> (ViewGraph, FusionPlan) {
+        let keys: Vec<_> = t.iter().map(|t| t.node_key()).collect();
+        let vg = with_graph(|g| collapse_views(g, &keys)).unwrap();
+        let f = fuse(&vg, fuse_on, &HashSet::new());
+        (vg, f)
+    }
+
+    fn input(shape: &[usize]) -> Tensor {
+        let t = Tensor::try_rand(shape, 2, DType::F32).unwrap();
+        t.realize().unwrap();
+        t
+    }
+
+    #[test]
+    fn cheap_multi_consumer_value_is_recomputed() {
+        let x = input(&[8, 8]);
+        let b = (&x + 1.0).exp();
+        let t = &b + b.t();
+        let (vg, f) = plan_of(&[&t], true);
+        let exp = vg
+            .nodes
+            .iter()
+            .position(|n| n.op == PlanOp::Unary(crate::graph::UnaryOp::Exp))
+            .unwrap();
+        assert_eq!(f.placement[exp], Placement::Inlined);
+        assert_eq!(f.kernel_count(), 1);
+    }
+
+    #[test]
+    fn value_with_a_reduction_used_by_two_kernels_is_stored() {
+        let x = input(&[8, 8]);
+        let c = &x - x.max(&[1], true);
+        let (a, b) = (c.sum(&[0], false), c.sum(&[1], false));
+        let (vg, f) = plan_of(&[&a, &b], true);
+        let sub = vg
+            .nodes
+            .iter()
+            .position(|n| n.op == PlanOp::Binary(crate::graph::BinaryOp::Sub))
+            .unwrap();
+        assert!(matches!(f.placement[sub], Placement::Root { .. }));
+        assert_eq!(f.kernel_count(), 3);
+    }
+
+    #[test]
+    fn reduction_seen_through_a_transpose_is_stored() {
+        let x = input(&[8, 8]);
+        let m = x.sum(&[1], true).expand(&[8, 8]);
+        let t = &x + m.t();
+        let (_, f) = plan_of(&[&t], true);
+        assert_eq!(f.kernel_count(), 2);
+    }
+
+    #[test]
+    fn persistent_reduction_sets_the_kernel_space() {
+        let x = input(&[4, 16]);
+        let t = x.softmax(-1);
+        let (_, f) = plan_of(&[&t], true);
+        assert_eq!(f.kernel_count(), 1);
+        assert_eq!(f.groups[0].space, Some((vec![4, 16], vec![1])));
+    }
+
+    #[test]
+    fn forced_nodes_and_unfused_mode_store() {
+        let x = input(&[4, 4]);
+        let t = ((&x + 1.0) * 2.0).exp();
+        let keys = [t.node_key()];
+        let vg = with_graph(|g| collapse_views(g, &keys)).unwrap();
+        assert_eq!(fuse(&vg, false, &HashSet::new()).kernel_count(), 3);
+        let add = vg
+            .nodes
+            .iter()
+            .position(|n| n.op == PlanOp::Binary(crate::graph::BinaryOp::Add))
+            .unwrap();
+        let forced: HashSet<_> = [add].into_iter().collect();
+        let f = fuse(&vg, true, &forced);
+        assert_eq!(f.kernel_count(), 2);
+        assert!(matches!(f.placement[add], Placement::Root { .. }));
+    }
+}

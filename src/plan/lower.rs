@@ -480,3 +480,75 @@ fn pad_of(chain: &[Movement]) -> Option<Scalar> {
         _ => None,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::kernel::{IrOp, Level};
+    use crate::plan::{RealizeOptions, Step, plan};
+    use crate::{DType, Tensor};
+
+    fn input(shape: &[usize]) -> Tensor {
+        let t = Tensor::try_rand(shape, 5, DType::F32).unwrap();
+        t.realize().unwrap();
+        t
+    }
+
+    fn planned(t: &Tensor) -> crate::plan::Plan {
+        crate::graph::with_graph(|g| plan(g, &[t.node_key()], &RealizeOptions::default())).unwrap()
+    }
+
+    fn only_kernel(p: &crate::plan::Plan) -> crate::kernel::Kernel {
+        match &p.steps[..] {
+            [Step::Kernel(k)] => k.kernel.clone(),
+            _ => panic!("expected one kernel:\n{}", p.dump_text()),
+        }
+    }
+
+    #[test]
+    fn padded_computed_value_is_wrapped_in_where() {
+        let x = input(&[4]);
+        let k = only_kernel(&planned(&x.exp().pad(&[(1, 1)], 7.0)));
+        assert!(k.ops.iter().any(|i| matches!(i.op, IrOp::Valid { .. })));
+        assert!(k.ops.iter().any(|i| matches!(i.op, IrOp::Where(..))));
+    }
+
+    #[test]
+    fn row_constant_values_are_computed_per_row() {
+        let x = input(&[4, 32]);
+        let k = only_kernel(&planned(&x.layer_norm(&[32], None, None, 1e-5)));
+        // sqrt and recip of the variance run once per row.
+        for i in &k.ops {
+            if let IrOp::Unary(u, _) = i.op {
+                assert_eq!(i.level, Level::Row, "{u:?} should be a row op");
+            }
+        }
+        assert_eq!(k.reduce_count(), 2);
+        k.validate().unwrap();
+    }
+
+    #[test]
+    fn view_that_does_not_compose_stores_the_inlined_value() {
+        let x = input(&[4, 6]);
+        let t = (x.t() + 1.0).reshape(&[-1]) * 2.0;
+        let p = planned(&t);
+        assert_eq!(p.stored_by_lowering.len(), 1, "{}", p.dump_text());
+        assert_eq!(p.kernel_count(), 2);
+        assert_eq!(p.copy_count(), 0, "storing the add avoids a copy kernel");
+    }
+
+    #[test]
+    fn loads_are_bounds_checked_views() {
+        let x = input(&[5, 7]);
+        let t = x.flip(&[1]).slice(&[(1, 5, 2), (0, 7, 3)]).exp();
+        let k = only_kernel(&planned(&t));
+        let load = k.ops.iter().find_map(|i| match &i.op {
+            IrOp::Load { view, .. } => Some(view.clone()),
+            _ => None,
+        });
+        let v = load.unwrap();
+        assert_eq!(v.shape, vec![2, 3]);
+        assert_eq!(v.strides, vec![14, -3]);
+        let (lo, hi) = v.offset_bounds().unwrap();
+        assert!(lo >= 0 && hi < 35);
+    }
+}

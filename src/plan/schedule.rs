@@ -79,3 +79,39 @@ pub fn schedule(vg: &ViewGraph, fusion: &FusionPlan) -> Result<Schedule> {
     }
     Ok(Schedule { order, reads })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::with_graph;
+    use crate::plan::fusion::fuse;
+    use crate::plan::views::collapse_views;
+    use crate::{DType, Tensor};
+
+    #[test]
+    fn kernels_run_after_their_producers() {
+        let x = Tensor::try_rand(&[8, 8], 3, DType::F32).unwrap();
+        x.realize().unwrap();
+        let a = (&x + 1.0).contiguous();
+        let b = a.matmul(&a.t()).contiguous();
+        let t = (&b * 2.0).sum(&[1], false);
+        let vg = with_graph(|g| collapse_views(g, &[t.node_key()])).unwrap();
+        let f = fuse(&vg, true, &Default::default());
+        let s = schedule(&vg, &f).unwrap();
+        assert_eq!(s.order.len(), f.groups.len());
+        let pos = |g: usize| s.order.iter().position(|&x| x == g).unwrap();
+        for (g, reads) in s.reads.iter().enumerate() {
+            for &v in reads {
+                if let Some(src) = f.group_of_root(v) {
+                    assert!(pos(src) < pos(g), "group {g} reads {src} before it runs");
+                }
+            }
+        }
+        // The input buffer is read by the first kernel.
+        assert!(
+            s.reads[s.order[0]]
+                .iter()
+                .any(|&v| matches!(vg.nodes[v].op, crate::plan::PlanOp::Input { .. }))
+        );
+    }
+}

@@ -313,3 +313,101 @@ fn insert_copy(vg: &mut ViewGraph, src: NodeId, chain: Vec<Movement>) -> NodeId 
     });
     vg.nodes.len() - 1
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::with_graph;
+    use crate::{DType, Tensor};
+
+    fn collapse(t: &Tensor) -> ViewGraph {
+        with_graph(|g| collapse_views(g, &[t.node_key()])).unwrap()
+    }
+
+    fn input(shape: &[usize]) -> Tensor {
+        let t = Tensor::try_rand(shape, 1, DType::F32).unwrap();
+        t.realize().unwrap();
+        t
+    }
+
+    #[test]
+    fn movement_chain_becomes_one_edge_without_copies() {
+        let x = input(&[6, 8]);
+        let t = x
+            .t()
+            .slice(&[(1, 7, 2)])
+            .flip(&[0])
+            .pad(&[(1, 1)], 0.0)
+            .exp();
+        let vg = collapse(&t);
+        assert_eq!(vg.nodes.len(), 2, "input and exp only");
+        let e = &vg.nodes[1].inputs[0];
+        assert_eq!(e.chain.len(), 4);
+        let v = vg.edge_view(e).unwrap();
+        assert_eq!(v.shape, vec![5, 6]);
+        assert!(v.mask.is_some());
+        assert_eq!(e.pad_value(), Some(crate::Scalar::Float(0.0)));
+    }
+
+    #[test]
+    fn unexpressible_reshape_inserts_one_copy() {
+        let x = input(&[4, 6]);
+        let t = x.t().reshape(&[-1]).exp();
+        let vg = collapse(&t);
+        let copies: Vec<_> = vg
+            .nodes
+            .iter()
+            .filter(|n| n.op == PlanOp::Copy { explicit: false })
+            .collect();
+        assert_eq!(copies.len(), 1);
+        assert_eq!(copies[0].shape, vec![6, 4]);
+        for n in &vg.nodes {
+            for e in &n.inputs {
+                assert!(vg.edge_view(e).is_some(), "every edge folds");
+            }
+        }
+    }
+
+    #[test]
+    fn two_pad_values_on_one_edge_are_split() {
+        let x = input(&[3]);
+        let t = x.pad(&[(1, 1)], 1.0).pad(&[(1, 1)], 2.0).exp();
+        let vg = collapse(&t);
+        assert_eq!(
+            vg.nodes
+                .iter()
+                .filter(|n| matches!(n.op, PlanOp::Copy { .. }))
+                .count(),
+            1
+        );
+    }
+
+    #[test]
+    fn matmul_operands_are_unmasked_buffers() {
+        let x = input(&[4, 4]);
+        let t = x
+            .pad(&[(0, 0), (0, 1)], 0.0)
+            .matmul(&Tensor::ones(&[5, 2], DType::F32));
+        let vg = collapse(&t);
+        let mm = vg.nodes.iter().find(|n| n.op == PlanOp::Matmul).unwrap();
+        for e in &mm.inputs {
+            assert!(matches!(vg.nodes[e.src].op, PlanOp::Copy { .. }));
+            assert!(vg.edge_view(e).unwrap().mask.is_none());
+        }
+    }
+
+    #[test]
+    fn reshape_target_aliases_its_producer() {
+        let x = input(&[4, 6]);
+        let t = (&x + 1.0).reshape(&[24]);
+        let vg = collapse(&t);
+        assert!(!vg.nodes.iter().any(|n| matches!(n.op, PlanOp::Copy { .. })));
+        assert_eq!(
+            vg.nodes[vg.targets[0].1].op,
+            PlanOp::Binary(crate::graph::BinaryOp::Add)
+        );
+        let u = (&x + 1.0).t();
+        let vg = collapse(&u);
+        assert!(matches!(vg.nodes[vg.targets[0].1].op, PlanOp::Copy { .. }));
+    }
+}
