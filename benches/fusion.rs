@@ -1,1 +1,73 @@
-fn main() {}
+//! Fused against unfused execution, side by side in one run. Each iteration builds the
+//! expression (untimed) and times `realize` (planning plus kernels).
+//!
+//! `cargo bench --bench fusion` (add `-- chain` etc. to filter).
+
+use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
+use kiln::{DType, RealizeOptions, Tensor};
+use std::hint::black_box;
+use std::time::Duration;
+
+fn input(shape: &[usize], seed: u64) -> Tensor {
+    let t = Tensor::try_randn(shape, seed, DType::F32).expect("rand");
+    t.realize().expect("realize input");
+    t
+}
+
+fn modes() -> [(&'static str, RealizeOptions); 2] {
+    [
+        ("fused", RealizeOptions::default()),
+        ("unfused", RealizeOptions::unfused()),
+    ]
+}
+
+/// Runs `build` then times the realize, for both modes, in one criterion group.
+fn compare(c: &mut Criterion, group: &str, build: impl Fn() -> Tensor) {
+    let mut g = c.benchmark_group(group);
+    g.sample_size(10)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(3));
+    for (name, opts) in modes() {
+        g.bench_function(name, |b| {
+            b.iter_batched(
+                &build,
+                |t| {
+                    black_box(t.realize_with(&opts).expect("realize"));
+                    // Dropping returns the output to the allocator cache, as a steady-state
+                    // loop would.
+                    drop(t);
+                },
+                BatchSize::PerIteration,
+            )
+        });
+    }
+    g.finish();
+}
+
+/// mul, add, tanh, mul, sub, exp, mul, maximum.
+fn chain8(x: &Tensor) -> Tensor {
+    let y = ((x * 1.5 + 0.5).tanh() * x - 0.25).exp();
+    (y * 0.5).maximum(x)
+}
+
+fn benches(c: &mut Criterion) {
+    for (label, n) in [("1M", 1usize << 20), ("16M", 1 << 24)] {
+        let x = input(&[n], 1);
+        compare(c, &format!("chain8_{label}"), || chain8(&x));
+    }
+    let x = input(&[4096, 4096], 2);
+    compare(c, "prologue_rowsum_4096x4096", || {
+        ((&x * 2.0 + 1.0).relu() * &x).sum(&[1], false)
+    });
+    let (a, w, bias) = (
+        input(&[1024, 1024], 3),
+        input(&[1024, 1024], 4),
+        input(&[1024], 5),
+    );
+    compare(c, "matmul_bias_relu_1024", || (a.matmul(&w) + &bias).relu());
+    let s = input(&[4096, 1024], 6);
+    compare(c, "softmax_4096x1024", || s.softmax(-1));
+}
+
+criterion_group!(fusion, benches);
+criterion_main!(fusion);

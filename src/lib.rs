@@ -36,6 +36,11 @@ pub mod shape;
 pub mod special;
 pub mod tensor;
 
+/// The README's example, compiled and run as a doctest.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
+
 pub use device::Device;
 pub use dtype::{DType, Element, Scalar};
 pub use error::{KilnError, Result};

@@ -352,6 +352,7 @@ fn new_machine<'p>(prog: &'p Program, args: &'p [ArgPtr], mut regs: Vec<Vec<u64>
         coords: vec![0; prog.dims.len()],
         n: 0,
         row_t: None,
+        prefetch: false,
     }
 }
 
@@ -384,6 +385,9 @@ struct Machine<'p> {
     /// ReduceInner: the row (within the item) whose values are being reduced; `Row` operands
     /// are then read as that row's scalar.
     row_t: Option<usize>,
+    /// Prefetch the next run of borrowed loads (first pass only: later passes re-read data
+    /// the first one just brought in).
+    prefetch: bool,
 }
 
 #[inline(always)]
@@ -429,6 +433,7 @@ impl<'p> Machine<'p> {
         }
         let red = prog.reduce_len();
         for (pi, ph) in prog.phases.iter().enumerate() {
+            self.prefetch = pi == 0;
             for &r in &ph.reduces {
                 self.acc_init_vec(r);
             }
@@ -450,7 +455,6 @@ impl<'p> Machine<'p> {
             for &r in &ph.reduces {
                 self.acc_finish_vec(r);
             }
-            let _ = pi;
             self.n = n;
             for &v in &ph.row_after {
                 (self.loops.eval)(self, v, ax, usize::MAX);
@@ -474,7 +478,8 @@ impl<'p> Machine<'p> {
         for &v in &prog.row_first {
             (self.loops.eval)(self, v, row_ax, usize::MAX);
         }
-        for ph in &prog.phases {
+        for (pi, ph) in prog.phases.iter().enumerate() {
+            self.prefetch = pi == 0;
             if !ph.reduces.is_empty() || !ph.stores.is_empty() {
                 for t in 0..rows {
                     self.coords[row_ax] = j0 + t;
@@ -590,7 +595,9 @@ impl<'p> Machine<'p> {
                     // run), so the run's first element is too.
                     let ptr = unsafe { a.ptr.offset(base * sz) } as *const u8;
                     self.vals[v] = Val::Ptr(ptr);
-                    prefetch_next_run(ptr, n * sz as usize);
+                    if self.prefetch {
+                        prefetch_next_run(ptr, n * sz as usize);
+                    }
                     return;
                 }
                 let (lo, hi) = if ok {
