@@ -17,6 +17,10 @@
 //! Matmul kernels carry a [`MatmulSpec`]; their instructions are the elementwise epilogue,
 //! where `MatmulResult` is the product at the current coordinate.
 
+mod passes;
+
+pub use passes::{KernelPasses, Pass};
+
 use crate::dtype::{DType, Scalar};
 use crate::graph::{BinaryOp, Generator, ReduceOp, UnaryOp};
 use crate::shape::View;

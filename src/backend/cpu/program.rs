@@ -275,7 +275,7 @@ pub(crate) fn compile(k: &Kernel, in_place: &[usize]) -> Program {
         }
     }
 
-    let (row_first, phases, row_stores, n_regs) = plan_phases(&mut instrs);
+    let (row_first, phases, row_stores, n_regs) = plan_phases(k, &mut instrs);
     Program {
         dims,
         n_out,
@@ -469,26 +469,12 @@ fn choose_strategy(
     }
 }
 
-/// Splits instructions into phases and assigns registers.
-fn plan_phases(instrs: &mut [PInstr]) -> (Vec<usize>, Vec<Phase>, Vec<usize>, usize) {
+/// Takes the kernel's pass structure and assigns registers: every `Row` value (and reduce
+/// accumulator) gets its own register; `Elem` values reuse registers within a pass once
+/// their last reader is done.
+fn plan_phases(k: &Kernel, instrs: &mut [PInstr]) -> (Vec<usize>, Vec<Phase>, Vec<usize>, usize) {
     let n = instrs.len();
-    // dep[v]: the number of reduction passes that must finish before v can be computed.
-    let mut dep = vec![0usize; n];
-    for v in 0..n {
-        let ops = operands(&instrs[v].op);
-        let d = ops.iter().map(|&o| dep[o]).max().unwrap_or(0);
-        dep[v] = match instrs[v].op {
-            POp::Reduce { .. } => d + 1,
-            _ => d,
-        };
-    }
-    let passes = (0..n)
-        .filter(|&v| matches!(instrs[v].op, POp::Reduce { .. }))
-        .map(|v| dep[v])
-        .max()
-        .unwrap_or(0);
-
-    // Row registers: one per Row value (and per reduce), never reused.
+    let kp = k.passes();
     let mut next_reg = 0;
     for p in instrs.iter_mut() {
         let is_row_value =
@@ -496,91 +482,69 @@ fn plan_phases(instrs: &mut [PInstr]) -> (Vec<usize>, Vec<Phase>, Vec<usize>, us
         if is_row_value {
             p.row_reg = next_reg;
             next_reg += 1;
-            if let POp::Reduce { op, .. } = p.op
-                && op.is_arg()
-            {
-                p.aux_reg = next_reg;
-                next_reg += 1;
+            if let POp::Reduce { op, .. } = p.op {
+                if op.is_arg() {
+                    p.aux_reg = next_reg;
+                    next_reg += 1;
+                }
             }
         }
     }
     let row_regs = next_reg;
-
-    let mut row_first = vec![];
-    let mut row_stores = vec![];
-    let mut phases: Vec<Phase> = (0..=passes).map(|_| Phase::default()).collect();
-    for v in 0..n {
-        let p = &instrs[v];
-        match (&p.op, p.level) {
-            (POp::Store { .. }, Level::Row) => row_stores.push(v),
-            (POp::Store { .. }, Level::Elem) => phases[passes].stores.push(v),
-            (POp::Reduce { .. }, _) => phases[dep[v] - 1].reduces.push(v),
-            (POp::Const(_), _) => {}
-            (_, Level::Row) => {
-                if dep[v] == 0 {
-                    row_first.push(v);
-                } else {
-                    phases[dep[v] - 1].row_after.push(v);
-                }
-            }
-            _ => {}
-        }
-    }
-    // Elem instructions each pass needs: the Elem cone of its reduce sources / stores.
     let mut max_regs = row_regs;
-    for ph in phases.iter_mut() {
-        let mut need = vec![false; n];
-        let mut stack: Vec<usize> = ph
-            .reduces
+    let mut phases = Vec::with_capacity(kp.passes.len());
+    for pass in &kp.passes {
+        // Fully masked loads became constants: they need no register.
+        let elem: Vec<usize> = pass
+            .elem
             .iter()
-            .chain(&ph.stores)
-            .flat_map(|&r| operands(&instrs[r].op))
+            .copied()
+            .filter(|&v| !matches!(instrs[v].op, POp::Const(_)))
             .collect();
-        while let Some(v) = stack.pop() {
-            if instrs[v].level != Level::Elem || need[v] {
-                continue;
-            }
-            if matches!(instrs[v].op, POp::Const(_)) {
-                continue;
-            }
-            need[v] = true;
-            stack.extend(operands(&instrs[v].op));
-        }
-        ph.elem = (0..n).filter(|&v| need[v]).collect();
-        // Liveness within the pass.
         let mut last_use = vec![0usize; n];
-        for (pos, &v) in ph.elem.iter().enumerate() {
+        for (pos, &v) in elem.iter().enumerate() {
             for o in operands(&instrs[v].op) {
                 last_use[o] = last_use[o].max(pos);
             }
         }
-        let end = ph.elem.len();
-        for &r in ph.reduces.iter().chain(&ph.stores) {
+        for &r in pass.reduces.iter().chain(&pass.stores) {
             for o in operands(&instrs[r].op) {
-                last_use[o] = end;
+                last_use[o] = elem.len();
             }
         }
-        ph.regs = vec![usize::MAX; n];
+        let mut regs = vec![usize::MAX; n];
         let mut free: Vec<usize> = vec![];
         let mut next = row_regs;
-        for (pos, &v) in ph.elem.iter().enumerate() {
-            let borrowed = matches!(instrs[v].op, POp::Load { borrow: true, .. });
-            if !borrowed {
-                let r = free.pop().unwrap_or_else(|| {
+        for (pos, &v) in elem.iter().enumerate() {
+            if !matches!(instrs[v].op, POp::Load { borrow: true, .. }) {
+                regs[v] = free.pop().unwrap_or_else(|| {
                     next += 1;
                     next - 1
                 });
-                ph.regs[v] = r;
             }
             for o in operands(&instrs[v].op) {
-                if last_use[o] == pos && ph.regs[o] != usize::MAX && need[o] {
-                    free.push(ph.regs[o]);
+                let elem_operand = instrs[o].level == Level::Elem;
+                if last_use[o] == pos && regs[o] != usize::MAX && elem_operand {
+                    free.push(regs[o]);
                 }
             }
         }
         max_regs = max_regs.max(next);
+        phases.push(Phase {
+            reduces: pass.reduces.clone(),
+            elem,
+            stores: pass.stores.clone(),
+            row_after: pass.row_after.clone(),
+            regs,
+        });
     }
-    (row_first, phases, row_stores, max_regs.max(1))
+    let row_first = kp
+        .row_first
+        .iter()
+        .copied()
+        .filter(|&v| !matches!(instrs[v].op, POp::Const(_)))
+        .collect();
+    (row_first, phases, kp.row_stores, max_regs.max(1))
 }
 
 /// Operands of a program op.
