@@ -4,6 +4,7 @@
 //! reader, as the memory plan says.
 
 pub mod cpu;
+pub mod cuda;
 
 use crate::device::Device;
 use crate::error::{KilnError, Result};
@@ -17,10 +18,7 @@ pub type PlanOutputs = Vec<Option<Arc<Buffer>>>;
 fn allocate(device: Device, bytes: usize) -> Result<Buffer> {
     match device {
         Device::Cpu => memory::alloc_host(bytes),
-        Device::Cuda(_) => Err(KilnError::DeviceUnavailable {
-            device: device.to_string(),
-            reason: "the CUDA backend is not built into this binary".into(),
-        }),
+        Device::Cuda(n) => cuda::allocate(n, bytes),
     }
 }
 
@@ -44,19 +42,17 @@ pub fn run_plan(plan: &Plan, inputs: &[Arc<Buffer>]) -> Result<PlanOutputs> {
                 let refs: Vec<&Buffer> = args.iter().map(|b| b.as_ref()).collect();
                 match root.device {
                     Device::Cpu => cpu::run_kernel(&pk.kernel, &refs)?,
-                    d @ Device::Cuda(_) => {
-                        return Err(KilnError::DeviceUnavailable {
-                            device: d.to_string(),
-                            reason: "the CUDA backend is not built into this binary".into(),
-                        });
-                    }
+                    Device::Cuda(n) => cuda::run_kernel(n, &pk.kernel, &refs)?,
                 }
             }
-            Step::Transfer { to, .. } => {
-                return Err(KilnError::DeviceUnavailable {
-                    device: to.to_string(),
-                    reason: "device transfers need the CUDA backend".into(),
-                });
+            Step::Transfer {
+                src,
+                group,
+                to,
+                bytes,
+            } => {
+                let from = resolve(*src, inputs, &bufs)?;
+                bufs[*group] = Some(Arc::new(cuda::copy(&from, *bytes, *to)?));
             }
         }
         for &b in &plan.buffers.release_after[step_idx] {

@@ -69,15 +69,14 @@ impl Kernel {
             passes: vec![Pass::default(); rounds + 1],
             row_stores: vec![],
         };
-        for v in 0..n {
-            let ins = &self.ops[v];
+        for (v, (ins, &d)) in self.ops.iter().zip(&dep).enumerate() {
             match (&ins.op, ins.level) {
                 (IrOp::Store { .. }, Level::Row) => out.row_stores.push(v),
                 (IrOp::Store { .. }, Level::Elem) => out.passes[rounds].stores.push(v),
-                (IrOp::Reduce { .. }, _) => out.passes[dep[v] - 1].reduces.push(v),
+                (IrOp::Reduce { .. }, _) => out.passes[d - 1].reduces.push(v),
                 (IrOp::Const(_), _) => {}
-                (_, Level::Row) if dep[v] == 0 => out.row_first.push(v),
-                (_, Level::Row) => out.passes[dep[v] - 1].row_after.push(v),
+                (_, Level::Row) if d == 0 => out.row_first.push(v),
+                (_, Level::Row) => out.passes[d - 1].row_after.push(v),
                 _ => {}
             }
         }

@@ -482,11 +482,11 @@ fn plan_phases(k: &Kernel, instrs: &mut [PInstr]) -> (Vec<usize>, Vec<Phase>, Ve
         if is_row_value {
             p.row_reg = next_reg;
             next_reg += 1;
-            if let POp::Reduce { op, .. } = p.op {
-                if op.is_arg() {
-                    p.aux_reg = next_reg;
-                    next_reg += 1;
-                }
+            if let POp::Reduce { op, .. } = p.op
+                && op.is_arg()
+            {
+                p.aux_reg = next_reg;
+                next_reg += 1;
             }
         }
     }

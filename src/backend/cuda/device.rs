@@ -1,0 +1,293 @@
+//! One CUDA device: its primary context, its caching allocator, the loaded kernels, and
+//! launches and copies. All work goes to the context's default (legacy) stream, so kernels
+//! run in launch order, a block released to the allocator cache can only be reused by work
+//! queued after its last reader, and a synchronous copy to the host sees every earlier
+//! kernel's result.
+
+use super::nvrtc;
+use super::render::{BLOCK, Launch, RenderedKernel};
+use crate::device::Device;
+use crate::error::{KilnError, Result};
+use crate::memory::{self, Buffer, CachingAllocator, DeviceMemory, RoundingPolicy};
+use cudarc::driver::{result, sys};
+use std::collections::HashMap;
+use std::ffi::{CString, c_void};
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// A raw driver handle. Driver handles may be used from any thread once the owning context
+/// is current there, which [`CudaDevice::bind`] ensures before every call.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Handle<T>(pub T);
+// SAFETY: see the type's documentation; the handles are never dereferenced by Rust code.
+unsafe impl<T> Send for Handle<T> {}
+// SAFETY: as above.
+unsafe impl<T> Sync for Handle<T> {}
+
+pub(crate) fn driver_err(what: &str, e: impl std::fmt::Debug) -> KilnError {
+    KilnError::Backend {
+        backend: "cuda",
+        message: format!("{what}: {e:?}"),
+    }
+}
+
+/// Why the driver cannot be used, or the number of devices.
+pub(crate) fn availability() -> std::result::Result<usize, String> {
+    // SAFETY: only probes whether the shared library can be opened.
+    if !unsafe { sys::is_culib_present() } {
+        return Err("the NVIDIA driver library (libcuda.so) was not found".into());
+    }
+    result::init().map_err(|e| format!("cuInit failed: {e:?}"))?;
+    let n = result::device::get_count().map_err(|e| format!("cuDeviceGetCount failed: {e:?}"))?;
+    if n <= 0 {
+        return Err("the driver reports no CUDA device".into());
+    }
+    Ok(n as usize)
+}
+
+/// Device memory for the caching allocator: plain `cuMemAlloc` allocations.
+pub(crate) struct CudaMemory {
+    ordinal: usize,
+    ctx: Handle<sys::CUcontext>,
+}
+
+impl DeviceMemory for CudaMemory {
+    fn device(&self) -> Device {
+        Device::Cuda(self.ordinal)
+    }
+
+    fn alloc(&self, bytes: usize, _align: usize) -> std::result::Result<u64, ()> {
+        // SAFETY: the context is valid for the process lifetime (primary context, retained).
+        unsafe {
+            result::ctx::set_current(self.ctx.0).map_err(|_| ())?;
+            // cuMemAlloc returns at least 256-byte aligned memory; sizes are 512-rounded.
+            result::malloc_sync(bytes.max(1)).map_err(|_| ())
+        }
+    }
+
+    unsafe fn free(&self, addr: u64, _bytes: usize, _align: usize) {
+        // SAFETY: the caller passes an address from `alloc` that nothing uses anymore; work
+        // on the default stream that read it has completed once cuMemFree returns (it
+        // synchronizes).
+        unsafe {
+            let _ = result::ctx::set_current(self.ctx.0);
+            let _ = result::free_sync(addr);
+        }
+    }
+
+    fn free_bytes(&self) -> Option<usize> {
+        // SAFETY: see `alloc`.
+        unsafe { result::ctx::set_current(self.ctx.0).ok()? };
+        result::mem_get_info().ok().map(|(free, _)| free)
+    }
+}
+
+/// An initialized device.
+pub(crate) struct CudaDevice {
+    ctx: Handle<sys::CUcontext>,
+    /// `sm_XX` from the compute capability.
+    pub arch: String,
+    pub sm_count: u32,
+    pub allocator: Arc<CachingAllocator<CudaMemory>>,
+    functions: Mutex<HashMap<(u64, String), Handle<sys::CUfunction>>>,
+    pub(crate) cublas: Mutex<Option<Handle<cudarc::cublas::sys::cublasHandle_t>>>,
+}
+
+impl CudaDevice {
+    fn open(ordinal: usize) -> Result<CudaDevice> {
+        let unavailable = |reason: String| KilnError::DeviceUnavailable {
+            device: Device::Cuda(ordinal).to_string(),
+            reason,
+        };
+        let count = availability().map_err(unavailable)?;
+        if ordinal >= count {
+            return Err(unavailable(format!("only {count} CUDA device(s) present")));
+        }
+        let dev = result::device::get(ordinal as i32).map_err(|e| driver_err("cuDeviceGet", e))?;
+        // SAFETY: `dev` is a valid device handle; the primary context is retained for the
+        // process lifetime and made current on this thread.
+        let (ctx, major, minor, sms) = unsafe {
+            let ctx = result::primary_ctx::retain(dev)
+                .map_err(|e| driver_err("cuDevicePrimaryCtxRetain", e))?;
+            result::ctx::set_current(ctx).map_err(|e| driver_err("cuCtxSetCurrent", e))?;
+            let attr = |a| {
+                result::device::get_attribute(dev, a)
+                    .map_err(|e| driver_err("cuDeviceGetAttribute", e))
+            };
+            (
+                ctx,
+                attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+                attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+                attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
+            )
+        };
+        let allocator = Arc::new(CachingAllocator::new(
+            CudaMemory {
+                ordinal,
+                ctx: Handle(ctx),
+            },
+            RoundingPolicy::CUDA,
+        ));
+        memory::register_device_allocator(allocator.clone())?;
+        Ok(CudaDevice {
+            ctx: Handle(ctx),
+            arch: format!("sm_{major}{minor}"),
+            sm_count: sms.max(1) as u32,
+            allocator,
+            functions: Mutex::new(HashMap::new()),
+            cublas: Mutex::new(None),
+        })
+    }
+
+    /// Makes this device's context current on the calling thread.
+    pub fn bind(&self) -> Result<()> {
+        // SAFETY: the primary context stays retained for the process lifetime.
+        unsafe { result::ctx::set_current(self.ctx.0) }
+            .map_err(|e| driver_err("cuCtxSetCurrent", e))
+    }
+
+    /// A buffer of `bytes` from the caching allocator.
+    pub fn alloc(&self, bytes: usize) -> Result<Buffer> {
+        let block = self.allocator.allocate(bytes)?;
+        Ok(Buffer::new(block, self.allocator.clone()))
+    }
+
+    /// The loaded function for a rendered source (compiled through the NVRTC caches).
+    pub fn function(&self, source: &str, name: &str) -> Result<Handle<sys::CUfunction>> {
+        let key = (nvrtc::source_hash(source), name.to_string());
+        if let Some(f) = self
+            .functions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+        {
+            return Ok(*f);
+        }
+        let (cubin, _) = nvrtc::compile_cached(source, name, &self.arch)?;
+        self.bind()?;
+        let cname = CString::new(name).map_err(|_| KilnError::internal("kernel name with NUL"))?;
+        // SAFETY: `cubin` is a complete CUBIN image for this device's architecture; the
+        // module stays loaded for the process lifetime (functions are cached).
+        let f = unsafe {
+            let module = result::module::load_data(cubin.as_ptr() as *const c_void)
+                .map_err(|e| driver_err("cuModuleLoadData", e))?;
+            result::module::get_function(module, cname)
+                .map_err(|e| driver_err("cuModuleGetFunction", e))?
+        };
+        self.functions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, Handle(f));
+        Ok(Handle(f))
+    }
+
+    /// Launches a rendered kernel over buffer arguments.
+    pub fn launch(&self, k: &RenderedKernel, args: &[&Buffer]) -> Result<()> {
+        let (grid, block) = match k.launch {
+            Launch::Elementwise { numel } => {
+                if numel == 0 {
+                    return Ok(());
+                }
+                let blocks = numel
+                    .div_ceil(BLOCK as u64)
+                    .min(self.sm_count as u64 * 32)
+                    .max(1);
+                (blocks as u32, BLOCK)
+            }
+            Launch::Rows { rows, block } => {
+                if rows == 0 {
+                    return Ok(());
+                }
+                (rows.min(i32::MAX as u64) as u32, block)
+            }
+        };
+        let params: Vec<Param> = args.iter().map(|b| Param::Ptr(b.addr())).collect();
+        self.launch_raw(&k.source, &k.name, grid, block, &params)
+    }
+
+    /// Launches `name` from `source` with explicit parameters.
+    pub fn launch_raw(
+        &self,
+        source: &str,
+        name: &str,
+        grid: u32,
+        block: u32,
+        params: &[Param],
+    ) -> Result<()> {
+        let f = self.function(source, name)?;
+        self.bind()?;
+        let mut values: Vec<u64> = params
+            .iter()
+            .map(|p| match *p {
+                Param::Ptr(a) => a,
+                Param::I64(v) => v as u64,
+            })
+            .collect();
+        let mut ptrs: Vec<*mut c_void> = values
+            .iter_mut()
+            .map(|v| v as *mut u64 as *mut c_void)
+            .collect();
+        // SAFETY: the rendered signature takes exactly these parameters (device pointers and
+        // 64-bit integers, each passed by address); every pointer addresses a live buffer of
+        // at least the size its kernel argument declares (checked by the caller), and the
+        // buffers stay alive until later stream work or a synchronizing free.
+        unsafe {
+            result::launch_kernel(
+                f.0,
+                (grid, 1, 1),
+                (block, 1, 1),
+                0,
+                std::ptr::null_mut(),
+                &mut ptrs,
+            )
+            .map_err(|e| driver_err(&format!("launch of {name}"), e))
+        }
+    }
+
+    /// Copies host bytes into a device buffer.
+    pub fn upload(&self, dst: &Buffer, src: &[u8]) -> Result<()> {
+        if src.len() > dst.len_bytes() {
+            return Err(KilnError::internal("upload larger than its buffer"));
+        }
+        self.bind()?;
+        // SAFETY: `dst` holds at least `src.len()` bytes on this device.
+        unsafe { result::memcpy_htod_sync(dst.addr(), src) }
+            .map_err(|e| driver_err("cuMemcpyHtoD", e))
+    }
+
+    /// Copies a device buffer's first `dst.len()` bytes to the host (waits for earlier work).
+    pub fn download(&self, dst: &mut [u8], src: &Buffer) -> Result<()> {
+        if dst.len() > src.len_bytes() {
+            return Err(KilnError::internal("download larger than its buffer"));
+        }
+        self.bind()?;
+        // SAFETY: `src` holds at least `dst.len()` bytes on this device.
+        unsafe { result::memcpy_dtoh_sync(dst, src.addr()) }
+            .map_err(|e| driver_err("cuMemcpyDtoH", e))
+    }
+
+    /// Waits for all queued work.
+    pub fn synchronize(&self) -> Result<()> {
+        self.bind()?;
+        result::ctx::synchronize().map_err(|e| driver_err("cuCtxSynchronize", e))
+    }
+}
+
+/// A kernel parameter.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Param {
+    Ptr(u64),
+    I64(i64),
+}
+
+/// The device for an ordinal, opened on first use.
+pub(crate) fn get(ordinal: usize) -> Result<Arc<CudaDevice>> {
+    static DEVICES: OnceLock<Mutex<HashMap<usize, Arc<CudaDevice>>>> = OnceLock::new();
+    let map = DEVICES.get_or_init(Default::default);
+    let mut m = map.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(d) = m.get(&ordinal) {
+        return Ok(d.clone());
+    }
+    let d = Arc::new(CudaDevice::open(ordinal)?);
+    m.insert(ordinal, d.clone());
+    Ok(d)
+}

@@ -1,0 +1,187 @@
+//! The CUDA backend. Kernels of the kernel IR are rendered to CUDA C ([`render`], always
+//! built, so codegen is testable anywhere), compiled with NVRTC for the device's own
+//! architecture and cached in memory and on disk ([`nvrtc`]), and launched on the device's
+//! default stream; memory comes from the same caching allocator core as the CPU's, over
+//! plain `cuMemAlloc` blocks; matmuls go through cuBLAS.
+//!
+//! With the `cuda` feature (on by default) kiln links cudarc with dynamic loading: building
+//! needs no CUDA toolkit, and at run time [`availability`] says whether the driver and a GPU
+//! are usable — without panicking when `libcuda` is absent.
+
+pub mod render;
+
+#[cfg(feature = "cuda")]
+mod device;
+#[cfg(feature = "cuda")]
+mod matmul;
+#[cfg(feature = "cuda")]
+pub mod nvrtc;
+
+use crate::device::Device;
+use crate::error::{KilnError, Result};
+use crate::kernel::{IrOp, Kernel};
+use crate::memory::Buffer;
+
+/// The number of usable CUDA devices, or why there are none.
+pub fn availability() -> std::result::Result<usize, String> {
+    #[cfg(feature = "cuda")]
+    {
+        device::availability()
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        Err("kiln was built without the `cuda` feature".into())
+    }
+}
+
+/// True when at least one CUDA device can run kernels.
+pub fn is_available() -> bool {
+    availability().is_ok()
+}
+
+impl Device {
+    /// True when `Device::Cuda(0)` is usable (driver present, a GPU visible).
+    pub fn cuda_is_available() -> bool {
+        is_available()
+    }
+
+    /// Number of usable CUDA devices (0 when there is no driver or GPU).
+    pub fn cuda_device_count() -> usize {
+        availability().unwrap_or(0)
+    }
+}
+
+#[cfg(not(feature = "cuda"))]
+fn unavailable<T>(ordinal: usize) -> Result<T> {
+    Err(KilnError::DeviceUnavailable {
+        device: Device::Cuda(ordinal).to_string(),
+        reason: "kiln was built without the `cuda` feature".into(),
+    })
+}
+
+/// A buffer of `bytes` on device `ordinal`.
+pub fn allocate(ordinal: usize, bytes: usize) -> Result<Buffer> {
+    #[cfg(feature = "cuda")]
+    {
+        device::get(ordinal)?.alloc(bytes)
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = bytes;
+        unavailable(ordinal)
+    }
+}
+
+fn check_args(ordinal: usize, kernel: &Kernel, args: &[&Buffer]) -> Result<()> {
+    kernel
+        .validate()
+        .map_err(|e| KilnError::internal(format!("kernel {}: {e}", kernel.name)))?;
+    if args.len() != kernel.args.len() {
+        return Err(KilnError::internal("wrong number of kernel arguments"));
+    }
+    for (b, a) in args.iter().zip(&kernel.args) {
+        if b.device() != Device::Cuda(ordinal) || b.len_bytes() < a.numel * a.dtype.size_bytes() {
+            return Err(KilnError::internal(format!(
+                "kernel {}: a {}-byte buffer on {} for an argument of {} bytes",
+                kernel.name,
+                b.len_bytes(),
+                b.device(),
+                a.numel * a.dtype.size_bytes()
+            )));
+        }
+    }
+    if let Some(mm) = &kernel.matmul {
+        for (arg, view) in [(mm.lhs, &mm.lhs_view), (mm.rhs, &mm.rhs_view)] {
+            if let Some((lo, hi)) = view.offset_bounds()
+                && (lo < 0 || hi as usize >= kernel.args[arg].numel)
+            {
+                return Err(KilnError::internal(
+                    "matmul operand view outside its buffer",
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Runs one kernel on device `ordinal` (arguments in kernel order, all on that device).
+pub fn run_kernel(ordinal: usize, kernel: &Kernel, args: &[&Buffer]) -> Result<()> {
+    check_args(ordinal, kernel, args)?;
+    #[cfg(feature = "cuda")]
+    {
+        let dev = device::get(ordinal)?;
+        if let Some(mm) = &kernel.matmul {
+            matmul::run(&dev, mm, kernel, args)?;
+            let trivial = kernel.ops.len() == 2 && matches!(kernel.ops[0].op, IrOp::MatmulResult);
+            if trivial {
+                return Ok(());
+            }
+        }
+        let rendered = render::render(kernel)?;
+        dev.launch(&rendered, args)
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = IrOp::MatmulResult;
+        unavailable(ordinal)
+    }
+}
+
+/// Copies a whole buffer to `to` (host↔device or device↔device through the host).
+pub fn copy(src: &Buffer, bytes: usize, to: Device) -> Result<Buffer> {
+    #[cfg(feature = "cuda")]
+    {
+        let mut host = vec![0u8; bytes];
+        match src.device() {
+            Device::Cpu => {
+                if bytes > src.len_bytes() {
+                    return Err(KilnError::internal("copy larger than its source"));
+                }
+                if bytes > 0 {
+                    // SAFETY: a host buffer of at least `bytes` initialized bytes that no
+                    // kernel writes during this copy.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(src.host_ptr(), host.as_mut_ptr(), bytes)
+                    };
+                }
+            }
+            Device::Cuda(n) => device::get(n)?.download(&mut host, src)?,
+        }
+        match to {
+            Device::Cpu => {
+                let dst = crate::memory::alloc_host(bytes)?;
+                if bytes > 0 {
+                    // SAFETY: a fresh host buffer of at least `bytes` bytes.
+                    unsafe { std::ptr::copy_nonoverlapping(host.as_ptr(), dst.host_ptr(), bytes) };
+                }
+                Ok(dst)
+            }
+            Device::Cuda(n) => {
+                let d = device::get(n)?;
+                let dst = d.alloc(bytes)?;
+                d.upload(&dst, &host)?;
+                Ok(dst)
+            }
+        }
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = (src, bytes);
+        match to {
+            Device::Cuda(n) => unavailable(n),
+            Device::Cpu => unavailable(0),
+        }
+    }
+}
+
+/// Waits for all work queued on device `ordinal`.
+pub fn synchronize(ordinal: usize) -> Result<()> {
+    #[cfg(feature = "cuda")]
+    {
+        device::get(ordinal)?.synchronize()
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        unavailable(ordinal)
+    }
+}

@@ -1,0 +1,716 @@
+//! Renders kernel IR to CUDA C (`extern "C" __global__`), ready for NVRTC.
+//!
+//! * Elementwise kernels: one thread per element of S, grid-stride loop.
+//! * Reduce kernels: one block per output row; in each pass the threads stride over the
+//!   reduce space, combine their partial results with warp shuffles and shared memory
+//!   (`kernels/kiln_reduce.cuh`), and every thread gets the row's value; `Row` values are
+//!   then computed by every thread, the `Elem` stores happen in a final pass, and thread 0
+//!   writes the `Row` stores.
+//!
+//! Indices are 32-bit when every extent and view offset fits, 64-bit otherwise. Half types
+//! are stored as 16-bit patterns, computed in f32 and rounded after every op, as on the CPU.
+//! Integer arithmetic wraps (through unsigned arithmetic), float→int casts saturate: the
+//! CPU backend's semantics exactly. The hand-written pieces in `kernels/` are pasted in
+//! front of the kernel, each only when used.
+
+use crate::dtype::{ComputeType, DType, Scalar};
+use crate::error::{KilnError, Result};
+use crate::graph::{BinaryOp, Generator, ReduceOp, UnaryOp};
+use crate::kernel::{IrOp, Kernel, Level, ValueId};
+use crate::shape::View;
+use std::fmt::Write;
+
+/// `kernels/kiln_common.cuh`.
+pub const COMMON_CUH: &str = include_str!("../../../kernels/kiln_common.cuh");
+/// `kernels/kiln_reduce.cuh`.
+pub const REDUCE_CUH: &str = include_str!("../../../kernels/kiln_reduce.cuh");
+/// `kernels/kiln_random.cuh`.
+pub const RANDOM_CUH: &str = include_str!("../../../kernels/kiln_random.cuh");
+/// `kernels/kiln_matmul.cuh`.
+pub const MATMUL_CUH: &str = include_str!("../../../kernels/kiln_matmul.cuh");
+
+/// Threads per block.
+pub const BLOCK: u32 = 256;
+
+/// How to launch a rendered kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Launch {
+    /// One thread per element of the `numel`-element space (grid-stride).
+    Elementwise { numel: u64 },
+    /// One block of `block` threads per output row.
+    Rows { rows: u64, block: u32 },
+}
+
+/// A kernel rendered to CUDA C.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RenderedKernel {
+    /// The `extern "C"` entry point.
+    pub name: String,
+    pub source: String,
+    pub launch: Launch,
+}
+
+/// C type a buffer of `dt` holds.
+pub fn storage_ctype(dt: DType) -> &'static str {
+    match dt {
+        DType::Bool | DType::U8 => "unsigned char",
+        DType::I32 => "int",
+        DType::I64 => "long long",
+        DType::F16 | DType::BF16 => "unsigned short",
+        DType::F32 => "float",
+        DType::F64 => "double",
+    }
+}
+
+/// C type values of `dt` are computed in.
+pub fn compute_ctype(dt: DType) -> &'static str {
+    match dt.compute() {
+        ComputeType::U8 => "unsigned char",
+        ComputeType::I32 => "int",
+        ComputeType::I64 => "long long",
+        ComputeType::F32 => "float",
+        ComputeType::F64 => "double",
+    }
+}
+
+/// A C literal of `s` in `dt`'s compute type (bit-exact for floats, NaN and infinities
+/// included).
+pub fn literal(s: Scalar, dt: DType) -> String {
+    let s = s.cast(dt);
+    match dt.compute() {
+        ComputeType::F32 => {
+            let v = s.to_f64() as f32;
+            if v.is_finite() {
+                let t = format!("{v:?}");
+                if t.contains(['.', 'e']) {
+                    format!("{t}f")
+                } else {
+                    format!("{t}.0f")
+                }
+            } else {
+                format!("__int_as_float(0x{:08x})", v.to_bits())
+            }
+        }
+        ComputeType::F64 => {
+            let v = s.to_f64();
+            if v.is_finite() {
+                let t = format!("{v:?}");
+                if t.contains(['.', 'e']) {
+                    t
+                } else {
+                    format!("{t}.0")
+                }
+            } else {
+                format!("__longlong_as_double(0x{:016x}LL)", v.to_bits())
+            }
+        }
+        ComputeType::I64 => {
+            let v = s.to_i64();
+            if v == i64::MIN {
+                "(-9223372036854775807LL - 1)".into()
+            } else {
+                format!("{v}LL")
+            }
+        }
+        ComputeType::I32 => {
+            let v = s.to_i64() as i32;
+            if v == i32::MIN {
+                "(-2147483647 - 1)".into()
+            } else {
+                format!("{v}")
+            }
+        }
+        ComputeType::U8 => format!("((unsigned char){})", s.to_i64() as u8),
+    }
+}
+
+/// Makes an identifier out of a kernel name.
+fn ident(name: &str) -> String {
+    let mut s: String = name
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    if !s.starts_with(|c: char| c.is_ascii_alphabetic()) {
+        s.insert_str(0, "k_");
+    }
+    s
+}
+
+struct Renderer<'k> {
+    k: &'k Kernel,
+    /// Index type: `int` or `long long`.
+    idx: &'static str,
+    out_dims: Vec<usize>,
+    /// Instructions whose values are computed by a matmul (read from the output buffer).
+    body: String,
+}
+
+/// Renders `k`. Matmul kernels render their epilogue (the product is read from the
+/// output buffer, where cuBLAS left it).
+pub fn render(k: &Kernel) -> Result<RenderedKernel> {
+    k.validate()
+        .map_err(|e| KilnError::internal(format!("render {}: {e}", k.name)))?;
+    let big = k.shape.iter().product::<usize>() >= (i32::MAX as usize)
+        || k.args.iter().any(|a| a.numel >= i32::MAX as usize);
+    let out_dims: Vec<usize> = (0..k.shape.len())
+        .filter(|d| !k.reduce_axes.contains(d))
+        .collect();
+    let mut r = Renderer {
+        k,
+        idx: if big { "long long" } else { "int" },
+        out_dims,
+        body: String::new(),
+    };
+    let name = ident(&k.name);
+    let launch = if k.reduce_axes.is_empty() {
+        r.elementwise()?;
+        Launch::Elementwise {
+            numel: k.shape.iter().product::<usize>() as u64,
+        }
+    } else {
+        let red: usize = k.reduce_axes.iter().map(|&a| k.shape[a]).product();
+        let block = (red.next_power_of_two().clamp(32, BLOCK as usize)) as u32;
+        r.rows()?;
+        Launch::Rows {
+            rows: k.row_shape().iter().product::<usize>() as u64,
+            block,
+        }
+    };
+    let mut src = String::new();
+    let _ = writeln!(
+        src,
+        "// kiln kernel {} — generated from kernel IR; do not edit.",
+        k.name
+    );
+    src.push_str(COMMON_CUH);
+    if !k.reduce_axes.is_empty() {
+        src.push_str(REDUCE_CUH);
+    }
+    let random = k.ops.iter().any(|i| {
+        matches!(
+            i.op,
+            IrOp::Generate {
+                gen_: Generator::Rand { .. } | Generator::Randn { .. },
+                ..
+            }
+        )
+    });
+    if random {
+        src.push_str(RANDOM_CUH);
+    }
+    let params: Vec<String> = k
+        .args
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            let c = if a.output { "" } else { "const " };
+            format!("{c}{}* __restrict__ a{i}", storage_ctype(a.dtype))
+        })
+        .collect();
+    let bound = match launch {
+        Launch::Elementwise { .. } => BLOCK,
+        Launch::Rows { block, .. } => block,
+    };
+    let _ = write!(
+        src,
+        "\nextern \"C\" __global__ void __launch_bounds__({bound}) {name}({}) {{\n{}}}\n",
+        params.join(", "),
+        r.body
+    );
+    Ok(RenderedKernel {
+        name,
+        source: src,
+        launch,
+    })
+}
+
+impl Renderer<'_> {
+    fn line(&mut self, depth: usize, s: &str) {
+        for _ in 0..depth {
+            self.body.push_str("    ");
+        }
+        self.body.push_str(s);
+        self.body.push('\n');
+    }
+
+    /// `c{d} = ...` for the dims in `dims`, from flat index `var` (row-major over `dims`).
+    fn unflatten(&mut self, depth: usize, var: &str, dims: &[usize]) {
+        let idx = self.idx;
+        if dims.is_empty() {
+            return;
+        }
+        self.line(depth, &format!("{idx} r_ = {var};"));
+        for (j, &d) in dims.iter().enumerate().rev() {
+            let n = self.k.shape[d];
+            if j == 0 {
+                self.line(depth, &format!("const {idx} c{d} = r_;"));
+            } else {
+                self.line(depth, &format!("const {idx} c{d} = r_ % {n}; r_ /= {n};"));
+            }
+        }
+    }
+
+    fn elementwise(&mut self) -> Result<()> {
+        let idx = self.idx;
+        let n: usize = self.k.shape.iter().product();
+        let dims: Vec<usize> = (0..self.k.shape.len()).collect();
+        self.line(1, &format!("const {idx} n_ = {n};"));
+        self.line(
+            1,
+            &format!(
+                "for ({idx} i_ = ({idx})blockIdx.x * blockDim.x + threadIdx.x; i_ < n_; i_ += ({idx})gridDim.x * blockDim.x) {{"
+            ),
+        );
+        self.unflatten(2, "i_", &dims);
+        let passes = self.k.passes();
+        let last = passes.passes.len() - 1;
+        for &v in &passes.passes[last].elem {
+            self.instr(2, v)?;
+        }
+        for &s in &passes.passes[last].stores {
+            self.instr(2, s)?;
+        }
+        self.line(1, "}");
+        Ok(())
+    }
+
+    fn rows(&mut self) -> Result<()> {
+        let idx = self.idx;
+        let k = self.k;
+        let rows: usize = k.row_shape().iter().product();
+        let red: usize = k.reduce_axes.iter().map(|&a| k.shape[a]).product();
+        let out_dims = self.out_dims.clone();
+        let axes = k.reduce_axes.clone();
+        let passes = k.passes();
+        self.line(1, "__shared__ unsigned long long smem_[64];");
+        self.line(
+            1,
+            &format!("for (long long row_ = blockIdx.x; row_ < {rows}LL; row_ += gridDim.x) {{"),
+        );
+        self.unflatten(2, &format!("({idx})row_"), &out_dims);
+        for &v in &passes.row_first {
+            self.instr(2, v)?;
+        }
+        for pass in &passes.passes {
+            if !pass.reduces.is_empty() || !pass.stores.is_empty() {
+                // Accumulators.
+                for &r in &pass.reduces {
+                    let (op, src) = reduce_parts(k, r);
+                    let acc = acc_ctype(k.ops[src].dtype);
+                    let id = identity(op, k.ops[src].dtype);
+                    self.line(2, &format!("{acc} acc{r} = {id};"));
+                    if op.is_arg() {
+                        self.line(2, &format!("long long acci{r} = -1;"));
+                    }
+                }
+                self.line(
+                    2,
+                    &format!("for ({idx} a_ = threadIdx.x; a_ < {red}; a_ += blockDim.x) {{"),
+                );
+                self.unflatten(3, "a_", &axes);
+                for &v in &pass.elem {
+                    self.instr(3, v)?;
+                }
+                for &r in &pass.reduces {
+                    let (op, src) = reduce_parts(k, r);
+                    let acc = acc_ctype(k.ops[src].dtype);
+                    let val = self.value(src, Level::Elem);
+                    let line = match op {
+                        ReduceOp::ArgMax | ReduceOp::ArgMin => format!(
+                            "kiln_arg_combine<{}>(acc{r}, acci{r}, ({acc}){val}, (long long)a_);",
+                            op_code(op)
+                        ),
+                        _ => format!(
+                            "acc{r} = kiln_combine<{}>(acc{r}, ({acc}){val});",
+                            op_code(op)
+                        ),
+                    };
+                    self.line(3, &line);
+                }
+                for &s in &pass.stores {
+                    self.instr(3, s)?;
+                }
+                self.line(2, "}");
+                for &r in &pass.reduces {
+                    let (op, src) = reduce_parts(k, r);
+                    let dt = k.ops[r].dtype;
+                    let ct = compute_ctype(dt);
+                    let acc = acc_ctype(k.ops[src].dtype);
+                    let expr = match op {
+                        ReduceOp::ArgMax | ReduceOp::ArgMin => format!(
+                            "kiln_block_arg_reduce<{}, {acc}>(acc{r}, acci{r}, smem_)",
+                            op_code(op)
+                        ),
+                        _ => round_half(
+                            dt,
+                            format!(
+                                "({ct})kiln_block_reduce<{}, {acc}>(acc{r}, {}, smem_)",
+                                op_code(op),
+                                identity(op, k.ops[src].dtype)
+                            ),
+                        ),
+                    };
+                    self.line(2, &format!("const {ct} v{r} = {expr};"));
+                }
+            }
+            for &v in &pass.row_after {
+                self.instr(2, v)?;
+            }
+        }
+        if !passes.row_stores.is_empty() {
+            self.line(2, "if (threadIdx.x == 0) {");
+            for &s in &passes.row_stores {
+                self.instr(3, s)?;
+            }
+            self.line(2, "}");
+        }
+        self.line(1, "}");
+        Ok(())
+    }
+
+    /// The C expression for value `v` as read by an instruction of level `_reader`.
+    fn value(&self, v: ValueId, _reader: Level) -> String {
+        match &self.k.ops[v].op {
+            IrOp::Const(s) => literal(*s, self.k.ops[v].dtype),
+            _ => format!("v{v}"),
+        }
+    }
+
+    /// `offset + Σ c_d·stride_d` for a view over S (`Elem`) or O (`Row`).
+    fn offset(&self, view: &View, level: Level) -> String {
+        let dims = self.view_dims(level);
+        let mut terms: Vec<String> = vec![];
+        if view.offset != 0 {
+            terms.push(format!("({}){}", self.idx, view.offset));
+        }
+        for (j, &d) in dims.iter().enumerate() {
+            let st = view.strides[j];
+            if st == 0 || view.shape[j] <= 1 {
+                continue;
+            }
+            terms.push(match st {
+                1 => format!("c{d}"),
+                -1 => format!("-c{d}"),
+                _ => format!("c{d} * {st}"),
+            });
+        }
+        if terms.is_empty() {
+            "0".into()
+        } else {
+            terms.join(" + ").replace("+ -", "- ")
+        }
+    }
+
+    /// The mask test of a view, or `None` if unmasked.
+    fn valid(&self, view: &View, level: Level) -> Option<String> {
+        let m = view.mask.as_ref()?;
+        let dims = self.view_dims(level);
+        let mut parts = vec![];
+        for (j, &d) in dims.iter().enumerate() {
+            let (lo, hi) = m[j];
+            if lo >= hi {
+                return Some("false".into());
+            }
+            if lo > 0 {
+                parts.push(format!("c{d} >= {lo}"));
+            }
+            if hi < view.shape[j] {
+                parts.push(format!("c{d} < {hi}"));
+            }
+        }
+        Some(if parts.is_empty() {
+            "true".into()
+        } else {
+            parts.join(" && ")
+        })
+    }
+
+    /// S dimensions a view of `level` is indexed by.
+    fn view_dims(&self, level: Level) -> Vec<usize> {
+        match level {
+            Level::Elem => (0..self.k.shape.len()).collect(),
+            Level::Row => self.out_dims.clone(),
+        }
+    }
+
+    fn instr(&mut self, depth: usize, v: ValueId) -> Result<()> {
+        let k = self.k;
+        let ins = &k.ops[v];
+        let dt = ins.dtype;
+        let ct = compute_ctype(dt);
+        let expr = match &ins.op {
+            IrOp::Const(_) => return Ok(()),
+            IrOp::Load { arg, view, fill } => {
+                let read = load_conv(dt, &format!("a{arg}[{}]", self.offset(view, ins.level)));
+                match self.valid(view, ins.level) {
+                    Some(c) => format!("({c}) ? {read} : {}", literal(*fill, dt)),
+                    None => read,
+                }
+            }
+            IrOp::Generate { gen_, view, fill } => {
+                let g = generate(*gen_, dt, &self.offset(view, ins.level));
+                match self.valid(view, ins.level) {
+                    Some(c) => format!("({c}) ? ({g}) : {}", literal(*fill, dt)),
+                    None => g,
+                }
+            }
+            IrOp::Valid { view } => match self.valid(view, ins.level) {
+                Some(c) => format!("(unsigned char)({c})"),
+                None => "(unsigned char)1".into(),
+            },
+            IrOp::MatmulResult => {
+                let out = k.matmul.as_ref().map(|m| m.out).unwrap_or(0);
+                load_conv(
+                    dt,
+                    &format!(
+                        "a{out}[{}]",
+                        self.offset(&View::contiguous(&k.shape), Level::Elem)
+                    ),
+                )
+            }
+            IrOp::Unary(u, a) => round_half(dt, unary(*u, dt, &self.value(*a, ins.level))),
+            IrOp::Binary(b, x, y) => {
+                let in_dt = k.ops[*x].dtype;
+                let (x, y) = (self.value(*x, ins.level), self.value(*y, ins.level));
+                let e = binary(*b, in_dt, &x, &y);
+                if b.is_comparison() {
+                    e
+                } else {
+                    round_half(dt, e)
+                }
+            }
+            IrOp::Where(c, x, y) => format!(
+                "{} ? {} : {}",
+                self.value(*c, ins.level),
+                self.value(*x, ins.level),
+                self.value(*y, ins.level)
+            ),
+            IrOp::Cast(a) => cast(k.ops[*a].dtype, dt, &self.value(*a, ins.level)),
+            IrOp::Reduce { .. } => return Ok(()),
+            IrOp::Store { arg, view, src } => {
+                let val = self.value(*src, ins.level);
+                let line = format!(
+                    "a{arg}[{}] = {};",
+                    self.offset(view, ins.level),
+                    store_conv(dt, &val)
+                );
+                self.line(depth, &line);
+                return Ok(());
+            }
+        };
+        self.line(depth, &format!("const {ct} v{v} = {expr};"));
+        Ok(())
+    }
+}
+
+fn reduce_parts(k: &Kernel, r: ValueId) -> (ReduceOp, ValueId) {
+    match k.ops[r].op {
+        IrOp::Reduce { op, src } => (op, src),
+        _ => (ReduceOp::Sum, r),
+    }
+}
+
+fn op_code(op: ReduceOp) -> u8 {
+    match op {
+        ReduceOp::Sum => 0,
+        ReduceOp::Prod => 1,
+        ReduceOp::Max => 2,
+        ReduceOp::Min => 3,
+        ReduceOp::ArgMax => 4,
+        ReduceOp::ArgMin => 5,
+    }
+}
+
+/// Accumulator type for a reduction over values of `dt`.
+fn acc_ctype(dt: DType) -> &'static str {
+    compute_ctype(dt)
+}
+
+fn identity(op: ReduceOp, dt: DType) -> String {
+    let ct = compute_ctype(dt);
+    let s = match (op, dt.compute()) {
+        (ReduceOp::Sum, _) => return format!("({ct})0"),
+        (ReduceOp::Prod, _) => return format!("({ct})1"),
+        (ReduceOp::Max | ReduceOp::ArgMax, ComputeType::F32 | ComputeType::F64) => {
+            Scalar::Float(f64::NEG_INFINITY)
+        }
+        (ReduceOp::Min | ReduceOp::ArgMin, ComputeType::F32 | ComputeType::F64) => {
+            Scalar::Float(f64::INFINITY)
+        }
+        (ReduceOp::Max | ReduceOp::ArgMax, ComputeType::U8) => Scalar::Int(0),
+        (ReduceOp::Min | ReduceOp::ArgMin, ComputeType::U8) => Scalar::Int(255),
+        (ReduceOp::Max | ReduceOp::ArgMax, ComputeType::I32) => Scalar::Int(i32::MIN as i64),
+        (ReduceOp::Min | ReduceOp::ArgMin, ComputeType::I32) => Scalar::Int(i32::MAX as i64),
+        (ReduceOp::Max | ReduceOp::ArgMax, ComputeType::I64) => Scalar::Int(i64::MIN),
+        (ReduceOp::Min | ReduceOp::ArgMin, ComputeType::I64) => Scalar::Int(i64::MAX),
+    };
+    // Identities are literals of the compute type (f32 for half types).
+    let lit_dt = match dt.compute() {
+        ComputeType::F32 => DType::F32,
+        ComputeType::F64 => DType::F64,
+        ComputeType::I32 => DType::I32,
+        ComputeType::I64 => DType::I64,
+        ComputeType::U8 => DType::U8,
+    };
+    literal(s, lit_dt)
+}
+
+fn round_half(dt: DType, e: String) -> String {
+    match dt {
+        DType::F16 => format!("kiln_round_f16({e})"),
+        DType::BF16 => format!("kiln_round_bf16({e})"),
+        _ => e,
+    }
+}
+
+fn load_conv(dt: DType, read: &str) -> String {
+    match dt {
+        DType::F16 => format!("kiln_f16_to_f32({read})"),
+        DType::BF16 => format!("kiln_bf16_to_f32({read})"),
+        _ => read.to_string(),
+    }
+}
+
+fn store_conv(dt: DType, v: &str) -> String {
+    match dt {
+        DType::F16 => format!("kiln_f32_to_f16({v})"),
+        DType::BF16 => format!("kiln_f32_to_bf16({v})"),
+        _ => v.to_string(),
+    }
+}
+
+fn generate(g: Generator, dt: DType, index: &str) -> String {
+    let ct = compute_ctype(dt);
+    let i = format!("(unsigned long long)({index})");
+    let f64_ = dt == DType::F64;
+    let raw = match g {
+        Generator::Full(v) => return literal(v, dt),
+        Generator::Arange { start, step } => {
+            if dt.is_float() {
+                let e = format!(
+                    "({} + (double)({index}) * {})",
+                    literal(start, DType::F64),
+                    literal(step, DType::F64)
+                );
+                if f64_ { e } else { format!("(float){e}") }
+            } else {
+                format!(
+                    "({ct})kiln_add({}, kiln_mul((long long)({index}), {}))",
+                    literal(start, DType::I64),
+                    literal(step, DType::I64)
+                )
+            }
+        }
+        Generator::Rand { seed } => {
+            if f64_ {
+                format!("kiln_uniform_f64({seed}ULL, {i})")
+            } else {
+                format!("kiln_uniform_f32({seed}ULL, {i})")
+            }
+        }
+        Generator::Randn { seed } => {
+            if f64_ {
+                format!("kiln_normal_f64({seed}ULL, {i})")
+            } else {
+                format!("kiln_normal_f32({seed}ULL, {i})")
+            }
+        }
+    };
+    round_half(dt, raw)
+}
+
+fn unary(u: UnaryOp, dt: DType, a: &str) -> String {
+    let f32_ = dt.compute() == ComputeType::F32;
+    let ct = compute_ctype(dt);
+    let call = |f: &str, d: &str| {
+        if f32_ {
+            format!("{f}({a})")
+        } else {
+            format!("{d}({a})")
+        }
+    };
+    match u {
+        UnaryOp::Neg => {
+            if dt.is_float() {
+                format!("-{a}")
+            } else {
+                format!("kiln_sub(({ct})0, {a})")
+            }
+        }
+        UnaryOp::Abs => {
+            if dt.is_float() {
+                call("fabsf", "fabs")
+            } else if dt == DType::U8 {
+                a.to_string()
+            } else {
+                format!("({a} < 0 ? kiln_sub(({ct})0, {a}) : {a})")
+            }
+        }
+        UnaryOp::Relu => format!("kiln_relu<{ct}>({a})"),
+        UnaryOp::Exp => call("expf", "exp"),
+        UnaryOp::Log => call("logf", "log"),
+        UnaryOp::Sqrt => call("sqrtf", "sqrt"),
+        UnaryOp::Recip => {
+            if f32_ {
+                format!("(1.0f / {a})")
+            } else {
+                format!("(1.0 / {a})")
+            }
+        }
+        UnaryOp::Sin => call("sinf", "sin"),
+        UnaryOp::Cos => call("cosf", "cos"),
+        UnaryOp::Tanh => call("tanhf", "tanh"),
+        UnaryOp::Sigmoid => format!("kiln_sigmoid({a})"),
+        UnaryOp::Gelu => format!("kiln_gelu({a})"),
+    }
+}
+
+fn binary(b: BinaryOp, in_dt: DType, x: &str, y: &str) -> String {
+    let ct = compute_ctype(in_dt);
+    let float = in_dt.is_float();
+    let f32_ = in_dt.compute() == ComputeType::F32;
+    match b {
+        BinaryOp::Add => format!("kiln_add(({ct}){x}, ({ct}){y})"),
+        BinaryOp::Sub => format!("kiln_sub(({ct}){x}, ({ct}){y})"),
+        BinaryOp::Mul => format!("kiln_mul(({ct}){x}, ({ct}){y})"),
+        BinaryOp::Div => format!("({x} / {y})"),
+        BinaryOp::Pow => {
+            if !float {
+                format!("({ct})kiln_ipow((long long){x}, (long long){y})")
+            } else if f32_ {
+                format!("powf({x}, {y})")
+            } else {
+                format!("pow({x}, {y})")
+            }
+        }
+        BinaryOp::Max => format!("kiln_max<{ct}>({x}, {y})"),
+        BinaryOp::Min => format!("kiln_min<{ct}>({x}, {y})"),
+        BinaryOp::Lt => format!("(unsigned char)({x} < {y})"),
+        BinaryOp::Le => format!("(unsigned char)({x} <= {y})"),
+        BinaryOp::Gt => format!("(unsigned char)({x} > {y})"),
+        BinaryOp::Ge => format!("(unsigned char)({x} >= {y})"),
+        BinaryOp::Eq => format!("(unsigned char)({x} == {y})"),
+        BinaryOp::Ne => format!("(unsigned char)({x} != {y})"),
+    }
+}
+
+/// Conversion with the CPU's cast semantics.
+fn cast(from: DType, to: DType, a: &str) -> String {
+    if to == DType::Bool {
+        return format!("(unsigned char)({a} != 0)");
+    }
+    match (from.is_float(), to) {
+        (true, DType::U8) => format!("kiln_f2u8((double){a})"),
+        (true, DType::I32) => format!("kiln_f2i32((double){a})"),
+        (true, DType::I64) => format!("kiln_f2i64((double){a})"),
+        (_, DType::F16) => {
+            if from.compute() == ComputeType::F32 {
+                format!("kiln_round_f16({a})")
+            } else {
+                format!("kiln_round_f16_f64((double){a})")
+            }
+        }
+        (_, DType::BF16) => format!("kiln_round_bf16((float){a})"),
+        (_, to) => format!("({}){a}", compute_ctype(to)),
+    }
+}

@@ -1,0 +1,193 @@
+//! CUDA codegen without a GPU: golden rendered sources for canonical graphs (a codegen
+//! change shows up in review as a diff of `tests/golden/*.cu`; regenerate with
+//! `KILN_BLESS=1`), and NVRTC compiles of them, plus a deliberately broken kernel whose
+//! error must carry the NVRTC log.
+//!
+//! NVRTC runs without a GPU. When its library is not on the loader path the NVRTC tests
+//! print why and pass, unless `KILN_REQUIRE_NVRTC=1` (set by `.ci/run`) makes that a failure.
+
+use kiln::backend::cuda::render::{Launch, render};
+use kiln::plan::Step;
+use kiln::{DType, RealizeOptions, Tensor};
+use std::path::PathBuf;
+
+fn input(shape: &[usize], dtype: DType) -> Tensor {
+    let t = Tensor::try_randn(shape, 1, DType::F32).unwrap().cast(dtype);
+    t.realize().unwrap();
+    t
+}
+
+/// Canonical graphs, each planned fused into one kernel.
+fn canonical() -> Vec<(&'static str, Tensor)> {
+    let x = input(&[32, 100], DType::F32);
+    let h = input(&[32, 100], DType::F16);
+    let b = input(&[64, 48], DType::BF16);
+    let i = input(&[16, 16], DType::I32);
+    vec![
+        (
+            "elementwise_chain_f32",
+            ((&x * 2.0 + 1.0).exp() - &x).sqrt(),
+        ),
+        ("softmax_rows_f32", x.softmax(-1)),
+        ("layer_norm_f32", x.layer_norm(&[100], None, None, 1e-5)),
+        ("half_mix_f16", (&h * 0.5).tanh() + h.sigmoid()),
+        ("bf16_column_sum", b.sum(&[0], false)),
+        ("argmax_columns_f32", x.argmax(Some(0), false)),
+        (
+            "views_pad_flip_slice",
+            x.flip(&[1])
+                .slice(&[(0, 32, 3)])
+                .pad(&[(1, 1), (2, 0)], -1.0)
+                * 3.0,
+        ),
+        (
+            "int_wrapping_i32",
+            (&i * 3 - 7).maximum(i.t()).cast(DType::U8),
+        ),
+        (
+            "rand_normal_f32",
+            Tensor::rand(&[8, 8], 3) + Tensor::randn(&[8, 8], 4),
+        ),
+        ("matmul_epilogue_f32", (x.matmul(&x.t()) + 1.0).relu()),
+    ]
+}
+
+fn golden_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests")
+        .join("golden")
+}
+
+fn rendered(t: &Tensor) -> Vec<kiln::backend::cuda::render::RenderedKernel> {
+    let plan = t.plan(&RealizeOptions::default()).unwrap();
+    plan.steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::Kernel(k) => Some(render(&k.kernel).unwrap()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn rendered_sources_match_golden_files() {
+    let bless = std::env::var_os("KILN_BLESS").is_some();
+    let mut mismatches = vec![];
+    for (name, t) in canonical() {
+        let ks = rendered(&t);
+        let text: String = ks
+            .iter()
+            .map(|k| format!("// launch: {:?}\n{}", k.launch, k.source))
+            .collect();
+        let path = golden_dir().join(format!("{name}.cu"));
+        if bless {
+            std::fs::create_dir_all(golden_dir()).unwrap();
+            std::fs::write(&path, &text).unwrap();
+            continue;
+        }
+        let want = std::fs::read_to_string(&path)
+            .unwrap_or_else(|_| panic!("missing golden file {path:?}; run with KILN_BLESS=1"));
+        if want != text {
+            mismatches.push(name);
+        }
+    }
+    assert!(
+        mismatches.is_empty(),
+        "rendered CUDA changed for {mismatches:?}; review and rerun with KILN_BLESS=1"
+    );
+}
+
+#[test]
+fn rendering_follows_the_kernel_structure() {
+    for (name, t) in canonical() {
+        for k in rendered(&t) {
+            assert!(
+                k.source
+                    .contains(&"extern \"C\" __global__ void __launch_bounds__".to_string()),
+                "{name}"
+            );
+            assert!(k.source.contains(&k.name), "{name}");
+        }
+    }
+    let x = input(&[32, 100], DType::F32);
+    let ks = rendered(&x.softmax(-1));
+    assert_eq!(ks.len(), 1);
+    assert!(matches!(ks[0].launch, Launch::Rows { rows: 32, .. }));
+    assert_eq!(
+        ks[0].source.matches("kiln_block_reduce<").count(),
+        2,
+        "max and sum"
+    );
+    let ks = rendered(&(&x + 1.0));
+    assert!(matches!(ks[0].launch, Launch::Elementwise { numel: 3200 }));
+    // Half types pull in the conversion helpers; only random kernels pull in the generator.
+    let h = input(&[4], DType::F16);
+    assert!(
+        rendered(&(&h * 2.0))[0]
+            .source
+            .contains("kiln_f16_to_f32(a0[")
+    );
+    assert!(
+        !rendered(&(&x + 1.0))[0]
+            .source
+            .contains("kiln_rand_bits(unsigned")
+    );
+}
+
+#[cfg(feature = "cuda")]
+mod nvrtc {
+    use super::*;
+    use kiln::backend::cuda::nvrtc::{availability, compile};
+
+    fn nvrtc_or_skip() -> bool {
+        match availability() {
+            Ok(_) => true,
+            Err(why) => {
+                assert!(
+                    std::env::var_os("KILN_REQUIRE_NVRTC").is_none(),
+                    "KILN_REQUIRE_NVRTC is set but NVRTC is unusable: {why}"
+                );
+                eprintln!("skipping NVRTC test: {why}");
+                false
+            }
+        }
+    }
+
+    #[test]
+    fn canonical_kernels_compile_for_sm90_and_sm80() {
+        if !nvrtc_or_skip() {
+            return;
+        }
+        for (name, t) in canonical() {
+            for k in rendered(&t) {
+                for arch in ["sm_90", "sm_80"] {
+                    let cubin = compile(&k.source, &k.name, arch)
+                        .unwrap_or_else(|e| panic!("{name} for {arch}: {e}"));
+                    assert!(cubin.starts_with(b"\x7fELF"), "CUBIN is an ELF image");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn broken_kernel_returns_the_nvrtc_log() {
+        if !nvrtc_or_skip() {
+            return;
+        }
+        let src = "extern \"C\" __global__ void broken(float* a) { a[0] = undefined_name + 1; }";
+        match compile(src, "broken", "sm_90") {
+            Err(kiln::KilnError::Compile {
+                kernel,
+                arch,
+                log,
+                source_code,
+            }) => {
+                assert_eq!(kernel, "broken");
+                assert_eq!(arch, "sm_90");
+                assert!(log.contains("undefined_name"), "log: {log}");
+                assert_eq!(source_code, src);
+            }
+            other => panic!("expected a compile error, got {other:?}"),
+        }
+    }
+}

@@ -1,0 +1,183 @@
+// launch: Rows { rows: 48, block: 64 }
+// kiln kernel k0_sum0 — generated from kernel IR; do not edit.
+// kiln_common.cuh — scalar helpers every rendered kernel may use.
+// Half types are stored as 16-bit patterns and computed in f32; conversions use PTX `cvt`
+// (no CUDA headers needed, so NVRTC compiles these anywhere).
+
+__device__ __forceinline__ float kiln_f16_to_f32(unsigned short h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+__device__ __forceinline__ unsigned short kiln_f32_to_f16(float f) {
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+__device__ __forceinline__ unsigned short kiln_f64_to_f16(double d) {
+    unsigned short h;
+    asm("cvt.rn.f16.f64 %0, %1;" : "=h"(h) : "d"(d));
+    return h;
+}
+__device__ __forceinline__ float kiln_bf16_to_f32(unsigned short b) {
+    return __uint_as_float(((unsigned int)b) << 16);
+}
+// Round to nearest even; NaN stays a (quiet) NaN.
+__device__ __forceinline__ unsigned short kiln_f32_to_bf16(float f) {
+    unsigned int u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (unsigned short)(u >> 16);
+}
+// Round an f32 value to the precision of a half type (results of f16/bf16 ops).
+__device__ __forceinline__ float kiln_round_f16(float x) { return kiln_f16_to_f32(kiln_f32_to_f16(x)); }
+__device__ __forceinline__ float kiln_round_bf16(float x) { return kiln_bf16_to_f32(kiln_f32_to_bf16(x)); }
+__device__ __forceinline__ float kiln_round_f16_f64(double x) { return kiln_f16_to_f32(kiln_f64_to_f16(x)); }
+
+// Float to integer casts with Rust `as` semantics: truncate toward zero, saturate, NaN -> 0.
+__device__ __forceinline__ unsigned char kiln_f2u8(double x) {
+    return x != x ? 0 : (x >= 255.0 ? 255 : (x <= 0.0 ? 0 : (unsigned char)x));
+}
+__device__ __forceinline__ int kiln_f2i32(double x) {
+    return x != x ? 0 : (x >= 2147483647.0 ? 2147483647 : (x <= -2147483648.0 ? (-2147483647 - 1) : (int)x));
+}
+__device__ __forceinline__ long long kiln_f2i64(double x) {
+    return x != x ? 0LL
+                  : (x >= 9223372036854775807.0 ? 9223372036854775807LL
+                                                : (x <= -9223372036854775808.0 ? (-9223372036854775807LL - 1) : (long long)x));
+}
+
+// Wrapping integer arithmetic (signed overflow must not be undefined behaviour).
+__device__ __forceinline__ int kiln_add(int a, int b) { return (int)((unsigned int)a + (unsigned int)b); }
+__device__ __forceinline__ int kiln_sub(int a, int b) { return (int)((unsigned int)a - (unsigned int)b); }
+__device__ __forceinline__ int kiln_mul(int a, int b) { return (int)((unsigned int)a * (unsigned int)b); }
+__device__ __forceinline__ long long kiln_add(long long a, long long b) { return (long long)((unsigned long long)a + (unsigned long long)b); }
+__device__ __forceinline__ long long kiln_sub(long long a, long long b) { return (long long)((unsigned long long)a - (unsigned long long)b); }
+__device__ __forceinline__ long long kiln_mul(long long a, long long b) { return (long long)((unsigned long long)a * (unsigned long long)b); }
+__device__ __forceinline__ unsigned char kiln_add(unsigned char a, unsigned char b) { return (unsigned char)(a + b); }
+__device__ __forceinline__ unsigned char kiln_sub(unsigned char a, unsigned char b) { return (unsigned char)(a - b); }
+__device__ __forceinline__ unsigned char kiln_mul(unsigned char a, unsigned char b) { return (unsigned char)(a * b); }
+__device__ __forceinline__ float kiln_add(float a, float b) { return a + b; }
+__device__ __forceinline__ float kiln_sub(float a, float b) { return a - b; }
+__device__ __forceinline__ float kiln_mul(float a, float b) { return a * b; }
+__device__ __forceinline__ double kiln_add(double a, double b) { return a + b; }
+__device__ __forceinline__ double kiln_sub(double a, double b) { return a - b; }
+__device__ __forceinline__ double kiln_mul(double a, double b) { return a * b; }
+
+// max/min that propagate NaN (a comparison with NaN is false, so test it explicitly).
+template <typename T> __device__ __forceinline__ T kiln_max(T a, T b) { return (a != a || a > b) ? a : b; }
+template <typename T> __device__ __forceinline__ T kiln_min(T a, T b) { return (a != a || a < b) ? a : b; }
+template <typename T> __device__ __forceinline__ T kiln_relu(T a) { return (a != a || a > (T)0) ? a : (T)0; }
+
+// Integer power, wrapping; negative exponents give the truncated real result.
+__device__ __forceinline__ long long kiln_ipow(long long base, long long e) {
+    if (e < 0) return base == 1 ? 1 : (base == -1 ? ((e & 1) ? -1 : 1) : 0);
+    unsigned long long b = (unsigned long long)base, r = 1;
+    while (e > 0) {
+        if (e & 1) r *= b;
+        b *= b;
+        e >>= 1;
+    }
+    return (long long)r;
+}
+
+__device__ __forceinline__ float kiln_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ __forceinline__ double kiln_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+// Exact GELU through erfc (accurate for negative x).
+__device__ __forceinline__ float kiln_gelu(float x) { return 0.5f * x * erfcf(-x * 0.70710678118654752f); }
+__device__ __forceinline__ double kiln_gelu(double x) { return 0.5 * x * erfc(-x * 0.70710678118654752); }
+// kiln_reduce.cuh — block-cooperative reductions: every thread holds a partial result; warp
+// shuffles combine within a warp, shared memory across warps, and the block's result is
+// returned to every thread. Half types accumulate in f32 (their compute type).
+// OP: 0 sum, 1 prod, 2 max, 3 min; 4 argmax, 5 argmin (value + index).
+
+template <int OP, typename T> __device__ __forceinline__ T kiln_combine(T a, T b) {
+    if (OP == 0) return kiln_add(a, b);
+    if (OP == 1) return kiln_mul(a, b);
+    if (OP == 2) return kiln_max(a, b);
+    return kiln_min(a, b);
+}
+
+// Shuffles for every accumulator type (u8 values travel as int).
+__device__ __forceinline__ float kiln_shfl_down(float v, int o) { return __shfl_down_sync(0xffffffffu, v, o); }
+__device__ __forceinline__ double kiln_shfl_down(double v, int o) { return __shfl_down_sync(0xffffffffu, v, o); }
+__device__ __forceinline__ int kiln_shfl_down(int v, int o) { return __shfl_down_sync(0xffffffffu, v, o); }
+__device__ __forceinline__ long long kiln_shfl_down(long long v, int o) { return __shfl_down_sync(0xffffffffu, v, o); }
+__device__ __forceinline__ unsigned char kiln_shfl_down(unsigned char v, int o) {
+    return (unsigned char)__shfl_down_sync(0xffffffffu, (int)v, o);
+}
+
+// `smem` holds at least 32 values of 8 bytes. Every thread of the block must call this.
+template <int OP, typename T> __device__ T kiln_block_reduce(T v, T identity, unsigned long long* smem) {
+    T* s = (T*)smem;
+    for (int o = 16; o > 0; o >>= 1) v = kiln_combine<OP>(v, kiln_shfl_down(v, o));
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    __syncthreads();
+    if (lane == 0) s[warp] = v;
+    __syncthreads();
+    const int warps = (blockDim.x + 31) >> 5;
+    if (warp == 0) {
+        v = lane < warps ? s[lane] : identity;
+        for (int o = 16; o > 0; o >>= 1) v = kiln_combine<OP>(v, kiln_shfl_down(v, o));
+        if (lane == 0) s[0] = v;
+    }
+    __syncthreads();
+    return s[0];
+}
+
+// Arg-reductions: (value, index), index < 0 = empty. Ties go to the smaller index; a NaN
+// beats every number (the first NaN wins).
+template <int OP, typename T> __device__ __forceinline__ void kiln_arg_combine(T& v, long long& i, T v2, long long i2) {
+    if (i2 < 0) return;
+    bool better;
+    if (i < 0) better = true;
+    else if (v != v) better = (v2 != v2) && i2 < i;
+    else if (v2 != v2) better = true;
+    else better = (OP == 4 ? v2 > v : v2 < v) || (v2 == v && i2 < i);
+    if (better) { v = v2; i = i2; }
+}
+
+template <int OP, typename T> __device__ long long kiln_block_arg_reduce(T v, long long i, unsigned long long* smem) {
+    T* sv = (T*)smem;
+    long long* si = (long long*)(smem + 32);
+    for (int o = 16; o > 0; o >>= 1) {
+        T v2 = kiln_shfl_down(v, o);
+        long long i2 = __shfl_down_sync(0xffffffffu, i, o);
+        kiln_arg_combine<OP>(v, i, v2, i2);
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    __syncthreads();
+    if (lane == 0) { sv[warp] = v; si[warp] = i; }
+    __syncthreads();
+    const int warps = (blockDim.x + 31) >> 5;
+    if (warp == 0) {
+        if (lane < warps) { v = sv[lane]; i = si[lane]; } else { i = -1; }
+        for (int o = 16; o > 0; o >>= 1) {
+            T v2 = kiln_shfl_down(v, o);
+            long long i2 = __shfl_down_sync(0xffffffffu, i, o);
+            kiln_arg_combine<OP>(v, i, v2, i2);
+        }
+        if (lane == 0) si[0] = i;
+    }
+    __syncthreads();
+    return si[0] < 0 ? 0 : si[0];
+}
+
+extern "C" __global__ void __launch_bounds__(64) k0_sum0(const unsigned short* __restrict__ a0, unsigned short* __restrict__ a1) {
+    __shared__ unsigned long long smem_[64];
+    for (long long row_ = blockIdx.x; row_ < 48LL; row_ += gridDim.x) {
+        int r_ = (int)row_;
+        const int c1 = r_;
+        float acc1 = (float)0;
+        for (int a_ = threadIdx.x; a_ < 64; a_ += blockDim.x) {
+            int r_ = a_;
+            const int c0 = r_;
+            const float v0 = kiln_bf16_to_f32(a0[c0 * 48 + c1]);
+            acc1 = kiln_combine<0>(acc1, (float)v0);
+        }
+        const float v1 = kiln_round_bf16((float)kiln_block_reduce<0, float>(acc1, (float)0, smem_));
+        if (threadIdx.x == 0) {
+            a1[c1] = kiln_f32_to_bf16(v1);
+        }
+    }
+}
