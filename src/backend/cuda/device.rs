@@ -265,6 +265,17 @@ impl CudaDevice {
             .map_err(|e| driver_err("cuMemcpyDtoH", e))
     }
 
+    /// Queues a device-to-device copy of `bytes` from `src` to `dst`.
+    pub fn copy_device(&self, dst: &Buffer, src: &Buffer, bytes: usize) -> Result<()> {
+        if bytes > dst.len_bytes() || bytes > src.len_bytes() {
+            return Err(KilnError::internal("device copy larger than its buffers"));
+        }
+        self.bind()?;
+        // SAFETY: both buffers live on this device and hold at least `bytes` bytes.
+        unsafe { result::memcpy_dtod_async(dst.addr(), src.addr(), bytes, std::ptr::null_mut()) }
+            .map_err(|e| driver_err("cuMemcpyDtoDAsync", e))
+    }
+
     /// Waits for all queued work.
     pub fn synchronize(&self) -> Result<()> {
         self.bind()?;

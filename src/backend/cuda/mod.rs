@@ -174,6 +174,31 @@ pub fn copy(src: &Buffer, bytes: usize, to: Device) -> Result<Buffer> {
     }
 }
 
+/// Device-to-device copy bandwidth of device `ordinal` in GB/s (bytes read plus bytes
+/// written per second), measured with `iters` copies of `bytes` each. The ceiling that
+/// benchmark numbers are compared against.
+pub fn copy_bandwidth_gbps(ordinal: usize, bytes: usize, iters: usize) -> Result<f64> {
+    #[cfg(feature = "cuda")]
+    {
+        let d = device::get(ordinal)?;
+        let (a, b) = (d.alloc(bytes)?, d.alloc(bytes)?);
+        d.copy_device(&b, &a, bytes)?;
+        d.synchronize()?;
+        let t = std::time::Instant::now();
+        for _ in 0..iters.max(1) {
+            d.copy_device(&b, &a, bytes)?;
+        }
+        d.synchronize()?;
+        let secs = t.elapsed().as_secs_f64();
+        Ok(2.0 * bytes as f64 * iters.max(1) as f64 / secs / 1e9)
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = (bytes, iters);
+        unavailable(ordinal)
+    }
+}
+
 /// Waits for all work queued on device `ordinal`.
 pub fn synchronize(ordinal: usize) -> Result<()> {
     #[cfg(feature = "cuda")]

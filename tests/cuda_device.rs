@@ -1,0 +1,204 @@
+//! Devices: transfers are planned like any op, mixing devices is an error, a missing GPU is
+//! a readable error (never a panic). When a GPU is present, expressions run on CUDA and are
+//! compared against the CPU backend; otherwise those tests print why they are skipped.
+
+use kiln::plan::Step;
+use kiln::{DType, Device, KilnError, RealizeOptions, Tensor, memory};
+
+fn cpu_input(shape: &[usize], seed: u64, dtype: DType) -> Tensor {
+    let t = Tensor::try_randn(shape, seed, DType::F32)
+        .unwrap()
+        .cast(dtype);
+    t.realize().unwrap();
+    t
+}
+
+#[test]
+fn availability_is_reported_without_panicking() {
+    let available = Device::cuda_is_available();
+    let reason = kiln::backend::cuda::availability();
+    assert_eq!(available, reason.is_ok());
+    if let Err(why) = reason {
+        assert!(!why.is_empty());
+        assert_eq!(Device::cuda_device_count(), 0);
+    }
+}
+
+#[test]
+fn transfers_are_planned_steps() {
+    let x = cpu_input(&[8, 8], 1, DType::F32);
+    let g = (x.to(Device::Cuda(0)) * 2.0).exp();
+    assert_eq!(g.device(), Device::Cuda(0));
+    let back = g.to(Device::Cpu);
+    let plan = back.plan(&RealizeOptions::default()).unwrap();
+    let transfers: Vec<_> = plan
+        .steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::Transfer { to, bytes, .. } => Some((*to, *bytes)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(transfers, vec![(Device::Cuda(0), 256), (Device::Cpu, 256)]);
+    assert_eq!(plan.kernel_count(), 1, "mul and exp fuse on the device");
+    let text = plan.dump_text();
+    assert!(
+        text.contains("transfer") && text.contains("cuda:0"),
+        "{text}"
+    );
+}
+
+#[test]
+fn mixing_devices_is_a_typed_error() {
+    let x = cpu_input(&[4], 2, DType::F32);
+    let g = x.to(Device::Cuda(0));
+    match x.try_add(&g) {
+        Err(KilnError::DeviceMismatch { op, lhs, rhs }) => {
+            assert_eq!((op, lhs, rhs), ("add", Device::Cpu, Device::Cuda(0)));
+        }
+        other => panic!("expected DeviceMismatch, got {other:?}"),
+    }
+    assert!(matches!(
+        x.try_matmul(&g),
+        Err(KilnError::DeviceMismatch { .. })
+    ));
+    let msg = x.try_add(&g).unwrap_err().to_string();
+    assert!(msg.contains("cpu") && msg.contains("cuda:0"), "{msg}");
+}
+
+#[test]
+fn realizing_without_a_gpu_is_an_error_not_a_panic() {
+    if Device::cuda_is_available() {
+        eprintln!("a GPU is present: the no-GPU error path is not exercised here");
+        return;
+    }
+    let x = cpu_input(&[4], 3, DType::F32);
+    let g = x.to(Device::Cuda(0)) + 1.0;
+    match g.realize() {
+        Err(KilnError::DeviceUnavailable { device, reason }) => {
+            assert_eq!(device, "cuda:0");
+            assert!(!reason.is_empty());
+        }
+        other => panic!("expected DeviceUnavailable, got {other:?}"),
+    }
+    assert!(g.try_to(Device::Cpu).unwrap().to_vec::<f32>().is_err());
+}
+
+/// Expressions covering elementwise chains, views, every dtype, reductions in both
+/// directions, persistent reductions, generators and matmuls.
+fn corpus(dev: Device) -> Vec<(String, Tensor)> {
+    let mut out = vec![];
+    for dt in [DType::F32, DType::F64, DType::F16, DType::BF16] {
+        let x = cpu_input(&[64, 96], 10, dt).to(dev);
+        let y = cpu_input(&[96], 11, dt).to(dev);
+        out.push((
+            format!("chain {dt}"),
+            ((&x * 1.5 + &y).tanh() * &x - 0.25).exp(),
+        ));
+        out.push((format!("softmax {dt}"), x.softmax(-1)));
+        out.push((format!("softmax axis0 {dt}"), x.softmax(0)));
+        out.push((
+            format!("layer_norm {dt}"),
+            x.layer_norm(&[96], Some(&y), None, 1e-5),
+        ));
+        out.push((format!("row sum {dt}"), (&x * &x).sum(&[1], false)));
+        out.push((format!("col max {dt}"), x.max(&[0], true)));
+        out.push((format!("argmax {dt}"), x.argmax(Some(1), false)));
+        out.push((
+            format!("views {dt}"),
+            x.t()
+                .flip(&[0])
+                .slice(&[(1, 90, 2)])
+                .pad(&[(2, 1)], 0.5)
+                .gelu(),
+        ));
+        out.push((format!("matmul {dt}"), (x.matmul(&x.t()) + 1.0).relu()));
+        out.push((
+            format!("batched matmul {dt}"),
+            x.reshape(&[4, 16, 96]).matmul(&x.t()),
+        ));
+    }
+    for dt in [DType::I32, DType::I64, DType::U8, DType::Bool] {
+        let a = Tensor::from_vec((0..256).map(|v| (v * 37 % 101) as i64).collect(), &[16, 16])
+            .cast(dt)
+            .to(dev);
+        out.push((
+            format!("int ops {dt}"),
+            (&a + &a.t()).maximum(&a).cast(DType::I64).sum(&[0], false),
+        ));
+        out.push((format!("compare {dt}"), a.gt(&a.t()).cast(DType::I32)));
+        if dt != DType::Bool {
+            out.push((format!("int matmul {dt}"), a.matmul(&a)));
+        }
+    }
+    out.push((
+        "rand".into(),
+        Tensor::try_full_on(&[4], 0.0, DType::F32, dev).unwrap() + Tensor::rand(&[4], 5).to(dev),
+    ));
+    out
+}
+
+#[test]
+fn gpu_results_match_the_cpu_backend() {
+    if let Err(why) = kiln::backend::cuda::availability() {
+        eprintln!("skipping GPU differential tests: {why}");
+        return;
+    }
+    let gpu = corpus(Device::Cuda(0));
+    let cpu = corpus(Device::Cpu);
+    for ((name, g), (_, c)) in gpu.iter().zip(&cpu) {
+        let (g, c) = (g.to(Device::Cpu).cast(DType::F64), c.cast(DType::F64));
+        let (gv, cv) = (g.to_vec::<f64>().unwrap(), c.to_vec::<f64>().unwrap());
+        assert_eq!(gv.len(), cv.len(), "{name}");
+        let tol = match name.rsplit(' ').next() {
+            Some("f16") => 2e-2,
+            Some("bf16") => 5e-2,
+            Some("f64") => 1e-9,
+            _ => 1e-4,
+        };
+        for (i, (a, b)) in gv.iter().zip(&cv).enumerate() {
+            let ok = (a - b).abs() <= tol * (1.0 + b.abs()) || (a.is_nan() && b.is_nan());
+            assert!(ok, "{name}: element {i}: gpu {a} vs cpu {b}");
+        }
+    }
+}
+
+#[test]
+fn warm_repeated_realize_makes_no_new_device_allocations() {
+    if let Err(why) = kiln::backend::cuda::availability() {
+        eprintln!("skipping device allocator test: {why}");
+        return;
+    }
+    let dev = Device::Cuda(0);
+    let x = cpu_input(&[1 << 20], 20, DType::F32).to(dev);
+    x.realize().unwrap();
+    let run = || {
+        let y = ((&x * 2.0).exp() + 1.0).sqrt();
+        y.realize_with(&RealizeOptions::unfused()).unwrap();
+    };
+    run();
+    let before = memory::stats(dev);
+    for _ in 0..5 {
+        run();
+    }
+    let after = memory::stats(dev);
+    assert_eq!(
+        after.device_allocs, before.device_allocs,
+        "{before:?} -> {after:?}"
+    );
+    assert!(after.hits > before.hits);
+    assert!(memory::trim(dev) > 0);
+}
+
+#[test]
+fn the_gpu_corpus_is_valid_on_the_cpu() {
+    // The same expressions the GPU comparison uses must plan and run here, so a GPU run
+    // fails only on a real CPU/GPU difference.
+    for (name, t) in corpus(Device::Cpu) {
+        let v = t
+            .cast(DType::F64)
+            .to_vec::<f64>()
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(!v.is_empty(), "{name}");
+    }
+}
