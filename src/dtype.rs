@@ -192,7 +192,8 @@ impl Scalar {
     }
 
     /// The value converted to `dtype`, with that dtype's rounding and wrapping applied, so
-    /// that `Scalar::cast(v, d)` holds exactly the value a `d` buffer would store.
+    /// that `Scalar::cast(v, d)` holds exactly the value a `d` buffer would store. Half types
+    /// round through f32 (as PyTorch converts), on every backend.
     pub fn cast(self, dtype: DType) -> Scalar {
         match dtype {
             DType::Bool => Scalar::Bool(match self {
@@ -209,8 +210,8 @@ impl Scalar {
                 other => other.to_i64() as i32 as i64,
             }),
             DType::I64 => Scalar::Int(self.to_i64()),
-            DType::F16 => Scalar::Float(f16::from_f64(self.to_f64()).to_f64()),
-            DType::BF16 => Scalar::Float(bf16::from_f64(self.to_f64()).to_f64()),
+            DType::F16 => Scalar::Float(f16::from_f32(self.to_f64() as f32).to_f64()),
+            DType::BF16 => Scalar::Float(bf16::from_f32(self.to_f64() as f32).to_f64()),
             DType::F32 => Scalar::Float(self.to_f64() as f32 as f64),
             DType::F64 => Scalar::Float(self.to_f64()),
         }
@@ -327,8 +328,8 @@ element_num! {
     i32 => I32, |s| s.to_i64() as i32;
     i64 => I64, |s| s.to_i64();
     u8 => U8, |s| s.to_i64() as u8;
-    f16 => F16, |s| f16::from_f64(s.to_f64());
-    bf16 => BF16, |s| bf16::from_f64(s.to_f64());
+    f16 => F16, |s| f16::from_f32(s.to_f64() as f32);
+    bf16 => BF16, |s| bf16::from_f32(s.to_f64() as f32);
 }
 
 impl Element for bool {

@@ -419,23 +419,30 @@ fn reduce(x: &RefTensor, op: ReduceOp, axes: &[usize], shape: &[usize], dt: DTyp
             }
         }
         ReduceOp::ArgMax | ReduceOp::ArgMin => {
-            let mut best: Option<(usize, f64)> = None;
-            for (i, s) in g.iter().enumerate() {
-                let v = s.to_f64();
-                let better = match best {
-                    None => true,
-                    Some((_, b)) if b.is_nan() => false,
-                    Some(_) if v.is_nan() => true,
-                    Some((_, b)) => {
-                        if op == ReduceOp::ArgMax {
-                            v > b
-                        } else {
-                            v < b
-                        }
+            // Compare in the input's own domain (i64 values do not fit f64 exactly); the
+            // first NaN beats every number.
+            let better = |x: Scalar, b: Scalar| -> bool {
+                if float {
+                    let (x, b) = (x.to_f64(), b.to_f64());
+                    if b.is_nan() {
+                        false
+                    } else if x.is_nan() {
+                        true
+                    } else if op == ReduceOp::ArgMax {
+                        x > b
+                    } else {
+                        x < b
                     }
-                };
-                if better {
-                    best = Some((i, v));
+                } else if op == ReduceOp::ArgMax {
+                    x.to_i64() > b.to_i64()
+                } else {
+                    x.to_i64() < b.to_i64()
+                }
+            };
+            let mut best: Option<(usize, Scalar)> = None;
+            for (i, s) in g.iter().enumerate() {
+                if best.is_none_or(|(_, b)| better(*s, b)) {
+                    best = Some((i, *s));
                 }
             }
             Scalar::Int(best.map(|b| b.0 as i64).unwrap_or(0))

@@ -128,6 +128,13 @@ impl Tensor {
                 reason: "item() needs exactly one element".into(),
             });
         }
+        if T::DTYPE != self.dtype {
+            return Err(KilnError::ReadBackType {
+                op: "item",
+                actual: self.dtype,
+                requested: T::DTYPE,
+            });
+        }
         let v = self.to_vec::<T>()?;
         v.first()
             .copied()

@@ -199,6 +199,9 @@ impl Tensor {
     pub fn try_softmax(&self, dim: isize) -> Result<Tensor> {
         let x = self.float_input("softmax")?;
         let d = normalize_axis("softmax", dim, &x.shape)? as isize;
+        if x.shape[d as usize] == 0 {
+            return Ok(x);
+        }
         let e = x.try_sub(&x.try_max(&[d], true)?)?.try_exp()?;
         e.try_div(&e.try_sum(&[d], true)?)
     }
@@ -213,6 +216,9 @@ impl Tensor {
     pub fn try_log_softmax(&self, dim: isize) -> Result<Tensor> {
         let x = self.float_input("log_softmax")?;
         let d = normalize_axis("log_softmax", dim, &x.shape)? as isize;
+        if x.shape[d as usize] == 0 {
+            return Ok(x);
+        }
         let shifted = x.try_sub(&x.try_max(&[d], true)?)?;
         let lse = shifted.try_exp()?.try_sum(&[d], true)?.try_log()?;
         shifted.try_sub(&lse)

@@ -14,11 +14,6 @@ __device__ __forceinline__ unsigned short kiln_f32_to_f16(float f) {
     asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
     return h;
 }
-__device__ __forceinline__ unsigned short kiln_f64_to_f16(double d) {
-    unsigned short h;
-    asm("cvt.rn.f16.f64 %0, %1;" : "=h"(h) : "d"(d));
-    return h;
-}
 __device__ __forceinline__ float kiln_bf16_to_f32(unsigned short b) {
     return __uint_as_float(((unsigned int)b) << 16);
 }
@@ -32,7 +27,6 @@ __device__ __forceinline__ unsigned short kiln_f32_to_bf16(float f) {
 // Round an f32 value to the precision of a half type (results of f16/bf16 ops).
 __device__ __forceinline__ float kiln_round_f16(float x) { return kiln_f16_to_f32(kiln_f32_to_f16(x)); }
 __device__ __forceinline__ float kiln_round_bf16(float x) { return kiln_bf16_to_f32(kiln_f32_to_bf16(x)); }
-__device__ __forceinline__ float kiln_round_f16_f64(double x) { return kiln_f16_to_f32(kiln_f64_to_f16(x)); }
 
 // Float to integer casts with Rust `as` semantics: truncate toward zero, saturate, NaN -> 0.
 __device__ __forceinline__ unsigned char kiln_f2u8(double x) {

@@ -414,7 +414,7 @@ impl<'p> Machine<'p> {
     #[inline(always)]
     fn set_reduce_coords(&mut self, mut a: usize) {
         for d in (self.prog.n_out..self.prog.dims.len()).rev() {
-            let n = self.prog.dims[d];
+            let n = self.prog.dims[d].max(1);
             self.coords[d] = a % n;
             a /= n;
         }
@@ -472,7 +472,12 @@ impl<'p> Machine<'p> {
         let row_ax = prog.n_out - 1;
         let ax = prog.dims.len() - 1;
         let run_total = prog.dims[ax];
-        let outer_red: usize = prog.dims[prog.n_out..ax].iter().product();
+        // An empty reduce space has no positions at all (the rows keep their identity).
+        let outer_red: usize = if run_total == 0 {
+            0
+        } else {
+            prog.dims[prog.n_out..ax].iter().product()
+        };
         self.row_t = None;
         self.n = rows;
         for &v in &prog.row_first {

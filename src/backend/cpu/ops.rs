@@ -5,7 +5,6 @@
 use super::math;
 use crate::dtype::{ComputeType, DType, Scalar};
 use crate::graph::{BinaryOp, ReduceOp, UnaryOp};
-use half::{bf16, f16};
 
 /// A run operand: a slice of `n` values or one value broadcast over the run.
 #[derive(Clone, Copy)]
@@ -435,8 +434,8 @@ macro_rules! cast_to_f32 {
             #[allow(clippy::unnecessary_cast)]
             fn cast(self, to: DType) -> f32 {
                 match to {
-                    DType::F16 => f16::from_f64(self as f64).to_f32(),
-                    DType::BF16 => bf16::from_f64(self as f64).to_f32(),
+                    DType::F16 => math::round_f16(self as f32),
+                    DType::BF16 => math::round_bf16(self as f32),
                     _ => self as f32,
                 }
             }

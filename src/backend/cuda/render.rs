@@ -703,13 +703,7 @@ fn cast(from: DType, to: DType, a: &str) -> String {
         (true, DType::U8) => format!("kiln_f2u8((double){a})"),
         (true, DType::I32) => format!("kiln_f2i32((double){a})"),
         (true, DType::I64) => format!("kiln_f2i64((double){a})"),
-        (_, DType::F16) => {
-            if from.compute() == ComputeType::F32 {
-                format!("kiln_round_f16({a})")
-            } else {
-                format!("kiln_round_f16_f64((double){a})")
-            }
-        }
+        (_, DType::F16) => format!("kiln_round_f16((float){a})"),
         (_, DType::BF16) => format!("kiln_round_bf16((float){a})"),
         (_, to) => format!("({}){a}", compute_ctype(to)),
     }
