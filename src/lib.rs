@@ -45,4 +45,4 @@ pub use device::Device;
 pub use dtype::{DType, Element, Scalar};
 pub use error::{KilnError, Result};
 pub use plan::{Plan, RealizeOptions};
-pub use tensor::{Operand, RealizeReport, Tensor, realize_all, realize_all_with};
+pub use tensor::{Operand, RealizeReport, Tensor, plan_all, realize_all, realize_all_with};

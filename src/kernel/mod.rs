@@ -217,10 +217,13 @@ impl Kernel {
                             a.numel
                         ));
                     }
+                    let broadcast = view
+                        .shape
+                        .iter()
+                        .zip(&view.strides)
+                        .any(|(&n, &s)| n > 1 && s == 0);
                     if let IrOp::Store { .. } = ins.op
-                        && (!a.output
-                            || view.mask.is_some()
-                            || view.strides.contains(&0) && view.numel() > 1)
+                        && (!a.output || view.mask.is_some() || broadcast)
                     {
                         return Err(format!(
                             "op {i}: store view must be injective into an output"
@@ -228,10 +231,9 @@ impl Kernel {
                     }
                 }
                 IrOp::Generate { view, .. } | IrOp::Valid { view } => want(view)?,
-                IrOp::Reduce { src, .. }
-                    if (ins.level != Level::Row || self.ops[*src].level != Level::Elem) =>
-                {
-                    return Err(format!("reduce {i} must map elem to row"));
+                // A source constant along the reduce axes may already be a Row value.
+                IrOp::Reduce { .. } if ins.level != Level::Row => {
+                    return Err(format!("reduce {i} must produce a row value"));
                 }
                 IrOp::MatmulResult if self.matmul.is_none() => {
                     return Err(format!("op {i}: matmul result outside a matmul kernel"));

@@ -329,7 +329,9 @@ fn try_inline_matmul(vg: &ViewGraph, plan: &mut FusionPlan, m: NodeId, uses: &[U
     let g = &plan.groups[u.group];
     let shape = &vg.nodes[m].shape;
     let identity = View::contiguous(shape).apply_all(&u.chain) == Some(View::contiguous(shape));
+    // The epilogue runs in place on the product, so it must keep the product's dtype.
     if u.frame != Frame::Root
+        || vg.nodes[g.root].dtype != vg.nodes[m].dtype
         || g.matmul.is_some()
         || g.space.is_some()
         || vg.nodes[g.root].shape != *shape

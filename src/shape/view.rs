@@ -103,6 +103,7 @@ impl View {
             offset: 0,
             mask: None,
         }
+        .normalized()
     }
 
     /// Number of dimensions.

@@ -15,7 +15,7 @@ mod reduce;
 mod transfer;
 
 pub use elementwise::Operand;
-pub use realize::{RealizeReport, realize_all, realize_all_with};
+pub use realize::{RealizeReport, plan_all, realize_all, realize_all_with};
 
 use crate::device::Device;
 use crate::dtype::{DType, Element};

@@ -55,6 +55,12 @@ impl Tensor {
     }
 }
 
+/// The plan realizing several tensors together would run, without running it.
+pub fn plan_all(tensors: &[&Tensor], options: &RealizeOptions) -> Result<Plan> {
+    let keys: Vec<NodeKey> = tensors.iter().map(|t| t.key).collect();
+    graph::with_graph(|g| plan::plan(g, &keys, options))
+}
+
 /// Realizes several tensors in one plan (shared work runs once), fused.
 pub fn realize_all(tensors: &[&Tensor]) -> Result<()> {
     realize_all_with(tensors, &RealizeOptions::default()).map(|_| ())

@@ -253,8 +253,8 @@ pub(crate) fn compile(k: &Kernel, in_place: &[usize]) -> Program {
     let mut n_out = n_out0;
     coalesce(&mut dims, &mut n_out, &mut instrs);
 
-    // Borrowable loads: unit stride along the run dimension of their level, no mask,
-    // storage type equal to compute type, not written by this kernel.
+    // Borrowable loads: Elem level, unit stride along the run dimension, no mask, storage
+    // type equal to compute type, not written by this kernel.
     let strategy = choose_strategy(&dims, n_out, has_reduce, &instrs, k);
     for p in instrs.iter_mut() {
         let run_dim = run_dim(strategy, p.level, &dims, n_out);
@@ -267,11 +267,12 @@ pub(crate) fn compile(k: &Kernel, in_place: &[usize]) -> Program {
                 p.dtype,
                 DType::F32 | DType::F64 | DType::I32 | DType::I64 | DType::U8 | DType::Bool
             );
+            // Row values live in their own registers (they are read across passes).
             *borrow = view.mask.is_none()
                 && same_type
                 && !in_place.contains(arg)
                 && run_dim.is_some_and(|d| view.strides[d] == 1)
-                && !(strategy == Strategy::ReduceInner && level == Level::Row);
+                && level == Level::Elem;
         }
     }
 
@@ -522,7 +523,10 @@ fn plan_phases(k: &Kernel, instrs: &mut [PInstr]) -> (Vec<usize>, Vec<Phase>, Ve
                     next - 1
                 });
             }
-            for o in operands(&instrs[v].op) {
+            let mut ops = operands(&instrs[v].op);
+            ops.sort_unstable();
+            ops.dedup(); // `add %1, %1` frees %1's register once
+            for o in ops {
                 let elem_operand = instrs[o].level == Level::Elem;
                 if last_use[o] == pos && regs[o] != usize::MAX && elem_operand {
                     free.push(regs[o]);
