@@ -23,6 +23,11 @@ fn modes() -> [(&'static str, RealizeOptions); 2] {
 
 /// Runs `build` then times the realize, for both modes, in one criterion group.
 fn compare(c: &mut Criterion, group: &str, build: impl Fn() -> Tensor) {
+    compare_on(c, group, None, build)
+}
+
+/// As [`compare`]; on a GPU, waits for the device before stopping the clock.
+fn compare_on(c: &mut Criterion, group: &str, gpu: Option<usize>, build: impl Fn() -> Tensor) {
     let mut g = c.benchmark_group(group);
     g.sample_size(10)
         .warm_up_time(Duration::from_millis(500))
@@ -33,6 +38,9 @@ fn compare(c: &mut Criterion, group: &str, build: impl Fn() -> Tensor) {
                 &build,
                 |t| {
                     black_box(t.realize_with(&opts).expect("realize"));
+                    if let Some(d) = gpu {
+                        kiln::backend::cuda::synchronize(d).expect("synchronize");
+                    }
                     // Dropping returns the output to the allocator cache, as a steady-state
                     // loop would.
                     drop(t);
@@ -67,6 +75,32 @@ fn benches(c: &mut Criterion) {
     compare(c, "matmul_bias_relu_1024", || (a.matmul(&w) + &bias).relu());
     let s = input(&[4096, 1024], 6);
     compare(c, "softmax_4096x1024", || s.softmax(-1));
+    cuda_benches(c);
+}
+
+/// The same comparisons on `Device::Cuda(0)`, only when a GPU is usable.
+fn cuda_benches(c: &mut Criterion) {
+    if let Err(why) = kiln::backend::cuda::availability() {
+        eprintln!("skipping CUDA benches: {why}");
+        return;
+    }
+    let gpu = |t: Tensor| {
+        let t = t.to(kiln::Device::Cuda(0));
+        t.realize().expect("upload");
+        t
+    };
+    let x = gpu(input(&[1 << 24], 7));
+    compare_on(c, "cuda_chain8_16M", Some(0), || chain8(&x));
+    let s = gpu(input(&[4096, 4096], 8));
+    compare_on(c, "cuda_softmax_4096x4096", Some(0), || s.softmax(-1));
+    let (a, w, bias) = (
+        gpu(input(&[2048, 2048], 9)),
+        gpu(input(&[2048, 2048], 10)),
+        gpu(input(&[2048], 11)),
+    );
+    compare_on(c, "cuda_matmul_bias_relu_2048", Some(0), || {
+        (a.matmul(&w) + &bias).relu()
+    });
 }
 
 criterion_group!(fusion, benches);

@@ -170,6 +170,39 @@ mod nvrtc {
     }
 
     #[test]
+    fn compiled_kernels_are_cached_in_memory_and_on_disk() {
+        use kiln::backend::cuda::nvrtc::{CacheHit, cache_dir, compile_cached};
+        if !nvrtc_or_skip() {
+            return;
+        }
+        let Some(dir) = cache_dir() else {
+            eprintln!("no cache directory (HOME unset); skipping");
+            return;
+        };
+        // A source unique to this run, so the first compile cannot be a disk hit.
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let src = format!(
+            "// cache test {stamp}\nextern \"C\" __global__ void cached(float* a) {{ a[threadIdx.x] *= 2.0f; }}"
+        );
+        let (a, how) = compile_cached(&src, "cached", "sm_90").unwrap();
+        assert_eq!(how, CacheHit::Compiled);
+        let (b, how) = compile_cached(&src, "cached", "sm_90").unwrap();
+        assert_eq!(how, CacheHit::Memory);
+        assert_eq!(a, b);
+        let on_disk = std::fs::read_dir(&dir)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .any(|e| std::fs::read(e.path()).is_ok_and(|bytes| bytes == *a));
+        assert!(
+            on_disk,
+            "the CUBIN is written under {dir:?} for the next process"
+        );
+    }
+
+    #[test]
     fn broken_kernel_returns_the_nvrtc_log() {
         if !nvrtc_or_skip() {
             return;
