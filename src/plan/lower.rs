@@ -128,7 +128,9 @@ struct Lowerer<'a> {
     row: Vec<usize>,
     keepdims: Vec<usize>,
     ops: Vec<Instr>,
-    memo: HashMap<(NodeId, Level, View), ValueId>,
+    /// Values by (node, level, view, pad value of the edge it is read through): two pads of
+    /// one value that differ only in their pad value are different values.
+    memo: HashMap<(NodeId, Level, View, Option<Scalar>), ValueId>,
     consts: HashMap<(Scalar, DType, Level), ValueId>,
     args: Vec<KernelArg>,
     refs: Vec<BufferRef>,
@@ -332,7 +334,12 @@ impl<'a> Lowerer<'a> {
 
     fn emit(&mut self, v: NodeId, level: Level, segs: &[Seg]) -> Result<ValueId, LowerError> {
         let view = self.fold(v, segs)?;
-        let key = (v, level, view.clone());
+        let key = (
+            v,
+            level,
+            view.clone(),
+            segs.last().and_then(|s| pad_of(&s.chain)),
+        );
         if let Some(&id) = self.memo.get(&key) {
             return Ok(id);
         }

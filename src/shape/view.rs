@@ -148,6 +148,9 @@ impl View {
 
     /// Buffer offset of the element at `coords`, or `None` where the mask says padding.
     pub fn index_of(&self, coords: &[usize]) -> Option<isize> {
+        if self.is_fully_masked() {
+            return None;
+        }
         if let Some(m) = &self.mask
             && coords
                 .iter()
@@ -296,11 +299,7 @@ impl View {
             return Some(View::contiguous(new_shape));
         }
         if self.is_fully_masked() {
-            return if new_shape.is_empty() {
-                None
-            } else {
-                Some(View::fully_masked(new_shape))
-            };
+            return Some(View::fully_masked(new_shape));
         }
         if self.mask.is_none() && self.strides_are_contiguous() {
             let mut v = View::contiguous(new_shape);
@@ -367,12 +366,15 @@ impl View {
         )
     }
 
+    /// A view that reads only padding. A 0-dimensional one has no dimension to carry the
+    /// empty range, so its mask is the single entry `(0, 0)`: the one exception to
+    /// `mask.len() == ndim`, recognised by [`View::is_fully_masked`].
     fn fully_masked(shape: &[usize]) -> View {
         View {
             shape: shape.to_vec(),
             strides: vec![0; shape.len()],
             offset: 0,
-            mask: Some(vec![(0, 0); shape.len()]),
+            mask: Some(vec![(0, 0); shape.len().max(1)]),
         }
     }
 

@@ -404,6 +404,9 @@ impl Renderer<'_> {
     /// The mask test of a view, or `None` if unmasked.
     fn valid(&self, view: &View, level: Level) -> Option<String> {
         let m = view.mask.as_ref()?;
+        if view.is_fully_masked() {
+            return Some("false".into());
+        }
         let dims = self.view_dims(level);
         let mut parts = vec![];
         for (j, &d) in dims.iter().enumerate() {
