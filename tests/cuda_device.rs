@@ -126,7 +126,7 @@ fn corpus(dev: Device) -> Vec<(String, Tensor)> {
             format!("int ops {dt}"),
             (&a + &a.t()).maximum(&a).cast(DType::I64).sum(&[0], false),
         ));
-        out.push((format!("compare {dt}"), a.gt(&a.t()).cast(DType::I32)));
+        out.push((format!("compare {dt}"), a.gt(a.t()).cast(DType::I32)));
         if dt != DType::Bool {
             out.push((format!("int matmul {dt}"), a.matmul(&a)));
         }

@@ -1,0 +1,4969 @@
+//! Differential fuzzing: random programs (DAGs of ops over random views, broadcasts and
+//! dtypes) run three ways — fused (`RealizeOptions::default()`), unfused (one op per kernel)
+//! and through `kiln::reference::evaluate` — and the three results must agree.
+//!
+//! # How a case is built
+//!
+//! A [`Case`] is plain data that proptest generates and shrinks: a base shape, 1–3 input
+//! descriptors and 1–12 op descriptors made of a kind plus small numbers (indices into the
+//! values built so far, a sub-choice, a seed for the op's arguments). [`resolve`] interprets
+//! it deterministically into a [`Program`]: a list of concrete kiln calls ([`Step`]) whose
+//! arguments are valid by construction (shapes that broadcast, axes in range, reshapes that
+//! match the element count...), together with a static model of every value ([`Meta`]):
+//! shape, dtype, a bound on its magnitude, a bound on how far two correct implementations
+//! may disagree (`err`), and whether all three evaluations must be bit-identical (`exact`).
+//! [`emit`] turns the steps into tensors; it runs once per evaluation, from fresh inputs,
+//! because realizing a tensor turns its node into a buffer leaf.
+//!
+//! The resolver keeps compositions well conditioned, so the tolerance means something:
+//! `log`, `sqrt`, `pow` get `abs(x) + 1`, divisions divide by `abs(y) + 2`, `exp` gets its
+//! input scaled below 2, values that would grow beyond 1e4 are first scaled by an exact
+//! power of two, `prod` sees values of magnitude at most 1, `layer_norm` uses eps ≥ 1e-2.
+//! Discontinuous ops (comparisons, `where` conditions, argmax/argmin, float→int/bool casts)
+//! are only applied to values that are exact (see below), so a last-bit difference can never
+//! flip them.
+//!
+//! # Tolerances
+//!
+//! Every element must satisfy `|got - want| <= atol + rtol * |want| + 2 * err` where
+//! `(atol, rtol)` depend on the output dtype:
+//!
+//! | dtype | atol  | rtol  |
+//! |-------|-------|-------|
+//! | f64   | 1e-12 | 1e-12 |
+//! | f32   | 1e-5  | 1e-5  |
+//! | f16   | 1e-3  | 2e-3  |
+//! | bf16  | 8e-3  | 1.6e-2|
+//! | ints, bool | exact | exact |
+//!
+//! and `err` is the program-specific disagreement bound propagated through the model (a
+//! forward error analysis with `u` = unit roundoff of the type: transcendentals are allowed
+//! 8 units of f32/f64 rounding times their output scale, since kiln uses 1–3 ulp polynomial
+//! approximations while the reference rounds f64 results; a reordered sum of `n` terms is
+//! allowed `(2√n + 2)·u·Σ|terms|`; half types add one half-type ulp per inexact op, since
+//! slightly different f32 results may round to neighbouring half values; `layer_norm` uses a
+//! bound derived from `|c_i| <= sqrt(n var)`; errors of inputs are scaled by each op's
+//! Lipschitz constant on the domain the resolver guarantees). NaN equals NaN and infinities
+//! must match exactly (programs are built to stay finite; this matters for hand-written
+//! cases).
+//!
+//! Values marked `exact` must be identical in all three evaluations: inputs and generators,
+//! movement ops, `contiguous`, neg/abs/relu, maximum/minimum, where, comparisons, casts,
+//! integer arithmetic, max/min/argmax/argmin reductions, and `+ - * /`, `sqrt`, `recip` of
+//! exact float operands. The last group relies on kiln computing these IEEE-correctly in
+//! f32/f64 (and rounding half types after every op): then kiln's result equals the
+//! reference's f64-then-round result (double rounding is innocuous for these operations
+//! when the wide format has at least 2p+2 bits, which holds for f64→f32 and f32→f16/bf16).
+//!
+//! Fused vs unfused must agree under the same tolerance; on top of that, with every output
+//! realized in one call, fusion must never launch more kernels than running unfused.
+//!
+//! Outputs are the last value plus up to two earlier ones, realized together, one by one,
+//! or after dropping every other handle; `Realize` steps also realize values midway.
+//!
+//! # Known bugs
+//!
+//! Bugs this suite found are pinned by the `bug_*` tests at the end of the file (ignored
+//! while still open). While a bug's tiny probe still reproduces it, the generator steers
+//! around it (see [`Bug`] and [`known`]), or, where the trigger cannot be predicted,
+//! recognises its symptom and skips only the fused comparison of that case; once kiln is
+//! fixed the probe passes and the steering switches itself off. `KILN_FUZZ_KNOWN_BUGS=1`
+//! disables all steering.
+//!
+//! # Running
+//!
+//! `cargo test --release --test differential`. The seed is fixed (override with
+//! `PROPTEST_RNG_SEED`, scale with `PROPTEST_CASES`) and no failure-persistence files are
+//! written. On failure the message holds the shrunk program as kiln calls, ready to paste
+//! into a regression test. `KILN_FUZZ_PRINT=1` (with `--nocapture`) prints every program,
+//! its time and how much of its tolerance each comparison used.
+
+use half::{bf16, f16};
+use kiln::{DType, Operand, RealizeOptions, Scalar, Tensor, realize_all_with, reference};
+use proptest::prelude::*;
+use proptest::sample::Index;
+use proptest::strategy::Union;
+use proptest::test_runner::{Config, RngAlgorithm, RngSeed};
+use std::fmt::Write as _;
+use std::rc::Rc;
+
+// ---------------------------------------------------------------------------------------
+// Limits and tolerances
+// ---------------------------------------------------------------------------------------
+
+/// Known kiln bugs the generator steers around (or, where it cannot predict them,
+/// recognises by their symptom). Each has an ignored regression test at the end of this file.
+#[derive(Clone, Copy, Debug)]
+enum Bug {
+    /// `bug_reduce_over_only_size_one_axes`
+    ReduceSizeOne,
+    /// `bug_binary_op_with_identical_operands`
+    IdenticalOperands,
+    /// `bug_gelu_of_zero_hangs`
+    GeluZero,
+    /// `bug_matmul_epilogue_changing_dtype`
+    MatmulEpilogueDtype,
+    /// `bug_reduce_of_broadcast_computed_operand` and
+    /// `bug_reduce_over_broadcast_computed_value_fails_to_plan`
+    RowLift,
+    /// `bug_reduction_epilogue_reading_other_tensors` (and
+    /// `bug_two_reductions_over_different_axes`, the same family)
+    ReductionEpilogue,
+    /// `bug_view_of_fused_reduction`
+    ViewOfFusedReduction,
+    /// `bug_pads_differing_only_in_value`
+    PadValues,
+    /// `bug_reduce_of_one_padding_element_fails_to_plan`
+    PaddingOnlyReduce,
+}
+
+/// Whether the generator must avoid `bug`: true while a tiny probe still reproduces it
+/// (so that the avoidance switches itself off once kiln is fixed), unless
+/// `KILN_FUZZ_KNOWN_BUGS=1` asks to generate everything anyway. The gelu hang cannot be
+/// probed without hanging, so it is avoided until that variable is set.
+fn known(bug: Bug) -> bool {
+    static PRESENT: std::sync::OnceLock<[bool; 9]> = std::sync::OnceLock::new();
+    if std::env::var_os("KILN_FUZZ_KNOWN_BUGS").is_some() {
+        return false;
+    }
+    PRESENT.get_or_init(|| {
+        let probe = |f: fn() -> Result<bool, String>| catch(f).unwrap_or(true);
+        let present = [
+            probe(probe_reduce_size_one),
+            probe(probe_identical_operands),
+            probe_gelu_zero(),
+            probe(probe_matmul_epilogue_dtype),
+            probe(probe_row_lift),
+            probe(probe_reduction_epilogue),
+            probe(probe_view_of_fused_reduction),
+            probe(probe_pad_values),
+            probe(probe_padding_only_reduce),
+        ];
+        if std::env::var_os("KILN_FUZZ_PRINT").is_some() {
+            eprintln!("known bugs still present: {present:?}");
+        }
+        present
+    })[bug as usize]
+}
+
+fn arange_f32(shape: &[usize], scale: f32) -> Tensor {
+    let n = numel(shape);
+    Tensor::from_vec((0..n).map(|i| i as f32 * scale + 0.5).collect(), shape)
+}
+
+/// Realizes `t` fused and tells whether it disagrees with the reference.
+fn wrong(t: Tensor) -> Result<bool, String> {
+    let want = reference::evaluate(&t).map_err(|e| e.to_string())?.to_f64();
+    t.realize().map_err(|e| e.to_string())?;
+    let got = reference::evaluate(&t).map_err(|e| e.to_string())?.to_f64();
+    Ok(got
+        .iter()
+        .zip(&want)
+        .any(|(g, w)| (g - w).abs() > 1e-4 * (1.0 + w.abs())))
+}
+
+fn probe_reduce_size_one() -> Result<bool, String> {
+    wrong(arange_f32(&[4, 1], 1.0).sum(&[1], false))
+}
+
+fn probe_identical_operands() -> Result<bool, String> {
+    let x = arange_f32(&[3], 0.25);
+    let e = x.exp();
+    wrong((&e + &e) * (&x + 1.0))
+}
+
+fn probe_matmul_epilogue_dtype() -> Result<bool, String> {
+    let a = arange_f32(&[2, 2], 1.0);
+    wrong(a.matmul(&a).cast(DType::F64))
+}
+
+fn probe_row_lift() -> Result<bool, String> {
+    wrong((arange_f32(&[4, 3], 0.25) + arange_f32(&[3], 0.5).exp()).sum(&[0], false))
+}
+
+fn probe_reduction_epilogue() -> Result<bool, String> {
+    wrong(arange_f32(&[7, 5], 0.25).sum(&[0], false) + arange_f32(&[5], 1.0))
+}
+
+/// gelu(0) used to hang (an endless series in erfc): probed on a thread with a deadline,
+/// so a regression costs a leaked spinning thread instead of a hung suite.
+fn probe_gelu_zero() -> bool {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let r = catch(|| {
+            let x = Tensor::from_vec(vec![0.0f64, -0.0], &[2]).gelu();
+            reference::evaluate(&x).map_err(|e| e.to_string())?;
+            x.to_vec::<f64>().map_err(|e| e.to_string())
+        });
+        let _ = tx.send(r.is_ok());
+    });
+    !matches!(
+        rx.recv_timeout(std::time::Duration::from_secs(10)),
+        Ok(true)
+    )
+}
+
+fn probe_padding_only_reduce() -> Result<bool, String> {
+    let s = arange_f32(&[1], 1.0).pad(&[(0, 1)], 0.5).narrow(0, 1, 2, 1);
+    wrong(&s + s.max(&[0], true))
+}
+
+fn probe_pad_values() -> Result<bool, String> {
+    let x = arange_f32(&[2], 1.0);
+    wrong(x.pad(&[(0, 1)], 0.0) + x.pad(&[(0, 1)], 1.0))
+}
+
+fn probe_view_of_fused_reduction() -> Result<bool, String> {
+    let x = arange_f32(&[2, 5], 0.1);
+    wrong((&x - x.max(&[0], true)).narrow(0, 0, 1, 1).reshape(&[5]) + 3.0)
+}
+
+/// Values that would grow beyond this are first scaled down by a power of two.
+const MAG_LIMIT: f64 = 1.0e4;
+/// Safety factor on the modelled disagreement bound.
+const ERR_FACTOR: f64 = 2.0;
+/// Units of f32/f64 rounding a transcendental approximation may be off by.
+const APPROX_UNITS: f64 = 8.0;
+
+/// `(atol, rtol)` per output dtype (see the module docs); integers and bools are exact.
+fn base_tolerance(d: DType) -> (f64, f64) {
+    match d {
+        DType::F64 => (1e-12, 1e-12),
+        DType::F32 => (1e-5, 1e-5),
+        DType::F16 => (1e-3, 2e-3),
+        DType::BF16 => (8e-3, 1.6e-2),
+        _ => (0.0, 0.0),
+    }
+}
+
+/// Unit roundoff of a dtype (0 for integers).
+fn unit(d: DType) -> f64 {
+    match d {
+        DType::F64 => f64::EPSILON / 2.0,
+        DType::F32 => f32::EPSILON as f64 / 2.0,
+        DType::F16 => 2f64.powi(-11),
+        DType::BF16 => 2f64.powi(-8),
+        _ => 0.0,
+    }
+}
+
+/// The type kiln computes a float dtype in (half types compute in f32).
+fn compute(d: DType) -> DType {
+    if d == DType::F64 {
+        DType::F64
+    } else {
+        DType::F32
+    }
+}
+
+/// One ulp of a value of magnitude `mag`: how far two correct roundings of nearly equal
+/// values can land apart.
+fn ulp(d: DType, mag: f64) -> f64 {
+    2.0 * unit(d) * mag
+}
+
+/// Disagreement allowed for a transcendental approximation with output scale `scale`.
+fn approx(d: DType, scale: f64) -> f64 {
+    let half = if d.is_half() { ulp(d, scale) } else { 0.0 };
+    APPROX_UNITS * unit(compute(d)) * scale + half
+}
+
+/// Disagreement allowed for a reordered accumulation of `n` terms whose absolute values sum
+/// to at most `sum_abs`, stored in `d`.
+fn accumulate(d: DType, n: usize, sum_abs: f64) -> f64 {
+    let half = if d.is_half() { ulp(d, sum_abs) } else { 0.0 };
+    (2.0 * (n as f64).sqrt() + 2.0) * unit(compute(d)) * sum_abs + half
+}
+
+/// Largest magnitude an integer dtype holds.
+fn int_cap(d: DType) -> f64 {
+    match d {
+        DType::Bool => 1.0,
+        DType::U8 => 255.0,
+        DType::I32 => 2f64.powi(31),
+        _ => 2f64.powi(63),
+    }
+}
+
+fn float_of(d: DType) -> DType {
+    if d.is_float() { d } else { DType::F32 }
+}
+
+fn numel(s: &[usize]) -> usize {
+    s.iter().product()
+}
+
+fn broadcast(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
+    let n = a.len().max(b.len());
+    let mut out = vec![0; n];
+    for (i, o) in out.iter_mut().enumerate() {
+        let da = if i < n - a.len() {
+            1
+        } else {
+            a[i - (n - a.len())]
+        };
+        let db = if i < n - b.len() {
+            1
+        } else {
+            b[i - (n - b.len())]
+        };
+        *o = if da == db || db == 1 {
+            da
+        } else if da == 1 {
+            db
+        } else {
+            return None;
+        };
+    }
+    Some(out)
+}
+
+// ---------------------------------------------------------------------------------------
+// Case descriptors (what proptest generates and shrinks)
+// ---------------------------------------------------------------------------------------
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Unary,
+    Binary,
+    SelfView,
+    Movement,
+    ViewChain,
+    SafeMath,
+    Compare,
+    Where,
+    Cast,
+    Contiguous,
+    Reduce,
+    ArgReduce,
+    Var,
+    Softmax,
+    LayerNorm,
+    Matmul,
+    Gen,
+    Realize,
+}
+
+#[derive(Clone, Debug)]
+struct OpDesc {
+    kind: Kind,
+    /// The main operand (biased toward the newest value).
+    i: Index,
+    /// A second operand, where the op takes one.
+    j: Index,
+    /// Sub-choice (which unary op, which movement...).
+    c: u8,
+    /// Seed for the op's detailed arguments.
+    seed: u16,
+}
+
+#[derive(Clone, Debug)]
+struct InputDesc {
+    dtype: DType,
+    /// How the shape derives from the base shape.
+    shape_mode: u8,
+    /// Lazy generator, realized generator or data.
+    kind: u8,
+    seed: u16,
+}
+
+#[derive(Clone, Debug)]
+struct Case {
+    base: Vec<usize>,
+    inputs: Vec<InputDesc>,
+    ops: Vec<OpDesc>,
+    /// Extra outputs besides the last value.
+    outputs: Vec<Index>,
+    /// 0: realize all outputs in one call, 1: one by one, 2: drop every other handle first.
+    mode: u8,
+}
+
+/// What a test generates.
+struct Profile {
+    kinds: &'static [(u32, Kind)],
+    dtypes: &'static [(u32, DType)],
+    max_ops: usize,
+    max_numel: usize,
+    /// Dimension sizes of the base shape.
+    dims: &'static [usize],
+    max_rank: usize,
+    /// Smallest base shape (element count).
+    min_numel: usize,
+}
+
+// ---------------------------------------------------------------------------------------
+// Concrete programs
+// ---------------------------------------------------------------------------------------
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum U {
+    Neg,
+    Abs,
+    Relu,
+    Exp,
+    Log,
+    Sqrt,
+    Recip,
+    Sin,
+    Cos,
+    Tanh,
+    Sigmoid,
+    Gelu,
+}
+
+impl U {
+    fn name(self) -> &'static str {
+        match self {
+            U::Neg => "neg",
+            U::Abs => "abs",
+            U::Relu => "relu",
+            U::Exp => "exp",
+            U::Log => "log",
+            U::Sqrt => "sqrt",
+            U::Recip => "recip",
+            U::Sin => "sin",
+            U::Cos => "cos",
+            U::Tanh => "tanh",
+            U::Sigmoid => "sigmoid",
+            U::Gelu => "gelu",
+        }
+    }
+    fn needs_float(self) -> bool {
+        !matches!(self, U::Neg | U::Abs | U::Relu)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum B {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Max,
+    Min,
+    Pow,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    Eq,
+    Ne,
+}
+
+impl B {
+    fn name(self) -> &'static str {
+        match self {
+            B::Add => "add",
+            B::Sub => "sub",
+            B::Mul => "mul",
+            B::Div => "div",
+            B::Max => "maximum",
+            B::Min => "minimum",
+            B::Pow => "pow",
+            B::Lt => "lt",
+            B::Le => "le",
+            B::Gt => "gt",
+            B::Ge => "ge",
+            B::Eq => "eq",
+            B::Ne => "ne",
+        }
+    }
+    fn is_cmp(self) -> bool {
+        matches!(self, B::Lt | B::Le | B::Gt | B::Ge | B::Eq | B::Ne)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum R {
+    Sum,
+    Prod,
+    Max,
+    Min,
+    Mean,
+}
+
+impl R {
+    fn name(self) -> &'static str {
+        match self {
+            R::Sum => "sum",
+            R::Prod => "prod",
+            R::Max => "max",
+            R::Min => "min",
+            R::Mean => "mean",
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+enum GenKind {
+    Rand(u64),
+    Randn(u64),
+    Full(Scalar),
+    /// `arange(start, start + n * step, step)` reshaped.
+    Arange(Scalar, Scalar),
+}
+
+#[derive(Clone, Debug)]
+enum Src {
+    V(usize),
+    S(Scalar),
+}
+
+#[derive(Clone, Debug)]
+enum Step {
+    /// `Tensor::from_vec` (a realized leaf).
+    Data {
+        dtype: DType,
+        shape: Vec<usize>,
+        vals: Vec<f64>,
+    },
+    /// A lazy generator, realized on creation when `realize`.
+    Gen {
+        kind: GenKind,
+        shape: Vec<usize>,
+        dtype: DType,
+        realize: bool,
+    },
+    Unary(usize, U),
+    Binary(usize, B, Src),
+    /// `scalar - v` or `scalar / v` (the std operators with the number on the left).
+    RScalar(f64, B, usize),
+    Where(usize, Src, Src),
+    Cast(usize, DType),
+    Reshape(usize, Vec<isize>),
+    Permute(usize, Vec<isize>),
+    Transpose(usize, isize, isize),
+    T(usize),
+    Expand(usize, Vec<usize>),
+    Slice(usize, Vec<(isize, isize, isize)>),
+    Narrow(usize, isize, isize, isize, isize),
+    Pad(usize, Vec<(usize, usize)>, Scalar),
+    Flip(usize, Vec<isize>),
+    Squeeze(usize),
+    SqueezeDim(usize, isize),
+    Unsqueeze(usize, isize),
+    Flatten(usize),
+    FlattenDims(usize, isize, isize),
+    Contiguous(usize),
+    Reduce(usize, R, Vec<isize>, bool),
+    Var(usize, Vec<isize>, bool, usize),
+    /// `(value, is_max, dim, keepdim)`.
+    Arg(usize, bool, Option<isize>, bool),
+    Softmax(usize, isize),
+    LogSoftmax(usize, isize),
+    LayerNorm(usize, Vec<usize>, Option<usize>, Option<usize>, f64),
+    Matmul(usize, usize),
+    /// Realize this value now (fused/unfused evaluations only); the new value is the same
+    /// tensor.
+    Realize(usize),
+}
+
+/// The static model of one value.
+#[derive(Clone, Debug)]
+struct Meta {
+    shape: Vec<usize>,
+    dtype: DType,
+    /// Upper bound of |value|.
+    mag: f64,
+    /// Bound on how far two correct evaluations may disagree.
+    err: f64,
+    /// All evaluations must be bit-identical.
+    exact: bool,
+    /// A known lower bound of the values (not of |value|).
+    lo: Option<f64>,
+}
+
+impl Meta {
+    fn ndim(&self) -> usize {
+        self.shape.len()
+    }
+    fn numel(&self) -> usize {
+        numel(&self.shape)
+    }
+    fn with_shape(&self, shape: Vec<usize>) -> Meta {
+        Meta {
+            shape,
+            ..self.clone()
+        }
+    }
+    fn scalar(s: Scalar, d: DType) -> Meta {
+        let v = s.cast(d).to_f64();
+        Meta {
+            shape: vec![],
+            dtype: d,
+            mag: v.abs(),
+            err: 0.0,
+            exact: true,
+            lo: Some(v),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Program {
+    steps: Vec<Step>,
+    metas: Vec<Meta>,
+    outputs: Vec<usize>,
+    mode: u8,
+}
+
+// ---------------------------------------------------------------------------------------
+// Small deterministic PRNG for op arguments and input data
+// ---------------------------------------------------------------------------------------
+
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Rng {
+        Rng(seed ^ 0x6A09_E667_F3BC_C908)
+    }
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in `0..n` (`n > 0`).
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+    fn chance(&mut self, num: u64, den: u64) -> bool {
+        self.next() % den < num
+    }
+    fn pick<T: Copy>(&mut self, xs: &[T]) -> T {
+        xs[self.below(xs.len())]
+    }
+    /// Uniform in `[lo, hi)`.
+    fn float(&mut self, lo: f64, hi: f64) -> f64 {
+        lo + (hi - lo) * ((self.next() >> 11) as f64 / (1u64 << 53) as f64)
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Meta rules: how each op transforms the model
+// ---------------------------------------------------------------------------------------
+
+fn unary_meta(m: &Meta, u: U) -> Meta {
+    let d = if u.needs_float() {
+        float_of(m.dtype)
+    } else {
+        m.dtype
+    };
+    let mut o = Meta {
+        dtype: d,
+        exact: false,
+        lo: None,
+        ..m.clone()
+    };
+    match u {
+        U::Neg => {
+            o.exact = m.exact;
+            if d == DType::U8 {
+                o.mag = 255.0;
+                o.lo = Some(0.0);
+            }
+        }
+        U::Abs | U::Relu => {
+            o.exact = m.exact;
+            o.lo = Some(0.0);
+        }
+        U::Exp => {
+            o.mag = m.mag.exp();
+            o.err = o.mag * m.err + approx(d, o.mag);
+            o.lo = Some(0.0);
+        }
+        U::Log => {
+            let lo = m.lo.expect("log of a value without a lower bound");
+            assert!(lo >= 1.0);
+            o.mag = m.mag.ln().max(lo.ln().abs());
+            o.err = m.err / lo + approx(d, o.mag.max(1.0));
+            o.lo = Some(lo.ln());
+        }
+        U::Sqrt => {
+            let lo = m.lo.expect("sqrt of a value without a lower bound");
+            assert!(lo >= 1.0);
+            o.mag = m.mag.sqrt();
+            o.exact = m.exact;
+            o.err = 0.5 / lo.sqrt() * m.err + if m.exact { 0.0 } else { ulp(d, o.mag) };
+            o.lo = Some(lo.sqrt());
+        }
+        U::Recip => {
+            let lo = m.lo.expect("recip of a value without a lower bound");
+            assert!(lo >= 1.0);
+            o.mag = 1.0 / lo;
+            o.exact = m.exact;
+            o.err = m.err / (lo * lo) + if m.exact { 0.0 } else { ulp(d, o.mag) };
+            o.lo = Some(0.0);
+        }
+        U::Sin | U::Cos => {
+            o.mag = if u == U::Sin { m.mag.min(1.0) } else { 1.0 };
+            o.err = m.err + approx(d, m.mag.max(1.0));
+        }
+        U::Tanh => {
+            o.mag = m.mag.min(1.0);
+            o.err = m.err + approx(d, 1.0);
+        }
+        U::Sigmoid => {
+            o.mag = 1.0;
+            o.err = 0.25 * m.err + approx(d, 1.0);
+            o.lo = Some(0.0);
+        }
+        U::Gelu => {
+            o.mag = m.mag.max(0.2);
+            o.err = 1.13 * m.err + approx(d, m.mag.max(1.0));
+        }
+    }
+    o
+}
+
+/// The dtype a binary op computes in (kiln's promotion rules).
+fn binary_dtype(a: DType, rhs: &Src, metas: &[Meta], op: B) -> DType {
+    let d = match rhs {
+        Src::V(v) => DType::promote(a, metas[*v].dtype),
+        Src::S(s) => DType::promote_scalar(a, *s),
+    };
+    if op == B::Div && !d.is_float() {
+        DType::F32
+    } else {
+        d
+    }
+}
+
+fn src_meta(rhs: &Src, metas: &[Meta], d: DType) -> Meta {
+    match rhs {
+        Src::V(v) => metas[*v].clone(),
+        Src::S(s) => Meta::scalar(*s, d),
+    }
+}
+
+fn binary_meta(a: &Meta, op: B, b: &Meta, d: DType) -> Meta {
+    let shape = broadcast(&a.shape, &b.shape).expect("operands broadcast");
+    let exact = a.exact && b.exact;
+    if op.is_cmp() {
+        assert!(exact, "comparison of inexact values");
+        return Meta {
+            shape,
+            dtype: DType::Bool,
+            mag: 1.0,
+            err: 0.0,
+            exact: true,
+            lo: Some(0.0),
+        };
+    }
+    if !d.is_float() {
+        assert!(exact, "integer arithmetic on inexact values");
+        let mag = match op {
+            B::Add | B::Sub => a.mag + b.mag,
+            B::Mul => a.mag * b.mag,
+            B::Pow => a.mag.powf(b.mag),
+            _ => a.mag.max(b.mag),
+        };
+        let mag = if d == DType::U8 {
+            255.0
+        } else {
+            mag.min(int_cap(d))
+        };
+        let lo = match (op, d) {
+            (_, DType::U8) | (_, DType::Bool) => Some(0.0),
+            (B::Max, _) => a.lo.or(b.lo),
+            _ => None,
+        };
+        return Meta {
+            shape,
+            dtype: d,
+            mag,
+            err: 0.0,
+            exact: true,
+            lo,
+        };
+    }
+    let round = |mag: f64, exact: bool| if exact { 0.0 } else { ulp(d, mag) };
+    let (mag, err, exact, lo) = match op {
+        B::Add | B::Sub => {
+            let mag = a.mag + b.mag;
+            let lo = match (op, a.lo, b.lo) {
+                (B::Add, Some(x), Some(y)) => Some(x + y),
+                _ => None,
+            };
+            (mag, a.err + b.err + round(mag, exact), exact, lo)
+        }
+        B::Mul => {
+            let mag = a.mag * b.mag;
+            let err = a.err * b.mag + b.err * a.mag + a.err * b.err + round(mag, exact);
+            let lo = match (a.lo, b.lo) {
+                (Some(x), Some(y)) if x >= 0.0 && y >= 0.0 => Some(x * y),
+                _ => None,
+            };
+            (mag, err, exact, lo)
+        }
+        B::Div => {
+            let lo = b.lo.expect("division by a value without a lower bound");
+            assert!(lo >= 1.0);
+            let mag = a.mag / lo;
+            let err = a.err / lo + a.mag * b.err / (lo * lo) + round(mag, exact);
+            (mag, err, exact, None)
+        }
+        B::Max | B::Min => {
+            let lo = match (op, a.lo, b.lo) {
+                (B::Max, x, y) => match (x, y) {
+                    (Some(x), Some(y)) => Some(x.max(y)),
+                    (x, y) => x.or(y),
+                },
+                (_, Some(x), Some(y)) => Some(x.min(y)),
+                _ => None,
+            };
+            (a.mag.max(b.mag), a.err.max(b.err), exact, lo)
+        }
+        B::Pow => {
+            // Base >= 1, tensor exponent within [-1, 1] (scalar exponents: `pow_scalar_meta`).
+            let lo = a.lo.expect("pow base without a lower bound");
+            assert!(lo >= 1.0 && b.mag <= 1.0);
+            let mag = a.mag.powf(b.mag);
+            let err = b.mag * a.err + a.mag.ln() * mag * b.err + approx(d, mag.max(1.0));
+            (mag, err, false, Some(0.0))
+        }
+        _ => unreachable!(),
+    };
+    Meta {
+        shape,
+        dtype: d,
+        mag,
+        err,
+        exact,
+        lo,
+    }
+}
+
+/// `a ** p` for a float base `a >= 1` and a scalar exponent other than the fast paths
+/// (0.5, 1, 2).
+fn pow_scalar_meta(a: &Meta, p: f64) -> Meta {
+    let d = a.dtype;
+    let lo = a.lo.expect("pow base without a lower bound");
+    assert!(lo >= 1.0);
+    let mag = if p >= 0.0 { a.mag.powf(p) } else { lo.powf(p) };
+    let lip = p.abs()
+        * if p >= 1.0 {
+            a.mag.powf(p - 1.0)
+        } else {
+            lo.powf(p - 1.0)
+        };
+    Meta {
+        shape: a.shape.clone(),
+        dtype: d,
+        mag,
+        err: lip * a.err + approx(d, mag.max(1.0)),
+        exact: false,
+        lo: Some(if p >= 0.0 { lo.powf(p) } else { 0.0 }),
+    }
+}
+
+fn cast_meta(m: &Meta, d: DType) -> Meta {
+    if d == m.dtype {
+        return m.clone();
+    }
+    let mut o = Meta {
+        dtype: d,
+        ..m.clone()
+    };
+    if d.is_float() {
+        if !m.exact {
+            o.err = m.err + ulp(d, m.mag);
+        }
+        return o;
+    }
+    assert!(m.exact, "float to int/bool cast of an inexact value");
+    o.err = 0.0;
+    if d == DType::Bool {
+        o.mag = 1.0;
+        o.lo = Some(0.0);
+    } else if d == DType::U8 {
+        o.mag = 255.0;
+        o.lo = Some(0.0);
+    } else {
+        o.mag = m.mag.min(int_cap(d));
+        if m.dtype.is_float() {
+            o.mag = o.mag.trunc();
+        }
+        o.lo = None;
+    }
+    o
+}
+
+/// Sorted, deduplicated axes that `axes` (possibly negative, empty = all) name.
+fn norm_axes(axes: &[isize], nd: usize) -> Vec<usize> {
+    if axes.is_empty() {
+        return (0..nd).collect();
+    }
+    let mut v: Vec<usize> = axes
+        .iter()
+        .map(|&a| {
+            if a < 0 {
+                (a + nd as isize) as usize
+            } else {
+                a as usize
+            }
+        })
+        .collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+fn reduced_shape(shape: &[usize], axes: &[usize], keepdim: bool) -> Vec<usize> {
+    let mut out = vec![];
+    for (i, &n) in shape.iter().enumerate() {
+        if axes.contains(&i) {
+            if keepdim {
+                out.push(1);
+            }
+        } else {
+            out.push(n);
+        }
+    }
+    out
+}
+
+fn sum_meta(m: &Meta, n: usize, shape: Vec<usize>) -> Meta {
+    if !m.dtype.is_float() {
+        return Meta {
+            shape,
+            dtype: DType::I64,
+            mag: (m.mag * n as f64).min(int_cap(DType::I64)),
+            err: 0.0,
+            exact: true,
+            lo: m.lo.filter(|&l| l >= 0.0).map(|_| 0.0),
+        };
+    }
+    let mag = m.mag * n as f64;
+    Meta {
+        shape,
+        dtype: m.dtype,
+        mag,
+        err: n as f64 * m.err
+            + if n == 1 && m.exact {
+                0.0
+            } else {
+                accumulate(m.dtype, n, mag)
+            },
+        exact: m.exact && n == 1,
+        lo: m.lo.filter(|&l| l >= 0.0).map(|l| l * n as f64),
+    }
+}
+
+fn reduce_meta(m: &Meta, op: R, axes: &[usize], keepdim: bool) -> Meta {
+    let n: usize = axes.iter().map(|&a| m.shape[a]).product();
+    let shape = reduced_shape(&m.shape, axes, keepdim);
+    match op {
+        R::Sum => sum_meta(m, n, shape),
+        R::Mean => {
+            let s = sum_meta(m, n, shape);
+            let k = Meta::scalar(Scalar::Float(1.0 / n.max(1) as f64), s.dtype);
+            binary_meta(&s, B::Mul, &k, s.dtype)
+        }
+        R::Prod => {
+            if !m.dtype.is_float() {
+                return Meta {
+                    shape,
+                    dtype: DType::I64,
+                    mag: m.mag.powi(n as i32).min(int_cap(DType::I64)),
+                    err: 0.0,
+                    exact: true,
+                    lo: None,
+                };
+            }
+            assert!(m.mag <= 1.0);
+            let d = m.dtype;
+            let exact = m.exact && n == 1;
+            Meta {
+                shape,
+                dtype: d,
+                mag: m.mag.powi(n as i32),
+                err: n as f64 * m.err
+                    + if exact {
+                        0.0
+                    } else {
+                        (n as f64 + 1.0) * ulp(compute(d), 1.0) + ulp(d, 1.0)
+                    },
+                exact,
+                lo: None,
+            }
+        }
+        R::Max | R::Min => m.with_shape(shape),
+    }
+}
+
+/// Bound of the relative disagreement of a softmax denominator `Σ exp(x - max)` and of the
+/// exponentials themselves, for an input with disagreement `err_in`.
+fn softmax_parts(m: &Meta, n: usize) -> (f64, f64, f64) {
+    let d = m.dtype;
+    let err_sh = 2.0 * m.err + if m.exact { 0.0 } else { ulp(d, 2.0 * m.mag) };
+    let rel_e = err_sh + approx(d, 1.0);
+    let rel_s = rel_e + accumulate(d, n, 1.0);
+    (err_sh, rel_e, rel_s)
+}
+
+fn softmax_meta(m: &Meta, n: usize) -> Meta {
+    let (_, rel_e, rel_s) = softmax_parts(m, n);
+    Meta {
+        shape: m.shape.clone(),
+        dtype: m.dtype,
+        mag: 1.0,
+        err: rel_e + rel_s + ulp(m.dtype, 1.0),
+        exact: false,
+        lo: Some(0.0),
+    }
+}
+
+fn log_softmax_meta(m: &Meta, n: usize) -> Meta {
+    let d = m.dtype;
+    let (err_sh, _, rel_s) = softmax_parts(m, n);
+    let lse_mag = (n as f64).ln().max(1.0);
+    let err_lse = rel_s + approx(d, lse_mag);
+    let mag = 2.0 * m.mag + lse_mag;
+    Meta {
+        shape: m.shape.clone(),
+        dtype: d,
+        mag,
+        err: err_sh + err_lse + ulp(d, mag),
+        exact: false,
+        lo: None,
+    }
+}
+
+fn var_meta(m: &Meta, axes: &[usize], keepdim: bool, correction: usize) -> Meta {
+    let n: usize = axes.iter().map(|&a| m.shape[a]).product();
+    let mean = reduce_meta(m, R::Mean, axes, true);
+    let c = binary_meta(m, B::Sub, &mean, m.dtype);
+    let sq = binary_meta(&c, B::Mul, &c, m.dtype);
+    let s = sum_meta(&sq, n, reduced_shape(&m.shape, axes, keepdim));
+    let denom = Meta::scalar(Scalar::Float((n - correction) as f64), m.dtype);
+    let mut denom = denom;
+    denom.lo = Some(denom.mag.max(1.0));
+    binary_meta(&s, B::Div, &denom, m.dtype)
+}
+
+fn layer_norm_meta(m: &Meta, k: usize, w: Option<&Meta>, b: Option<&Meta>, eps: f64) -> Meta {
+    // y = c / sqrt(var + eps) with c = x - mean. Since |c_i| <= sqrt(n var), |y| <= sqrt(n);
+    // an error dc moves y by dc / sqrt(eps) directly and through var (|dvar| <= 2 sqrt(var)
+    // err_c) by at most 0.385 sqrt(n) err_c / sqrt(eps); the relative rounding `rel` of
+    // var, sqrt and recip moves it by 0.5 sqrt(n) rel.
+    let d = m.dtype;
+    let nd = m.ndim();
+    let n: usize = m.shape[nd - k..].iter().product();
+    let nf = n as f64;
+    let err_mean = m.err + accumulate(d, n, nf * m.mag) / nf + ulp(d, m.mag);
+    let err_c = m.err + err_mean + ulp(d, 2.0 * m.mag);
+    let half_rel = if d.is_half() { 3.0 * ulp(d, 1.0) } else { 0.0 };
+    let rel = accumulate(d, n, 1.0) + 6.0 * unit(compute(d)) + half_rel;
+    let ny = nf.sqrt();
+    let se = eps.sqrt();
+    let y_mag = ny.min(2.0 * m.mag / se);
+    let mut y = Meta {
+        shape: m.shape.clone(),
+        dtype: d,
+        mag: y_mag,
+        err: err_c / se * (1.0 + 0.385 * ny) + 0.5 * ny * rel + ulp(d, y_mag),
+        exact: false,
+        lo: None,
+    };
+    if let Some(w) = w {
+        let dd = DType::promote(y.dtype, w.dtype);
+        y = binary_meta(&y, B::Mul, w, dd);
+        y.exact = false;
+    }
+    if let Some(b) = b {
+        let dd = DType::promote(y.dtype, b.dtype);
+        y = binary_meta(&y, B::Add, b, dd);
+        y.exact = false;
+    }
+    y
+}
+
+fn matmul_shapes(a: &[usize], b: &[usize]) -> Option<(Vec<usize>, usize)> {
+    if a.is_empty() || b.is_empty() {
+        return None;
+    }
+    let a2: Vec<usize> = if a.len() == 1 {
+        vec![1, a[0]]
+    } else {
+        a.to_vec()
+    };
+    let b2: Vec<usize> = if b.len() == 1 {
+        vec![b[0], 1]
+    } else {
+        b.to_vec()
+    };
+    let (m, k) = (a2[a2.len() - 2], a2[a2.len() - 1]);
+    let (k2, n) = (b2[b2.len() - 2], b2[b2.len() - 1]);
+    if k != k2 {
+        return None;
+    }
+    let mut out = broadcast(&a2[..a2.len() - 2], &b2[..b2.len() - 2])?;
+    if a.len() > 1 {
+        out.push(m);
+    }
+    if b.len() > 1 {
+        out.push(n);
+    }
+    Some((out, k))
+}
+
+fn matmul_meta(a: &Meta, b: &Meta) -> Meta {
+    let (shape, k) = matmul_shapes(&a.shape, &b.shape).expect("matmul shapes");
+    let d = DType::promote(a.dtype, b.dtype);
+    if !d.is_float() {
+        return Meta {
+            shape,
+            dtype: d,
+            mag: (k as f64 * a.mag * b.mag).min(int_cap(d)),
+            err: 0.0,
+            exact: true,
+            lo: None,
+        };
+    }
+    let mag = k as f64 * a.mag * b.mag;
+    Meta {
+        shape,
+        dtype: d,
+        mag,
+        err: k as f64 * (a.err * b.mag + b.err * a.mag + a.err * b.err) + accumulate(d, k, mag),
+        exact: false,
+        lo: None,
+    }
+}
+
+/// For a movement step (or an op kiln turns into a no-op), its input and, per output
+/// element, the input element it reads (negative: a pad code).
+fn movement_map(step: &Step, metas: &[Meta], out: &[usize]) -> Option<(usize, Vec<i64>)> {
+    let norm = |a: isize, nd: usize| {
+        if a < 0 {
+            (a + nd as isize) as usize
+        } else {
+            a as usize
+        }
+    };
+    let (a, kind): (usize, u8) = match step {
+        Step::Reshape(a, _)
+        | Step::Squeeze(a)
+        | Step::SqueezeDim(a, _)
+        | Step::Unsqueeze(a, _)
+        | Step::Flatten(a)
+        | Step::FlattenDims(a, _, _) => (*a, 0),
+        Step::Permute(a, _) | Step::Transpose(a, _, _) | Step::T(a) => (*a, 1),
+        Step::Expand(a, _) => (*a, 2),
+        Step::Slice(a, _) | Step::Narrow(a, _, _, _, _) => (*a, 3),
+        Step::Pad(a, _, _) => (*a, 4),
+        Step::Flip(a, _) => (*a, 5),
+        Step::Cast(a, d) if metas[*a].dtype == *d => (*a, 0),
+        _ => return None,
+    };
+    let ins = &metas[a].shape;
+    let nd = ins.len();
+    let n = numel(out);
+    if kind == 0 {
+        return Some((a, (0..n as i64).collect()));
+    }
+    let perm: Vec<usize> = match step {
+        Step::Permute(_, p) => p.iter().map(|&x| norm(x, nd)).collect(),
+        Step::Transpose(_, x, y) => {
+            let mut p: Vec<usize> = (0..nd).collect();
+            p.swap(norm(*x, nd), norm(*y, nd));
+            p
+        }
+        Step::T(_) => {
+            let mut p: Vec<usize> = (0..nd).collect();
+            if nd >= 2 {
+                p.swap(nd - 2, nd - 1);
+            }
+            p
+        }
+        _ => vec![],
+    };
+    // Slices as (start, step) per input dimension.
+    let ranges: Vec<(usize, usize)> = match step {
+        Step::Slice(_, r) => (0..nd)
+            .map(|d| match r.get(d) {
+                Some(&(s, _, st)) => {
+                    let s = if s < 0 { s + ins[d] as isize } else { s };
+                    (s.clamp(0, ins[d] as isize) as usize, st as usize)
+                }
+                None => (0, 1),
+            })
+            .collect(),
+        Step::Narrow(_, dd, s, _, st) => {
+            let dd = norm(*dd, nd);
+            (0..nd)
+                .map(|d| {
+                    if d == dd {
+                        let s = if *s < 0 { s + ins[d] as isize } else { *s };
+                        (s.clamp(0, ins[d] as isize) as usize, *st as usize)
+                    } else {
+                        (0, 1)
+                    }
+                })
+                .collect()
+        }
+        _ => vec![],
+    };
+    let flips: Vec<usize> = match step {
+        Step::Flip(_, axes) => axes.iter().map(|&x| norm(x, nd)).collect(),
+        _ => vec![],
+    };
+    let map = (0..n)
+        .map(|i| {
+            let c = unravel(i, out);
+            let ic: Option<Vec<usize>> = match kind {
+                1 => {
+                    let mut ic = vec![0; nd];
+                    for (k, &p) in perm.iter().enumerate() {
+                        ic[p] = c[k];
+                    }
+                    Some(ic)
+                }
+                2 => {
+                    let lead = out.len() - nd;
+                    Some(
+                        (0..nd)
+                            .map(|d| if ins[d] == 1 { 0 } else { c[lead + d] })
+                            .collect(),
+                    )
+                }
+                3 => Some((0..nd).map(|d| ranges[d].0 + c[d] * ranges[d].1).collect()),
+                4 => {
+                    let pads = match step {
+                        Step::Pad(_, p, _) => p,
+                        _ => unreachable!(),
+                    };
+                    let mut ic = vec![0; nd];
+                    let mut inside = true;
+                    for d in 0..nd {
+                        let b = pads.get(d).map_or(0, |p| p.0);
+                        if c[d] < b || c[d] - b >= ins[d] {
+                            inside = false;
+                        } else {
+                            ic[d] = c[d] - b;
+                        }
+                    }
+                    inside.then_some(ic)
+                }
+                _ => Some(
+                    (0..nd)
+                        .map(|d| {
+                            if flips.contains(&d) {
+                                ins[d] - 1 - c[d]
+                            } else {
+                                c[d]
+                            }
+                        })
+                        .collect(),
+                ),
+            };
+            match ic {
+                Some(ic) => {
+                    let mut flat = 0usize;
+                    for d in 0..nd {
+                        flat = flat * ins[d] + ic[d];
+                    }
+                    flat as i64
+                }
+                None => {
+                    let bits = match step {
+                        Step::Pad(_, _, v) => v.cast(metas[a].dtype).to_f64().to_bits(),
+                        _ => 0,
+                    };
+                    -1 - (bits >> 2) as i64
+                }
+            }
+        })
+        .collect();
+    Some((a, map))
+}
+
+// ---------------------------------------------------------------------------------------
+// The resolver: descriptors → always-valid concrete programs
+// ---------------------------------------------------------------------------------------
+
+struct Res<'p> {
+    prof: &'p Profile,
+    steps: Vec<Step>,
+    metas: Vec<Meta>,
+    /// Per value: the kiln node whose data it reads (movement ops and ops kiln turns into
+    /// no-ops keep their source's) and which element of it each element reads (`None`:
+    /// the identity; negative entries are padding). Two operands with equal entries are one
+    /// value inside a fused kernel.
+    ir: Vec<(usize, Option<Rc<Vec<i64>>>)>,
+    /// Per value: computed from a matmul product by elementwise or movement ops only (so it
+    /// may be part of that matmul's fused epilogue).
+    epilogue: Vec<Option<DType>>,
+    /// Per value: the reductions (input shape, axes) a consumer's kernel may compute
+    /// together with it (none past a stored value).
+    sigs: Vec<Vec<Sig>>,
+    /// Per value: realized by a `Realize` step (a buffer leaf in the kiln evaluations).
+    realized: Vec<bool>,
+    /// Per value: the pads (padded node, pad value bits) its fused cone reads.
+    pads: Vec<Vec<(usize, u64)>>,
+    rng: Rng,
+}
+
+/// A reduction's space and axes.
+type Sig = (Vec<usize>, Vec<usize>);
+
+fn sig_rows(g: &Sig) -> usize {
+    let n: usize = g.1.iter().map(|&a| g.0[a]).product();
+    numel(&g.0) / n.max(1)
+}
+
+fn is_elementwise(s: &Step) -> bool {
+    matches!(
+        s,
+        Step::Unary(..) | Step::Binary(..) | Step::RScalar(..) | Step::Where(..) | Step::Cast(..)
+    )
+}
+
+/// The input of a movement step.
+fn movement_input(s: &Step) -> Option<usize> {
+    match s {
+        Step::Reshape(a, _)
+        | Step::Permute(a, _)
+        | Step::Transpose(a, _, _)
+        | Step::T(a)
+        | Step::Expand(a, _)
+        | Step::Slice(a, _)
+        | Step::Narrow(a, _, _, _, _)
+        | Step::Pad(a, _, _)
+        | Step::Flip(a, _)
+        | Step::Squeeze(a)
+        | Step::SqueezeDim(a, _)
+        | Step::Unsqueeze(a, _)
+        | Step::Flatten(a)
+        | Step::FlattenDims(a, _, _) => Some(*a),
+        _ => None,
+    }
+}
+
+/// The reduction a step performs (none for reductions of a 0-d tensor).
+fn reduction_sig(s: &Step, metas: &[Meta]) -> Option<Sig> {
+    let norm = |a: isize, nd: usize| {
+        if a < 0 {
+            (a + nd as isize) as usize
+        } else {
+            a as usize
+        }
+    };
+    let (a, axes) = match s {
+        Step::Reduce(a, _, axes, _) | Step::Var(a, axes, _, _) => {
+            (*a, norm_axes(axes, metas[*a].ndim()))
+        }
+        Step::Softmax(a, d) | Step::LogSoftmax(a, d) => (*a, vec![norm(*d, metas[*a].ndim())]),
+        Step::LayerNorm(a, n, _, _, _) => {
+            let nd = metas[*a].ndim();
+            (*a, (nd - n.len()..nd).collect())
+        }
+        Step::Arg(a, _, Some(d), _) => (*a, vec![norm(*d, metas[*a].ndim())]),
+        Step::Arg(a, _, None, _) => return Some((vec![metas[*a].numel()], vec![0])),
+        _ => return None,
+    };
+    if metas[a].ndim() == 0 {
+        return None;
+    }
+    Some((metas[a].shape.clone(), axes))
+}
+
+/// The values a step reads.
+fn step_inputs(s: &Step) -> Vec<usize> {
+    let src = |x: &Src| match x {
+        Src::V(v) => Some(*v),
+        Src::S(_) => None,
+    };
+    match s {
+        Step::Data { .. } | Step::Gen { .. } => vec![],
+        Step::Unary(a, _) | Step::RScalar(_, _, a) | Step::Cast(a, _) => vec![*a],
+        Step::Binary(a, _, r) => std::iter::once(*a).chain(src(r)).collect(),
+        Step::Where(c, x, y) => std::iter::once(*c).chain(src(x)).chain(src(y)).collect(),
+        Step::Contiguous(a) | Step::Realize(a) => vec![*a],
+        Step::Reduce(a, ..) | Step::Var(a, ..) | Step::Arg(a, ..) => vec![*a],
+        Step::Softmax(a, _) | Step::LogSoftmax(a, _) => vec![*a],
+        Step::LayerNorm(a, _, w, b, _) => std::iter::once(*a).chain(*w).chain(*b).collect(),
+        Step::Matmul(a, b) => vec![*a, *b],
+        s => vec![movement_input(s).expect("movement step")],
+    }
+}
+
+/// Replaces every read of `old` in a step by `new`.
+fn replace_input(s: &mut Step, old: usize, new: usize) {
+    let r = |x: &mut usize| {
+        if *x == old {
+            *x = new;
+        }
+    };
+    let rs = |x: &mut Src| {
+        if let Src::V(v) = x
+            && *v == old
+        {
+            *v = new;
+        }
+    };
+    match s {
+        Step::Data { .. } | Step::Gen { .. } => {}
+        Step::Unary(a, _) | Step::RScalar(_, _, a) | Step::Cast(a, _) => r(a),
+        Step::Binary(a, _, x) => {
+            r(a);
+            rs(x);
+        }
+        Step::Where(c, x, y) => {
+            r(c);
+            rs(x);
+            rs(y);
+        }
+        Step::LayerNorm(a, _, w, b, _) => {
+            r(a);
+            if let Some(w) = w {
+                r(w);
+            }
+            if let Some(b) = b {
+                r(b);
+            }
+        }
+        Step::Matmul(a, b) => {
+            r(a);
+            r(b);
+        }
+        Step::Reshape(a, _)
+        | Step::Permute(a, _)
+        | Step::Transpose(a, _, _)
+        | Step::T(a)
+        | Step::Expand(a, _)
+        | Step::Slice(a, _)
+        | Step::Narrow(a, _, _, _, _)
+        | Step::Pad(a, _, _)
+        | Step::Flip(a, _)
+        | Step::Squeeze(a)
+        | Step::SqueezeDim(a, _)
+        | Step::Unsqueeze(a, _)
+        | Step::Flatten(a)
+        | Step::FlattenDims(a, _, _)
+        | Step::Contiguous(a)
+        | Step::Realize(a)
+        | Step::Reduce(a, ..)
+        | Step::Var(a, ..)
+        | Step::Arg(a, ..)
+        | Step::Softmax(a, _)
+        | Step::LogSoftmax(a, _) => r(a),
+    }
+}
+
+const FLOAT_SCALARS: [f64; 7] = [0.5, -1.25, 2.0, 3.0, 0.1, -0.75, 1.0];
+const INT_SCALARS: [i64; 5] = [1, 2, -3, 7, 0];
+const POWS: [f64; 9] = [2.0, 0.5, 3.0, 1.5, -1.0, -0.5, 1.0, 0.0, 0.3];
+
+impl<'p> Res<'p> {
+    fn push(&mut self, step: Step, meta: Meta) -> usize {
+        let mut step = step;
+        self.steer(&mut step, &meta.shape, meta.dtype);
+        let idx = self.metas.len();
+        let ins = step_inputs(&step);
+        let ir = match &step {
+            Step::Realize(a) => (*a, None),
+            // `pow(1)` returns its base when no promotion is needed.
+            Step::Binary(a, B::Pow, Src::S(p))
+                if p.to_f64() == 1.0
+                    && DType::promote_scalar(self.metas[*a].dtype, *p) == self.metas[*a].dtype =>
+            {
+                self.ir[*a].clone()
+            }
+            // Reducing a 0-d tensor returns it unchanged (sums and products of integers
+            // are cast to i64 first).
+            Step::Reduce(a, op, _, _)
+                if self.metas[*a].ndim() == 0
+                    && (matches!(op, R::Max | R::Min)
+                        || matches!(op, R::Sum | R::Prod)
+                            && (self.metas[*a].dtype.is_float()
+                                || self.metas[*a].dtype == DType::I64)) =>
+            {
+                self.ir[*a].clone()
+            }
+            Step::Contiguous(a)
+                if self.ir[*a].1.is_none()
+                    && (self.realized[self.ir[*a].0]
+                        || matches!(
+                            self.steps[self.ir[*a].0],
+                            Step::Data { .. } | Step::Gen { realize: true, .. }
+                        )) =>
+            {
+                // `contiguous()` of a realized contiguous tensor is the tensor itself.
+                self.ir[*a].clone()
+            }
+            _ => match movement_map(&step, &self.metas, &meta.shape) {
+                Some((a, local)) => {
+                    let (producer, parent) = &self.ir[a];
+                    let map = match parent {
+                        None => local,
+                        Some(pm) => local
+                            .iter()
+                            .map(|&i| if i < 0 { i } else { pm[i as usize] })
+                            .collect(),
+                    };
+                    let identity = map.iter().enumerate().all(|(i, &m)| m == i as i64)
+                        && map.len() == numel(&self.metas[*producer].shape);
+                    (*producer, if identity { None } else { Some(Rc::new(map)) })
+                }
+                None => (idx, None),
+            },
+        };
+        // A step kiln turns into a no-op is its input.
+        let same_as = ins
+            .iter()
+            .copied()
+            .find(|&a| ir.0 != idx && self.ir[a].0 == ir.0);
+        let rank0_reduction = matches!(step, Step::Reduce(..) | Step::Var(..))
+            && ins.first().is_some_and(|&a| self.metas[a].ndim() == 0);
+        let epilogue = match (&step, same_as) {
+            (Step::Matmul(..), _) => Some(meta.dtype),
+            // Reducing a 0-d tensor is elementwise work (`mean` multiplies by 1).
+            (_, None) if rank0_reduction => self.epilogue[ins[0]],
+            (Step::Realize(_) | Step::Contiguous(_), None) => None,
+            (_, Some(a)) => self.epilogue[a],
+            (s, None) if is_elementwise(s) || movement_input(s).is_some() => {
+                ins.iter().find_map(|&a| self.epilogue[a])
+            }
+            _ => None,
+        };
+        let sigs = match (&step, same_as) {
+            (Step::Realize(_), _) => vec![],
+            (_, Some(a)) => self.sigs[a].clone(),
+            (s, None) => {
+                let mut v: Vec<Sig> = vec![];
+                let from_inputs = is_elementwise(s)
+                    || movement_input(s).is_some()
+                    || reduction_sig(s, &self.metas).is_some();
+                if from_inputs {
+                    for &a in &ins {
+                        for g in &self.sigs[a] {
+                            if !v.contains(g) {
+                                v.push(g.clone());
+                            }
+                        }
+                    }
+                }
+                if let Some(g) = reduction_sig(s, &self.metas)
+                    && !v.contains(&g)
+                {
+                    v.push(g);
+                }
+                v
+            }
+        };
+        let pads: Vec<(usize, u64)> = match &step {
+            Step::Realize(_) | Step::Matmul(..) | Step::Data { .. } | Step::Gen { .. } => vec![],
+            Step::Contiguous(_) if same_as.is_none() => vec![],
+            Step::Pad(a, _, v) => {
+                let mut p = self.pads[*a].clone();
+                let key = (
+                    self.ir[*a].0,
+                    v.cast(self.metas[*a].dtype).to_f64().to_bits(),
+                );
+                if !p.contains(&key) {
+                    p.push(key);
+                }
+                p
+            }
+            s => {
+                let mut p: Vec<(usize, u64)> = vec![];
+                for a in step_inputs(s) {
+                    for k in &self.pads[a] {
+                        if !p.contains(k) {
+                            p.push(*k);
+                        }
+                    }
+                }
+                p
+            }
+        };
+        let realized = matches!(step, Step::Realize(_));
+        if let Step::Realize(a) = step {
+            // `a` has no readers yet (see `Kind::Realize`): from now on it is a buffer.
+            self.realized[a] = true;
+            self.ir[a] = (a, None);
+            self.epilogue[a] = None;
+            self.sigs[a] = vec![];
+            self.pads[a] = vec![];
+        }
+        self.steps.push(step);
+        self.metas.push(meta);
+        self.ir.push(ir);
+        self.epilogue.push(epilogue);
+        self.sigs.push(sigs);
+        self.realized.push(realized);
+        self.pads.push(pads);
+        idx
+    }
+
+    /// Rewrites the inputs of a step about to be pushed so that known planner bugs are not
+    /// triggered: the offending input goes through `contiguous()` (a kernel of its own).
+    ///
+    /// * `bug_reduction_epilogue_reading_other_tensors`: elementwise work on a reduction's
+    ///   result that also reads another tensor (`x.sum(&[0]) + y`, `x.sum(&[1]) + x.sum(&[0])`)
+    ///   reads it at the wrong places unless the last axis is reduced;
+    /// * `bug_view_of_fused_reduction`: a value that contains a reduction, read through a
+    ///   view whose shape happens to be the reduced shape (`(x - x.max(&[0], true))
+    ///   .narrow(0, 0, 1, 1).reshape(&[5]) + 3`), is taken for the reduction's row value;
+    /// * a reduction whose input already contains a reduction over other axes, and
+    ///   `layer_norm` weights that contain one (the same family, conservatively).
+    fn steer(&mut self, step: &mut Step, out_shape: &[usize], out_dtype: DType) {
+        let mut fix: Vec<usize> = vec![];
+        if let Some(a) = movement_input(step) {
+            let n_in = self.m(a).numel();
+            let n_out = numel(out_shape);
+            if known(Bug::ViewOfFusedReduction)
+                && self.sigs[a]
+                    .iter()
+                    .any(|g| n_in != sig_rows(g) && n_out == sig_rows(g))
+            {
+                fix.push(a);
+            }
+        } else if is_elementwise(step) {
+            let ins = step_inputs(step);
+            // Row hoisting (`bug_reduce_of_broadcast_computed_operand`) also hits values
+            // computed next to a fused reduction, outside its input.
+            if known(Bug::RowLift) {
+                let all: Vec<Sig> = ins.iter().flat_map(|&a| self.sigs[a].clone()).collect();
+                let cd = match step {
+                    Step::Binary(a, op, r) => {
+                        binary_dtype(self.metas[*a].dtype, r, &self.metas, *op)
+                    }
+                    _ => out_dtype,
+                };
+                let cond = match step {
+                    Step::Where(c, ..) => Some(*c),
+                    _ => None,
+                };
+                let converts = matches!(step, Step::Binary(..) | Step::Where(..));
+                let cast_risk = |r: &Self, a: usize, g: &Sig| {
+                    converts
+                        && r.metas[a].dtype != if Some(a) == cond { DType::Bool } else { cd }
+                        && r.metas[a].numel() == sig_rows(g)
+                        && r.metas[a].numel() < numel(&g.0)
+                };
+                for &a in &ins {
+                    if self.sigs[a].is_empty() && all.iter().any(|g| cast_risk(self, a, g)) {
+                        // The implicit conversion would be computed in the kernel: convert
+                        // explicitly, in a kernel of its own.
+                        let to = if Some(a) == cond { DType::Bool } else { cd };
+                        let c = self.cast(a, to);
+                        let m = self.m(c).clone();
+                        let c = self.push(Step::Contiguous(c), m);
+                        replace_input(step, a, c);
+                        continue;
+                    }
+                    if self.sigs[a].is_empty()
+                        && all
+                            .iter()
+                            .any(|g| self.lift_risk(a, sig_rows(g), numel(&g.0)))
+                        && !fix.contains(&a)
+                    {
+                        fix.push(a);
+                    }
+                }
+            }
+            // A consumer over the reduced shape that reads other data as well.
+            let n_out = numel(out_shape);
+            if ins.len() >= 2 && known(Bug::ReductionEpilogue) {
+                for &a in &ins {
+                    if self.sigs[a].iter().any(|g| sig_rows(g) == n_out) && !fix.contains(&a) {
+                        fix.push(a);
+                    }
+                }
+            }
+            let mut seen: Vec<Sig> = vec![];
+            for a in ins
+                .iter()
+                .copied()
+                .filter(|_| known(Bug::ReductionEpilogue))
+            {
+                let mut merged = seen.clone();
+                for g in &self.sigs[a] {
+                    if !merged.contains(g) {
+                        merged.push(g.clone());
+                    }
+                }
+                if merged.len() > 1 {
+                    if !fix.contains(&a) {
+                        fix.push(a);
+                    }
+                } else {
+                    seen = merged;
+                }
+            }
+        } else if let Some(g) = reduction_sig(step, &self.metas)
+            && known(Bug::ReductionEpilogue)
+        {
+            let ins = step_inputs(step);
+            if let Some(&a) = ins.first()
+                && self.sigs[a].iter().any(|h| *h != g)
+            {
+                fix.push(a);
+            }
+            if matches!(step, Step::LayerNorm(..)) {
+                fix.extend(ins.iter().skip(1).filter(|&&w| !self.sigs[w].is_empty()));
+            }
+        }
+        // `bug_pads_differing_only_in_value`: two pads of one node with different values in
+        // one kernel share a single load (the second value is lost).
+        if known(Bug::PadValues) && movement_input(step).is_none() {
+            let mut seen: Vec<(usize, u64)> = vec![];
+            for a in step_inputs(step) {
+                let clash = self.pads[a]
+                    .iter()
+                    .any(|&(n, v)| seen.iter().any(|&(m, w)| m == n && w != v));
+                if clash {
+                    if !fix.contains(&a) {
+                        fix.push(a);
+                    }
+                } else {
+                    seen.extend(self.pads[a].iter().copied());
+                }
+            }
+        }
+        // An operand that becomes a stored value gets converted first where the op would
+        // convert it: that conversion would be hoisted too (see the cast case above).
+        let targets: Vec<Option<DType>> = fix
+            .iter()
+            .map(|&a| match &*step {
+                Step::Binary(x, op, rr) => {
+                    Some(binary_dtype(self.metas[*x].dtype, rr, &self.metas, *op))
+                }
+                Step::Where(c, ..) if *c == a => Some(DType::Bool),
+                Step::Where(..) => Some(out_dtype),
+                _ => None,
+            })
+            .collect();
+        for (a, t) in fix.into_iter().zip(targets) {
+            let src = match t {
+                Some(d) if d != self.m(a).dtype && known(Bug::RowLift) => self.cast(a, d),
+                _ => a,
+            };
+            let m = self.m(src).clone();
+            let c = self.push(Step::Contiguous(src), m);
+            replace_input(step, a, c);
+        }
+    }
+
+    /// Which element of its producer each element of `v`, broadcast to `shape`, reads.
+    fn read_map(&self, v: usize, shape: &[usize]) -> Vec<i64> {
+        let vs = &self.metas[v].shape;
+        let map = &self.ir[v].1;
+        let lead = shape.len() - vs.len();
+        (0..numel(shape))
+            .map(|i| {
+                let c = unravel(i, shape);
+                let mut flat = 0usize;
+                for (d, &n) in vs.iter().enumerate() {
+                    flat = flat * n + if n == 1 { 0 } else { c[lead + d] };
+                }
+                match map {
+                    None => flat as i64,
+                    Some(m) => m[flat],
+                }
+            })
+            .collect()
+    }
+
+    /// Known bug (`bug_binary_op_with_identical_operands`): an elementwise op whose two
+    /// operands are the same value inside a fused kernel (`e + e`, `x.t() + x.t()`) frees
+    /// that value's register twice; later values then share a register (panics or wrong
+    /// results).
+    fn same_value(&self, a: usize, b: usize, shape: &[usize]) -> bool {
+        known(Bug::IdenticalOperands)
+            && self.ir[a].0 == self.ir[b].0
+            && self.read_map(a, shape) == self.read_map(b, shape)
+    }
+
+    fn m(&self, v: usize) -> &Meta {
+        &self.metas[v]
+    }
+
+    fn max_numel(&self) -> usize {
+        self.prof.max_numel
+    }
+
+    /// The main operand: uniform over all values half of the time, the newest otherwise.
+    fn pick_value(&self, idx: &Index) -> usize {
+        let n = self.metas.len();
+        let k = idx.index(2 * n);
+        if k < n { k } else { n - 1 }
+    }
+
+    fn pick_from(cands: &[usize], idx: &Index) -> Option<usize> {
+        if cands.is_empty() {
+            None
+        } else {
+            Some(cands[idx.index(cands.len())])
+        }
+    }
+
+    fn pick_rng(&mut self, cands: &[usize]) -> Option<usize> {
+        if cands.is_empty() {
+            None
+        } else {
+            Some(cands[self.rng.below(cands.len())])
+        }
+    }
+
+    fn candidates(&self, pred: impl Fn(usize, &Meta) -> bool) -> Vec<usize> {
+        self.metas
+            .iter()
+            .enumerate()
+            .filter(|(i, m)| pred(*i, m))
+            .map(|(i, _)| i)
+            .collect()
+    }
+
+    // ---- primitive pushes (meta computed here) ----
+
+    fn unary(&mut self, v: usize, u: U) -> usize {
+        let v = if self.m(v).dtype == DType::Bool && !u.needs_float() {
+            self.cast(v, DType::I32)
+        } else {
+            v
+        };
+        let v = if u.needs_float() {
+            self.detaint(v, float_of(self.m(v).dtype))
+        } else {
+            v
+        };
+        let meta = unary_meta(self.m(v), u);
+        self.push(Step::Unary(v, u), meta)
+    }
+
+    fn binary(&mut self, a: usize, op: B, rhs: Src) -> usize {
+        let rhs = match rhs {
+            Src::V(b)
+                if self.same_value(
+                    a,
+                    b,
+                    &broadcast(&self.m(a).shape, &self.m(b).shape).unwrap(),
+                ) =>
+            {
+                let d = self.m(a).dtype;
+                Src::S(self.scalar_for(d))
+            }
+            r => r,
+        };
+        let d = binary_dtype(self.m(a).dtype, &rhs, &self.metas, op);
+        let out = if op.is_cmp() { DType::Bool } else { d };
+        let a = self.detaint(a, out);
+        let rhs = match rhs {
+            Src::V(b) => Src::V(self.detaint(b, out)),
+            s => s,
+        };
+        let op = if d == DType::Bool && op == B::Sub {
+            B::Max
+        } else {
+            op
+        };
+        let bm = src_meta(&rhs, &self.metas, d);
+        let meta = binary_meta(self.m(a), op, &bm, d);
+        self.push(Step::Binary(a, op, rhs), meta)
+    }
+
+    /// Known bug (`bug_matmul_epilogue_cast`): a cast fused into a matmul's epilogue
+    /// (`a.matmul(&b).cast(F64)`, or an implicit promotion) stores garbage. Before `v` is
+    /// converted to `d`, a matmul result goes through `contiguous()` (its own kernel).
+    fn detaint(&mut self, v: usize, d: DType) -> usize {
+        if known(Bug::MatmulEpilogueDtype) && self.epilogue[v].is_some_and(|pd| pd != d) {
+            let m = self.m(v).clone();
+            self.push(Step::Contiguous(v), m)
+        } else {
+            v
+        }
+    }
+
+    fn cast(&mut self, v: usize, d: DType) -> usize {
+        if self.m(v).dtype == d {
+            return v;
+        }
+        let v = self.detaint(v, d);
+        let meta = cast_meta(self.m(v), d);
+        self.push(Step::Cast(v, d), meta)
+    }
+
+    /// Scales `v` by an exact power of two so that its magnitude is at most `lim` (integers
+    /// become f32 on the way).
+    fn fit(&mut self, v: usize, lim: f64) -> usize {
+        let m = self.m(v);
+        if m.dtype == DType::Bool || m.mag <= lim {
+            return v;
+        }
+        let mut k = (m.mag / lim).log2().ceil() as i32;
+        if m.mag * 2f64.powi(-k) > lim {
+            k += 1;
+        }
+        self.binary(v, B::Mul, Src::S(Scalar::Float(2f64.powi(-k))))
+    }
+
+    fn as_float(&mut self, v: usize) -> usize {
+        if self.m(v).dtype.is_float() {
+            v
+        } else {
+            self.cast(v, DType::F32)
+        }
+    }
+
+    /// `abs(v) + c` as a float value with lower bound `c`.
+    fn positive(&mut self, v: usize, c: f64, lim: f64) -> usize {
+        let v = if self.m(v).dtype == DType::Bool {
+            self.cast(v, DType::F32)
+        } else {
+            v
+        };
+        // Large integers first become floats (an i32::MIN would stay negative under abs).
+        let v = if !self.m(v).dtype.is_float() && self.m(v).mag >= 1e6 {
+            self.fit(v, lim)
+        } else {
+            v
+        };
+        let v = self.fit(v, lim);
+        let a = self.unary(v, U::Abs);
+        self.binary(a, B::Add, Src::S(Scalar::Float(c)))
+    }
+
+    fn scalar_for(&mut self, d: DType) -> Scalar {
+        match d {
+            DType::Bool => {
+                if self.rng.chance(1, 2) {
+                    Scalar::Bool(self.rng.chance(1, 2))
+                } else {
+                    Scalar::Int(self.rng.pick(&INT_SCALARS))
+                }
+            }
+            d if d.is_int() && self.rng.chance(3, 4) => Scalar::Int(self.rng.pick(&INT_SCALARS)),
+            _ => Scalar::Float(self.rng.pick(&FLOAT_SCALARS)),
+        }
+    }
+
+    fn fits(&self, shape: &[usize]) -> bool {
+        numel(shape) <= self.max_numel()
+    }
+
+    /// A view of `v` whose shape broadcasts against `v`'s own (x.t(), x.flip(..), x.max(.., keepdim)...).
+    fn self_view(&mut self, v: usize) -> usize {
+        let m = self.m(v).clone();
+        let nd = m.ndim();
+        let mut options: Vec<u8> = vec![];
+        if nd >= 2 {
+            let mut t = m.shape.clone();
+            t.swap(nd - 2, nd - 1);
+            if broadcast(&m.shape, &t).is_some_and(|s| self.fits(&s)) {
+                options.push(0);
+            }
+            options.push(3);
+        }
+        if nd >= 1 {
+            options.extend([1, 2, 4, 5]);
+        }
+        if options.is_empty() {
+            return v;
+        }
+        match self.rng.pick(&options) {
+            0 => {
+                let s = if self.rng.chance(1, 2) {
+                    let mut t = m.shape.clone();
+                    t.swap(nd - 2, nd - 1);
+                    self.push(Step::T(v), m.with_shape(t))
+                } else {
+                    let (a, b) = (-1isize, (nd as isize) - 2);
+                    let mut t = m.shape.clone();
+                    t.swap(nd - 2, nd - 1);
+                    self.push(Step::Transpose(v, a, b), m.with_shape(t))
+                };
+                if self.rng.chance(1, 4) {
+                    let mm = self.m(s).clone();
+                    self.push(Step::Contiguous(s), mm)
+                } else {
+                    s
+                }
+            }
+            1 => {
+                let axes = self.random_axes(nd, true);
+                self.push(Step::Flip(v, axes), m)
+            }
+            2 => {
+                // Reduction broadcast back over the same space.
+                let axes = self.random_axes(nd, true);
+                let Some(axes) = self.fix_axes(&m.shape, axes) else {
+                    return self.push(Step::Flip(v, vec![0]), m);
+                };
+                let ops = if m.dtype.is_float() {
+                    vec![R::Max, R::Sum, R::Mean, R::Min]
+                } else {
+                    vec![R::Max, R::Min]
+                };
+                let op = self.rng.pick(&ops);
+                let src = if matches!(op, R::Sum | R::Mean) {
+                    let n: usize = norm_axes(&axes, nd).iter().map(|&a| m.shape[a]).product();
+                    self.fit(v, MAG_LIMIT / 2.0 / n as f64)
+                } else {
+                    v
+                };
+                let src = self.reduce_input(src, &norm_axes(&axes, nd));
+                let meta = reduce_meta(self.m(src), op, &norm_axes(&axes, nd), true);
+                self.push(Step::Reduce(src, op, axes, true), meta)
+            }
+            3 => {
+                let perm = self.random_perm(nd);
+                let shape: Vec<usize> = perm.iter().map(|&p| m.shape[p]).collect();
+                if broadcast(&m.shape, &shape).is_some_and(|s| self.fits(&s)) {
+                    let p = self.signed_axes(&perm, nd);
+                    self.push(Step::Permute(v, p), m.with_shape(shape))
+                } else {
+                    let axes = self.random_axes(nd, true);
+                    self.push(Step::Flip(v, axes), m)
+                }
+            }
+            4 => {
+                // One index along an axis, kept as size 1.
+                let d = self.rng.below(nd);
+                let n = m.shape[d];
+                let k = self.rng.below(n) as isize;
+                let mut shape = m.shape.clone();
+                shape[d] = 1;
+                self.push(
+                    Step::Narrow(v, d as isize, k, k + 1, 1),
+                    m.with_shape(shape),
+                )
+            }
+            _ => {
+                // Everything reduced to one element, broadcast back.
+                if m.numel() == 1 && known(Bug::ReduceSizeOne) {
+                    return self.push(Step::Flip(v, vec![0]), m);
+                }
+                let all: Vec<usize> = (0..nd).collect();
+                if m.dtype.is_float() && self.rng.chance(1, 2) {
+                    let src = self.fit(v, MAG_LIMIT / 2.0 / m.numel() as f64);
+                    let src = self.reduce_input(src, &all);
+                    let meta =
+                        reduce_meta(self.m(src), R::Sum, &(0..nd).collect::<Vec<_>>(), false);
+                    self.push(Step::Reduce(src, R::Sum, vec![], false), meta)
+                } else {
+                    let src = self.reduce_input(v, &all);
+                    let meta = reduce_meta(&m, R::Max, &all, false);
+                    self.push(Step::Reduce(src, R::Max, vec![], false), meta)
+                }
+            }
+        }
+    }
+
+    /// Known bug (`bug_reduce_of_broadcast_computed_operand`): when a reduction's fused
+    /// input contains an elementwise value computed in the kernel that is broadcast along the
+    /// reduced axes (one value per output row, e.g. `(x + y.exp()).sum(&[0])` with
+    /// `x: [4, 3]`, `y: [3]`), kiln computes it "once per row" and gets it wrong (wrong values,
+    /// or an internal error). Such inputs are first made `contiguous()`.
+    fn reduce_input(&mut self, v: usize, axes: &[usize]) -> usize {
+        if !known(Bug::RowLift) {
+            return v;
+        }
+        let total = self.m(v).numel();
+        let n: usize = axes.iter().map(|&a| self.m(v).shape[a]).product();
+        let risk = self.lift_risk(v, total / n.max(1), total);
+        if risk {
+            let m = self.m(v).clone();
+            self.push(Step::Contiguous(v), m)
+        } else {
+            v
+        }
+    }
+
+    /// Whether the fused cone of `v` (elementwise and movement steps back to stored values)
+    /// computes an elementwise value with one element per output row of a reduction over a
+    /// space of `total` elements with `rows` rows, which kiln would hoist to row level.
+    fn lift_risk(&self, v: usize, rows: usize, total: usize) -> bool {
+        let risky = |m: &Meta| m.numel() < total && m.numel() == rows;
+        let mut stack = vec![v];
+        let mut seen = std::collections::HashSet::new();
+        let mut risk = false;
+        while let Some(x) = stack.pop() {
+            if !seen.insert(x) || self.realized[x] {
+                continue;
+            }
+            let mx = &self.metas[x];
+            match &self.steps[x] {
+                Step::Unary(a, _) | Step::RScalar(_, _, a) | Step::Cast(a, _) => {
+                    risk |= risky(mx) || self.metas[*a].dtype != mx.dtype && risky(&self.metas[*a]);
+                    stack.push(*a);
+                }
+                Step::Binary(a, op, r) => {
+                    risk |= risky(mx);
+                    let d = binary_dtype(self.metas[*a].dtype, r, &self.metas, *op);
+                    for o in std::iter::once(*a).chain(match r {
+                        Src::V(b) => Some(*b),
+                        Src::S(_) => None,
+                    }) {
+                        risk |= self.metas[o].dtype != d && risky(&self.metas[o]);
+                        stack.push(o);
+                    }
+                }
+                Step::Where(c, p, q) => {
+                    risk |= risky(mx);
+                    stack.push(*c);
+                    for o in [p, q] {
+                        if let Src::V(o) = o {
+                            risk |= self.metas[*o].dtype != mx.dtype && risky(&self.metas[*o]);
+                            stack.push(*o);
+                        }
+                    }
+                    risk |= self.metas[*c].dtype != DType::Bool && risky(&self.metas[*c]);
+                }
+                s => {
+                    if let Some(a) = movement_input(s) {
+                        stack.push(a);
+                    }
+                }
+            }
+        }
+        risk
+    }
+
+    /// Known bug (`bug_reduce_over_only_size_one_axes`): a reduction whose reduced axes all
+    /// have size 1 fails to plan. Adds an axis of size > 1, or gives `None` if there is none.
+    fn fix_axes(&mut self, shape: &[usize], axes: Vec<isize>) -> Option<Vec<isize>> {
+        let na = norm_axes(&axes, shape.len());
+        let n: usize = na.iter().map(|&a| shape[a]).product();
+        if shape.is_empty() || n > 1 || !known(Bug::ReduceSizeOne) {
+            return Some(axes);
+        }
+        let big: Vec<usize> = (0..shape.len())
+            .filter(|&d| shape[d] > 1 && !na.contains(&d))
+            .collect();
+        if big.is_empty() || axes.is_empty() {
+            return None;
+        }
+        let mut axes = axes;
+        axes.push(self.rng.pick(&big) as isize);
+        Some(axes)
+    }
+
+    /// The same for a single reduction dimension.
+    fn fix_dim(&mut self, shape: &[usize], d: usize) -> Option<usize> {
+        if shape[d] > 1 || !known(Bug::ReduceSizeOne) {
+            return Some(d);
+        }
+        let big: Vec<usize> = (0..shape.len()).filter(|&d| shape[d] > 1).collect();
+        if big.is_empty() {
+            None
+        } else {
+            Some(self.rng.pick(&big))
+        }
+    }
+
+    /// Random nonempty subset of axes, each possibly negative.
+    fn random_axes(&mut self, nd: usize, nonempty: bool) -> Vec<isize> {
+        let mut out = vec![];
+        for a in 0..nd {
+            if self.rng.chance(1, 2) {
+                out.push(a);
+            }
+        }
+        if out.is_empty() && nonempty && nd > 0 {
+            out.push(self.rng.below(nd));
+        }
+        if self.rng.chance(1, 3) {
+            // Unsorted order.
+            out.reverse();
+        }
+        self.signed_axes(&out, nd)
+    }
+
+    fn signed_axes(&mut self, axes: &[usize], nd: usize) -> Vec<isize> {
+        axes.iter()
+            .map(|&a| {
+                if self.rng.chance(1, 3) {
+                    a as isize - nd as isize
+                } else {
+                    a as isize
+                }
+            })
+            .collect()
+    }
+
+    fn random_perm(&mut self, nd: usize) -> Vec<usize> {
+        let mut p: Vec<usize> = (0..nd).collect();
+        for i in (1..nd).rev() {
+            let j = self.rng.below(i + 1);
+            p.swap(i, j);
+        }
+        p
+    }
+
+    /// A random shape with `n` elements (rank 1–4).
+    fn random_factor_shape(&mut self, n: usize) -> Vec<usize> {
+        let mut primes = vec![];
+        let mut x = n;
+        let mut f = 2;
+        while f * f <= x {
+            while x.is_multiple_of(f) {
+                primes.push(f);
+                x /= f;
+            }
+            f += 1;
+        }
+        if x > 1 {
+            primes.push(x);
+        }
+        let rank = 1 + self.rng.below(4);
+        let mut dims = vec![1usize; rank];
+        for p in primes {
+            let i = self.rng.below(rank);
+            dims[i] *= p;
+        }
+        dims
+    }
+
+    fn reshape_to(&mut self, v: usize, shape: Vec<usize>) -> usize {
+        let m = self.m(v).clone();
+        if shape == m.shape {
+            return v;
+        }
+        let mut req: Vec<isize> = shape.iter().map(|&d| d as isize).collect();
+        if !req.is_empty() && self.rng.chance(1, 3) {
+            let i = self.rng.below(req.len());
+            req[i] = -1;
+        }
+        self.push(Step::Reshape(v, req), m.with_shape(shape))
+    }
+
+    /// One random movement op on `v`. `allow_expand`: may grow by broadcasting.
+    fn movement(&mut self, v: usize, choice: u8, allow_expand: bool) -> usize {
+        let m = self.m(v).clone();
+        let nd = m.ndim();
+        let choice = if !allow_expand && choice % 12 == 11 {
+            10
+        } else {
+            choice % 12
+        };
+        match choice {
+            0 if nd >= 2 => {
+                let perm = self.random_perm(nd);
+                let shape = perm.iter().map(|&p| m.shape[p]).collect();
+                let p = self.signed_axes(&perm, nd);
+                self.push(Step::Permute(v, p), m.with_shape(shape))
+            }
+            1 if nd >= 1 => {
+                let (a, b) = (self.rng.below(nd), self.rng.below(nd));
+                let mut shape = m.shape.clone();
+                shape.swap(a, b);
+                let s = self.signed_axes(&[a, b], nd);
+                self.push(Step::Transpose(v, s[0], s[1]), m.with_shape(shape))
+            }
+            2 if nd >= 2 => {
+                let mut shape = m.shape.clone();
+                shape.swap(nd - 2, nd - 1);
+                self.push(Step::T(v), m.with_shape(shape))
+            }
+            3 if nd >= 1 => {
+                let r = 1 + self.rng.below(nd);
+                let mut ranges = vec![];
+                let mut shape = m.shape.clone();
+                for (d, dim) in shape.iter_mut().enumerate().take(r) {
+                    let n = m.shape[d];
+                    let (s, e, step) = self.random_range(n);
+                    *dim = (e - s).div_ceil(step);
+                    ranges.push(self.encode_range(n, s, e, step));
+                }
+                self.push(Step::Slice(v, ranges), m.with_shape(shape))
+            }
+            4 if nd >= 1 => {
+                let d = self.rng.below(nd);
+                let n = m.shape[d];
+                let (s, e, step) = self.random_range(n);
+                let (s2, e2, st) = self.encode_range(n, s, e, step);
+                let mut shape = m.shape.clone();
+                shape[d] = (e - s).div_ceil(step);
+                let dd = self.signed_axes(&[d], nd)[0];
+                self.push(Step::Narrow(v, dd, s2, e2, st), m.with_shape(shape))
+            }
+            5 if nd >= 1 => {
+                let r = 1 + self.rng.below(nd);
+                let mut pads = vec![];
+                let mut shape = m.shape.clone();
+                for dim in shape.iter_mut().take(r) {
+                    let (b, a) = (self.rng.below(3), self.rng.below(3));
+                    pads.push((b, a));
+                    *dim += b + a;
+                }
+                if !self.fits(&shape) {
+                    return self.movement(v, 6, allow_expand);
+                }
+                let value = self.pad_value(m.dtype);
+                let pv = Meta::scalar(value, m.dtype);
+                let all_zero = pads.iter().all(|&(b, a)| b == 0 && a == 0);
+                let meta = Meta {
+                    shape,
+                    mag: if all_zero { m.mag } else { m.mag.max(pv.mag) },
+                    lo: if all_zero {
+                        m.lo
+                    } else {
+                        m.lo.map(|l| l.min(pv.lo.unwrap()))
+                    },
+                    ..m
+                };
+                self.push(Step::Pad(v, pads, value), meta)
+            }
+            6 if nd >= 1 => {
+                let axes = self.random_axes(nd, true);
+                self.push(Step::Flip(v, axes), m)
+            }
+            7 if nd >= 1 => {
+                if self.rng.chance(1, 2) {
+                    let shape = m.shape.iter().copied().filter(|&n| n != 1).collect();
+                    self.push(Step::Squeeze(v), m.with_shape(shape))
+                } else {
+                    let d = self.rng.below(nd);
+                    let mut shape = m.shape.clone();
+                    if shape[d] == 1 {
+                        shape.remove(d);
+                    }
+                    let dd = self.signed_axes(&[d], nd)[0];
+                    self.push(Step::SqueezeDim(v, dd), m.with_shape(shape))
+                }
+            }
+            8 if nd < 5 => {
+                let d = self.rng.below(nd + 1);
+                let mut shape = m.shape.clone();
+                shape.insert(d, 1);
+                let dd = if self.rng.chance(1, 3) {
+                    d as isize - (nd as isize + 1)
+                } else {
+                    d as isize
+                };
+                self.push(Step::Unsqueeze(v, dd), m.with_shape(shape))
+            }
+            9 => {
+                if nd >= 1 && self.rng.chance(1, 2) {
+                    let a = self.rng.below(nd);
+                    let b = a + self.rng.below(nd - a);
+                    let mut shape: Vec<usize> = m.shape[..a].to_vec();
+                    shape.push(numel(&m.shape[a..=b]));
+                    shape.extend_from_slice(&m.shape[b + 1..]);
+                    let s = self.signed_axes(&[a, b], nd);
+                    self.push(Step::FlattenDims(v, s[0], s[1]), m.with_shape(shape))
+                } else {
+                    self.push(Step::Flatten(v), m.with_shape(vec![m.numel()]))
+                }
+            }
+            10 => {
+                let shape = self.random_factor_shape(m.numel());
+                self.reshape_to(v, shape)
+            }
+            11 => self.expand(v),
+            // Not applicable at this rank: flatten high ranks, add a dimension to low ones.
+            _ if nd >= 4 => self.push(Step::Flatten(v), m.with_shape(vec![m.numel()])),
+            _ => {
+                let mut shape = m.shape.clone();
+                shape.insert(0, 1);
+                self.push(Step::Unsqueeze(v, 0), m.with_shape(shape))
+            }
+        }
+    }
+
+    fn random_range(&mut self, n: usize) -> (usize, usize, usize) {
+        let s = self.rng.below(n);
+        let e = s + 1 + self.rng.below(n - s);
+        let step = 1 + self.rng.below(3);
+        (s, e, step)
+    }
+
+    /// Python-style encoding of a range: negative indices, or an end beyond the size.
+    fn encode_range(&mut self, n: usize, s: usize, e: usize, step: usize) -> (isize, isize, isize) {
+        let s2 = if self.rng.chance(1, 3) {
+            s as isize - n as isize
+        } else {
+            s as isize
+        };
+        let e2 = if e == n {
+            if self.rng.chance(1, 3) {
+                n as isize + 3
+            } else {
+                n as isize
+            }
+        } else if self.rng.chance(1, 3) {
+            e as isize - n as isize
+        } else {
+            e as isize
+        };
+        (s2, e2, step as isize)
+    }
+
+    fn pad_value(&mut self, d: DType) -> Scalar {
+        match d {
+            DType::Bool => Scalar::Bool(self.rng.chance(1, 2)),
+            d if d.is_int() => {
+                if self.rng.chance(1, 4) {
+                    Scalar::Float(2.7)
+                } else {
+                    Scalar::Int(self.rng.pick(&[0, 1, -1, 7, 300]))
+                }
+            }
+            _ => Scalar::Float(self.rng.pick(&[0.0, 1.0, -2.5, 0.5, 7.0])),
+        }
+    }
+
+    fn expand(&mut self, v: usize) -> usize {
+        let m = self.m(v).clone();
+        let mut v = v;
+        let mut shape = m.shape.clone();
+        if !shape.contains(&1) || self.rng.chance(1, 3) {
+            let d = self.rng.below(shape.len() + 1);
+            shape.insert(d, 1);
+            v = self.push(Step::Unsqueeze(v, d as isize), m.with_shape(shape.clone()));
+        }
+        let mut target = shape.clone();
+        for t in target.iter_mut() {
+            if *t == 1 && self.rng.chance(2, 3) {
+                *t = 2 + self.rng.below(3);
+            }
+        }
+        if self.rng.chance(1, 4) {
+            target.insert(0, 2 + self.rng.below(2));
+        }
+        while !self.fits(&target) {
+            // Undo growth until it fits.
+            if target.len() > shape.len() {
+                target.remove(0);
+                continue;
+            }
+            match target.iter().zip(&shape).position(|(&t, &s)| t != s) {
+                Some(i) => target[i] = 1,
+                None => break,
+            }
+        }
+        if target == shape {
+            return v;
+        }
+        let meta = self.m(v).with_shape(target.clone());
+        self.push(Step::Expand(v, target), meta)
+    }
+
+    /// A partner operand for a binary op with `a`: another value that broadcasts, a
+    /// scalar, a view of `a` itself, or another value reshaped to align with one axis.
+    fn partner(&mut self, a: usize, j: &Index, need_exact: bool) -> Src {
+        let am = self.m(a).clone();
+        let mode = self.rng.below(4);
+        let max = self.max_numel();
+        if mode == 0 {
+            let c = self.candidates(|_, m| {
+                (!need_exact || m.exact)
+                    && broadcast(&am.shape, &m.shape).is_some_and(|s| numel(&s) <= max)
+            });
+            if let Some(w) = Self::pick_from(&c, j) {
+                return Src::V(self.maybe_computed(w, need_exact));
+            }
+        }
+        if mode == 2 {
+            let v = self.self_view(a);
+            if !need_exact || self.m(v).exact {
+                return Src::V(v);
+            }
+        }
+        if mode == 3 && am.ndim() >= 1 {
+            let c = self.candidates(|_, m| {
+                (!need_exact || m.exact) && m.numel() > 1 && am.shape.contains(&m.numel())
+            });
+            if let Some(w) = Self::pick_from(&c, j) {
+                let n = self.m(w).numel();
+                let axes: Vec<usize> = (0..am.ndim()).filter(|&d| am.shape[d] == n).collect();
+                let ax = self.rng.pick(&axes);
+                let mut shape = vec![1; am.ndim() - ax];
+                shape[0] = n;
+                let w = if self.rng.chance(1, 2) {
+                    self.maybe_computed(w, need_exact)
+                } else {
+                    w
+                };
+                let r = self.push(
+                    Step::Reshape(w, shape.iter().map(|&d| d as isize).collect()),
+                    self.m(w).with_shape(shape),
+                );
+                return Src::V(self.maybe_computed(r, need_exact));
+            }
+        }
+        Src::S(self.scalar_for(am.dtype))
+    }
+
+    /// Sometimes passes a partner operand through a cheap elementwise op, so that broadcast
+    /// operands are often values computed inside the kernel rather than plain loads.
+    fn maybe_computed(&mut self, w: usize, need_exact: bool) -> usize {
+        if !self.rng.chance(1, 3) {
+            return w;
+        }
+        let ops: &[U] = if need_exact || !self.m(w).dtype.is_float() {
+            &[U::Neg, U::Abs, U::Relu]
+        } else {
+            &[U::Neg, U::Abs, U::Relu, U::Tanh, U::Sigmoid]
+        };
+        let u = self.rng.pick(ops);
+        self.unary(w, u)
+    }
+
+    /// Fits the operands of an op whose result is float so that it stays below the limit.
+    fn fit_pair(&mut self, a: usize, rhs: Src, op: B) -> (usize, Src) {
+        let d = binary_dtype(self.m(a).dtype, &rhs, &self.metas, op);
+        if !d.is_float() {
+            return (a, rhs);
+        }
+        let lim = match op {
+            B::Mul => 100.0,
+            B::Add | B::Sub => MAG_LIMIT / 2.0,
+            _ => MAG_LIMIT,
+        };
+        let a = self.fit(a, lim);
+        let rhs = match rhs {
+            Src::V(b) => Src::V(self.fit(b, lim)),
+            s => s,
+        };
+        (a, rhs)
+    }
+
+    // ---- descriptor kinds ----
+
+    fn apply(&mut self, op: &OpDesc) {
+        let a = self.pick_value(&op.i);
+        let c = op.c;
+        match op.kind {
+            Kind::Unary => {
+                let u = [
+                    U::Neg,
+                    U::Abs,
+                    U::Relu,
+                    U::Tanh,
+                    U::Sigmoid,
+                    U::Sin,
+                    U::Cos,
+                    U::Gelu,
+                ][c as usize % 8];
+                let a = if u == U::Sin || u == U::Cos || u == U::Gelu {
+                    self.fit(a, 100.0)
+                } else {
+                    a
+                };
+                let a = if u == U::Gelu && known(Bug::GeluZero) {
+                    // Known bug (`bug_gelu_of_zero_hangs`): erfc's series never ends at an
+                    // exact 0, so gelu(0) hangs the reference (and f64 kernels). Feed ±(|x|+1/4).
+                    let p = self.positive(a, 0.25, 100.0);
+                    if c & 0x80 != 0 {
+                        self.unary(p, U::Neg)
+                    } else {
+                        p
+                    }
+                } else {
+                    a
+                };
+                self.unary(a, u);
+            }
+            Kind::Binary => {
+                let ops = [B::Add, B::Sub, B::Mul, B::Max, B::Min];
+                let bop = ops[c as usize % ops.len()];
+                let rhs = self.partner(a, &op.j, false);
+                self.binary_op(a, bop, rhs);
+            }
+            Kind::SelfView => {
+                let ops = [B::Add, B::Sub, B::Mul, B::Max, B::Min];
+                let bop = ops[c as usize % ops.len()];
+                let v = self.self_view(a);
+                if self.rng.chance(1, 4) {
+                    self.binary_op(v, bop, Src::V(a));
+                } else {
+                    self.binary_op(a, bop, Src::V(v));
+                }
+            }
+            Kind::Movement => {
+                self.movement(a, c, true);
+            }
+            Kind::ViewChain => {
+                let n = 1 + self.rng.below(3);
+                let mut v = a;
+                for _ in 0..n {
+                    let ch = self.rng.pick(&[0u8, 1, 2, 3, 4, 5, 6, 11]);
+                    v = self.movement(v, ch, true);
+                }
+                let shape = if c.is_multiple_of(2) {
+                    vec![self.m(v).numel()]
+                } else {
+                    self.random_factor_shape(self.m(v).numel())
+                };
+                v = self.reshape_to(v, shape);
+                if c % 4 >= 2 {
+                    // Use it together with something else, so the view is read inside a
+                    // fused kernel rather than only copied out.
+                    let rhs = self.partner(v, &op.j, false);
+                    self.binary_op(v, B::Add, rhs);
+                }
+            }
+            Kind::SafeMath => self.safe_math(a, c, &op.j),
+            Kind::Compare => {
+                let ops = [B::Lt, B::Le, B::Gt, B::Ge, B::Eq, B::Ne];
+                let bop = ops[c as usize % ops.len()];
+                let ex = self.candidates(|_, m| m.exact);
+                let a = Self::pick_from(&ex, &op.i).expect("inputs are exact");
+                let rhs = self.partner(a, &op.j, true);
+                self.binary(a, bop, rhs);
+            }
+            Kind::Where => self.where_op(a, c, &op.j),
+            Kind::Cast => self.cast_op(a, c),
+            Kind::Contiguous => {
+                let m = self.m(a).clone();
+                self.push(Step::Contiguous(a), m);
+            }
+            Kind::Reduce => self.reduce_op(a, c),
+            Kind::ArgReduce => {
+                let ex = self.candidates(|_, m| m.exact);
+                let a = Self::pick_from(&ex, &op.i).expect("inputs are exact");
+                let m = self.m(a).clone();
+                let is_max = c.is_multiple_of(2);
+                let keep = self.rng.chance(1, 2);
+                let dim = if m.ndim() == 0 || self.rng.chance(1, 4) {
+                    None
+                } else {
+                    let d = self.rng.below(m.ndim());
+                    match self.fix_dim(&m.shape, d) {
+                        Some(d) => Some(d),
+                        None => return,
+                    }
+                };
+                if m.numel() == 1 && known(Bug::ReduceSizeOne) {
+                    return;
+                }
+                let a = match dim {
+                    Some(d) => self.reduce_input(a, &[d]),
+                    None => self.reduce_input(a, &(0..m.ndim()).collect::<Vec<_>>()),
+                };
+                if let Some(d) = dim {
+                    let meta = Meta {
+                        shape: reduced_shape(&m.shape, &[d], keep),
+                        dtype: DType::I64,
+                        mag: m.shape[d] as f64,
+                        err: 0.0,
+                        exact: true,
+                        lo: Some(0.0),
+                    };
+                    let dd = self.signed_axes(&[d], m.ndim())[0];
+                    self.push(Step::Arg(a, is_max, Some(dd), keep), meta);
+                } else {
+                    let shape = if keep { vec![1; m.ndim()] } else { vec![] };
+                    let meta = Meta {
+                        shape,
+                        dtype: DType::I64,
+                        mag: m.numel() as f64,
+                        err: 0.0,
+                        exact: true,
+                        lo: Some(0.0),
+                    };
+                    self.push(Step::Arg(a, is_max, None, keep), meta);
+                }
+            }
+            Kind::Var => {
+                let a = self.as_float(a);
+                let a = self.fit(a, 30.0);
+                let m = self.m(a).clone();
+                let axes = self.random_axes(m.ndim(), false);
+                if m.numel() == 1 && known(Bug::ReduceSizeOne) {
+                    return;
+                }
+                let Some(axes) = self.fix_axes(&m.shape, axes) else {
+                    return;
+                };
+                let na = norm_axes(&axes, m.ndim());
+                let a = self.reduce_input(a, &na);
+                let n: usize = na.iter().map(|&d| m.shape[d]).product();
+                let corr = if n > 1 { (c % 2) as usize } else { 0 };
+                let keep = self.rng.chance(1, 2);
+                let meta = var_meta(&m, &na, keep, corr);
+                self.push(Step::Var(a, axes, keep, corr), meta);
+            }
+            Kind::Softmax => {
+                let a = if self.m(a).ndim() == 0 {
+                    self.movement(a, 8, false)
+                } else {
+                    a
+                };
+                let a = self.as_float(a);
+                let m = self.m(a).clone();
+                let d = self.rng.below(m.ndim());
+                let Some(d) = self.fix_dim(&m.shape, d) else {
+                    return;
+                };
+                let n = m.shape[d];
+                let dd = self.signed_axes(&[d], m.ndim())[0];
+                if c.is_multiple_of(2) {
+                    let a = self.reduce_input(a, &[d]);
+                    let meta = softmax_meta(&m, n);
+                    self.push(Step::Softmax(a, dd), meta);
+                } else {
+                    let a = self.fit(a, MAG_LIMIT / 4.0);
+                    let a = self.reduce_input(a, &[d]);
+                    let meta = log_softmax_meta(self.m(a), n);
+                    self.push(Step::LogSoftmax(a, dd), meta);
+                }
+            }
+            Kind::LayerNorm => self.layer_norm_op(a, c),
+            Kind::Matmul => self.matmul_op(a, c, &op.j),
+            Kind::Gen => {
+                let m = self.m(a).clone();
+                let mut shape = m.shape.clone();
+                if self.rng.chance(1, 3) {
+                    for s in shape.iter_mut() {
+                        if self.rng.chance(1, 2) {
+                            *s = 1;
+                        }
+                    }
+                }
+                let g = self.gen_value(shape, c);
+                if c % 2 == 1 {
+                    let ops = [B::Add, B::Mul, B::Max, B::Sub];
+                    let bop = self.rng.pick(&ops);
+                    self.binary_op(a, bop, Src::V(g));
+                }
+            }
+            Kind::Realize => {
+                // Only values nothing reads yet: realizing turns the node into a buffer leaf,
+                // and the steering above assumes the graph of earlier values stays as built.
+                let read: std::collections::HashSet<usize> =
+                    self.steps.iter().flat_map(step_inputs).collect();
+                let sinks = self.candidates(|i, _| !read.contains(&i) && !self.realized[i]);
+                if let Some(a) = Self::pick_from(&sinks, &op.i) {
+                    let m = self.m(a).clone();
+                    self.push(Step::Realize(a), m);
+                }
+            }
+        }
+    }
+
+    /// A binary arithmetic op with operands fitted to keep the result in range.
+    fn binary_op(&mut self, a: usize, op: B, rhs: Src) -> usize {
+        let (a, rhs) = self.fit_pair(a, rhs, op);
+        let d = binary_dtype(self.m(a).dtype, &rhs, &self.metas, op);
+        if d == DType::Bool && op == B::Sub {
+            return self.binary(a, B::Max, rhs);
+        }
+        // Integer arithmetic is exact anyway; inexact floats are fine for these ops.
+        self.binary(a, op, rhs)
+    }
+
+    fn gen_value(&mut self, shape: Vec<usize>, c: u8) -> usize {
+        let seed = self.rng.next() % 1000;
+        let float_dtypes = [DType::F32, DType::F32, DType::F64, DType::F16, DType::BF16];
+        let (kind, dtype, mag, lo) = match (c / 2) % 4 {
+            0 => (
+                GenKind::Rand(seed),
+                self.rng.pick(&float_dtypes),
+                1.0,
+                Some(0.0),
+            ),
+            1 => (
+                GenKind::Randn(seed),
+                self.rng.pick(&float_dtypes),
+                7.0,
+                None,
+            ),
+            2 => {
+                let d = self.rng.pick(&[
+                    DType::F32,
+                    DType::I32,
+                    DType::U8,
+                    DType::Bool,
+                    DType::F16,
+                    DType::I64,
+                ]);
+                let s = self.scalar_for(d);
+                let sm = Meta::scalar(s, d);
+                (GenKind::Full(s), d, sm.mag, sm.lo)
+            }
+            _ => {
+                let d = self.rng.pick(&[
+                    DType::F32,
+                    DType::I32,
+                    DType::I64,
+                    DType::F64,
+                    DType::U8,
+                    DType::BF16,
+                ]);
+                let n = numel(&shape) as f64;
+                let (start, step) = if d.is_float() && self.rng.chance(1, 2) {
+                    (Scalar::Float(-3.0), Scalar::Float(0.5))
+                } else {
+                    (Scalar::Int(-3), Scalar::Int(1))
+                };
+                let mag = if d == DType::U8 {
+                    255.0
+                } else {
+                    3.0 + n * step.to_f64()
+                };
+                let lo = if d == DType::U8 {
+                    Some(0.0)
+                } else {
+                    Some(-3.0)
+                };
+                (GenKind::Arange(start, step), d, mag, lo)
+            }
+        };
+        let meta = Meta {
+            shape: shape.clone(),
+            dtype,
+            mag,
+            err: 0.0,
+            exact: true,
+            lo,
+        };
+        self.push(
+            Step::Gen {
+                kind,
+                shape,
+                dtype,
+                realize: false,
+            },
+            meta,
+        )
+    }
+
+    fn safe_math(&mut self, a: usize, c: u8, j: &Index) {
+        match c % 8 {
+            0 => {
+                let a = if self.m(a).dtype == DType::Bool {
+                    self.cast(a, DType::F32)
+                } else {
+                    a
+                };
+                let a = self.fit(a, 2.0);
+                self.unary(a, U::Exp);
+            }
+            1 => {
+                let p = self.positive(a, 1.0, MAG_LIMIT / 2.0);
+                self.unary(p, U::Log);
+            }
+            2 => {
+                let p = self.positive(a, 1.0, MAG_LIMIT / 2.0);
+                self.unary(p, U::Sqrt);
+            }
+            3 => {
+                let p = self.positive(a, 2.0, MAG_LIMIT / 2.0);
+                self.unary(p, U::Recip);
+            }
+            4 => {
+                // a / (abs(b) + 2)
+                let rhs = self.partner(a, j, false);
+                let b = match rhs {
+                    Src::V(b) => b,
+                    Src::S(_) => a,
+                };
+                let den = self.positive(b, 2.0, MAG_LIMIT / 2.0);
+                let num = self.fit(a, MAG_LIMIT);
+                self.binary(num, B::Div, Src::V(den));
+            }
+            5 => {
+                // 2 - a, or 1.5 / (abs(a) + 2), with the number on the left.
+                if self.rng.chance(1, 2) {
+                    let a = if self.m(a).dtype == DType::Bool {
+                        self.cast(a, DType::I32)
+                    } else {
+                        a
+                    };
+                    let a = self.fit(a, MAG_LIMIT / 2.0);
+                    let d = DType::promote_scalar(self.m(a).dtype, Scalar::Float(2.0));
+                    let a = self.detaint(a, d);
+                    let m = self.m(a).clone();
+                    let meta = binary_meta(&Meta::scalar(Scalar::Float(2.0), d), B::Sub, &m, d);
+                    self.push(Step::RScalar(2.0, B::Sub, a), meta);
+                } else {
+                    let p = self.positive(a, 2.0, MAG_LIMIT / 2.0);
+                    let m = self.m(p).clone();
+                    let meta = binary_meta(
+                        &Meta::scalar(Scalar::Float(1.5), m.dtype),
+                        B::Div,
+                        &m,
+                        m.dtype,
+                    );
+                    self.push(Step::RScalar(1.5, B::Div, p), meta);
+                }
+            }
+            6 => {
+                let m = self.m(a).clone();
+                if m.dtype.is_int() && m.exact && self.rng.chance(1, 2) {
+                    // Integer power, wrapping.
+                    let mut p = self.rng.pick(&[0i64, 1, 2, 3]);
+                    if p == 2 && known(Bug::IdenticalOperands) {
+                        p = 3;
+                    }
+                    let meta = if p == 2 {
+                        binary_meta(&m, B::Mul, &m, m.dtype)
+                    } else if p == 1 {
+                        m.clone()
+                    } else {
+                        binary_meta(&m, B::Pow, &Meta::scalar(Scalar::Int(p), m.dtype), m.dtype)
+                    };
+                    self.push(Step::Binary(a, B::Pow, Src::S(Scalar::Int(p))), meta);
+                    return;
+                }
+                let mut p = self.rng.pick(&POWS);
+                if p == 2.0 && known(Bug::IdenticalOperands) {
+                    p = 3.0;
+                }
+                let lim = match p {
+                    p if p >= 3.0 => 20.0,
+                    p if p >= 2.0 => 99.0,
+                    p if p > 1.0 => 400.0,
+                    _ => MAG_LIMIT / 2.0,
+                };
+                let base = self.positive(a, 1.0, lim);
+                let bm = self.m(base).clone();
+                let meta = if p == 2.0 {
+                    binary_meta(&bm, B::Mul, &bm, bm.dtype)
+                } else if p == 0.5 {
+                    unary_meta(&bm, U::Sqrt)
+                } else if p == 1.0 {
+                    bm.clone()
+                } else {
+                    pow_scalar_meta(&bm, p)
+                };
+                self.push(Step::Binary(base, B::Pow, Src::S(Scalar::Float(p))), meta);
+            }
+            _ => {
+                // pow(abs(a) + 1, tanh(b)) with a tensor exponent.
+                let base = self.positive(a, 1.0, 7.0);
+                let rhs = self.partner(base, j, false);
+                let e = match rhs {
+                    Src::V(b) => b,
+                    Src::S(_) => a,
+                };
+                let e = self.fit(e, 100.0);
+                let e = self.unary(e, U::Tanh);
+                if broadcast(&self.m(base).shape, &self.m(e).shape).is_some_and(|s| self.fits(&s)) {
+                    let d = binary_dtype(self.m(base).dtype, &Src::V(e), &self.metas, B::Pow);
+                    let (base, e) = (self.detaint(base, d), self.detaint(e, d));
+                    let meta = binary_meta(self.m(base), B::Pow, self.m(e), d);
+                    self.push(Step::Binary(base, B::Pow, Src::V(e)), meta);
+                }
+            }
+        }
+    }
+
+    fn where_op(&mut self, a: usize, c: u8, j: &Index) {
+        let am = self.m(a).clone();
+        let max = self.max_numel();
+        let conds = self.candidates(|_, m| {
+            m.exact && broadcast(&am.shape, &m.shape).is_some_and(|s| numel(&s) <= max)
+        });
+        let cv = match Self::pick_from(&conds, j) {
+            Some(cv) => cv,
+            None => {
+                // No exact value broadcasts with `a`: threshold a fresh random tensor.
+                let g = self.gen_value(am.shape.clone(), 0);
+                self.binary(g, B::Gt, Src::S(Scalar::Float(0.5)))
+            }
+        };
+        let cv = match c % 3 {
+            0 if self.m(cv).dtype != DType::Bool => {
+                let ops = [B::Gt, B::Lt, B::Ge, B::Ne];
+                let bop = self.rng.pick(&ops);
+                let s = self.scalar_for(self.m(cv).dtype);
+                self.binary(cv, bop, Src::S(s))
+            }
+            _ => cv,
+        };
+        let shape = broadcast(&am.shape, &self.m(cv).shape).unwrap();
+        let b = if (c / 3).is_multiple_of(2) {
+            let cands = self
+                .candidates(|_, m| broadcast(&shape, &m.shape).is_some_and(|s| numel(&s) <= max));
+            match self.pick_rng(&cands) {
+                Some(w) => Src::V(w),
+                None => Src::S(self.scalar_for(am.dtype)),
+            }
+        } else {
+            Src::S(self.scalar_for(am.dtype))
+        };
+        let (x, y) = if (c / 6).is_multiple_of(2) {
+            (Src::V(a), b)
+        } else {
+            (b, Src::V(a))
+        };
+        // Fit float operands.
+        let fitv = |r: &mut Self, s: Src| match s {
+            Src::V(v) => Src::V(r.fit(v, MAG_LIMIT)),
+            s => s,
+        };
+        let x = fitv(self, x);
+        let y = fitv(self, y);
+        // Steer around identical operands (see `same_value`).
+        let full = {
+            let sh = |s: &Src, r: &Self| match s {
+                Src::V(v) => r.m(*v).shape.clone(),
+                Src::S(_) => vec![],
+            };
+            let s1 = broadcast(&self.m(cv).shape, &sh(&x, self)).unwrap();
+            broadcast(&s1, &sh(&y, self)).unwrap()
+        };
+        let clash =
+            |r: &Self, p: &Src, q: usize| matches!(p, Src::V(v) if r.same_value(*v, q, &full));
+        let x = if clash(self, &x, cv) {
+            Src::S(self.scalar_for(am.dtype))
+        } else {
+            x
+        };
+        let y = match &x {
+            Src::V(xv) if clash(self, &y, *xv) || clash(self, &y, cv) => {
+                Src::S(self.scalar_for(am.dtype))
+            }
+            _ if clash(self, &y, cv) => Src::S(self.scalar_for(am.dtype)),
+            _ => y,
+        };
+        let d = match (&x, &y) {
+            (Src::V(p), Src::V(q)) => DType::promote(self.m(*p).dtype, self.m(*q).dtype),
+            (Src::V(p), Src::S(s)) | (Src::S(s), Src::V(p)) => {
+                DType::promote_scalar(self.m(*p).dtype, *s)
+            }
+            (Src::S(p), Src::S(q)) => DType::promote(p.natural_dtype(), q.natural_dtype()),
+        };
+        // A non-bool condition is compared with zero first (a bool-producing consumer).
+        let cd = if self.m(cv).dtype == DType::Bool {
+            d
+        } else {
+            DType::Bool
+        };
+        let cv = self.detaint(cv, cd);
+        let x = match x {
+            Src::V(v) => Src::V(self.detaint(v, d)),
+            s => s,
+        };
+        let y = match y {
+            Src::V(v) => Src::V(self.detaint(v, d)),
+            s => s,
+        };
+        let xm = src_meta(&x, &self.metas, d);
+        let ym = src_meta(&y, &self.metas, d);
+        let cm = self.m(cv).clone();
+        let shape = broadcast(&broadcast(&cm.shape, &xm.shape).unwrap(), &ym.shape).unwrap();
+        let to = |m: &Meta| cast_meta(m, d);
+        let (xm, ym) = (to(&xm), to(&ym));
+        let meta = Meta {
+            shape,
+            dtype: d,
+            mag: xm.mag.max(ym.mag),
+            err: xm.err.max(ym.err),
+            exact: xm.exact && ym.exact,
+            lo: match (xm.lo, ym.lo) {
+                (Some(p), Some(q)) => Some(p.min(q)),
+                _ => None,
+            },
+        };
+        self.push(Step::Where(cv, x, y), meta);
+    }
+
+    fn cast_op(&mut self, a: usize, c: u8) {
+        let m = self.m(a).clone();
+        let all = [
+            DType::F32,
+            DType::F16,
+            DType::BF16,
+            DType::F64,
+            DType::I32,
+            DType::I64,
+            DType::U8,
+            DType::Bool,
+        ];
+        let mut d = all[c as usize % all.len()];
+        if !d.is_float() && !m.exact {
+            d = [DType::F16, DType::BF16, DType::F64][c as usize % 3];
+        }
+        let a = if d.is_float() && m.mag > MAG_LIMIT {
+            self.fit(a, MAG_LIMIT)
+        } else {
+            a
+        };
+        self.cast(a, d);
+    }
+
+    fn reduce_op(&mut self, a: usize, c: u8) {
+        let ops = [R::Sum, R::Max, R::Min, R::Mean, R::Prod];
+        let op = ops[c as usize % ops.len()];
+        let a = if op == R::Mean { self.as_float(a) } else { a };
+        let m = self.m(a).clone();
+        let axes = if self.rng.chance(1, 5) {
+            vec![]
+        } else {
+            self.random_axes(m.ndim(), true)
+        };
+        if m.ndim() > 0 && m.numel() == 1 && known(Bug::ReduceSizeOne) {
+            return;
+        }
+        let Some(axes) = self.fix_axes(&m.shape, axes) else {
+            return;
+        };
+        let na = norm_axes(&axes, m.ndim());
+        let n: usize = na.iter().map(|&d| m.shape[d]).product();
+        let a = match op {
+            R::Sum | R::Mean if m.dtype.is_float() => self.fit(a, MAG_LIMIT / n.max(1) as f64),
+            R::Prod if m.dtype.is_float() => self.fit(a, 1.0),
+            R::Sum | R::Prod => self.detaint(a, DType::I64),
+            _ => a,
+        };
+        let a = self.reduce_input(a, &na);
+        let keep = self.rng.chance(1, 2);
+        let meta = reduce_meta(self.m(a), op, &na, keep);
+        self.push(Step::Reduce(a, op, axes, keep), meta);
+    }
+
+    fn layer_norm_op(&mut self, a: usize, c: u8) {
+        let a = if self.m(a).ndim() == 0 {
+            self.movement(a, 8, false)
+        } else {
+            a
+        };
+        let a = self.as_float(a);
+        let a = self.fit(a, 100.0);
+        let m = self.m(a).clone();
+        let mut k = 1 + self.rng.below(m.ndim().min(2));
+        if known(Bug::ReduceSizeOne) && numel(&m.shape[m.ndim() - k..]) == 1 {
+            k = match (1..=m.ndim()).find(|&k| numel(&m.shape[m.ndim() - k..]) > 1) {
+                Some(k) => k,
+                None => return,
+            };
+        }
+        let norm: Vec<usize> = m.shape[m.ndim() - k..].to_vec();
+        let a = self.reduce_input(a, &(m.ndim() - k..m.ndim()).collect::<Vec<_>>());
+        let eps = if m.dtype.is_half() {
+            self.rng.pick(&[1.0, 0.1])
+        } else {
+            self.rng.pick(&[1.0, 0.1, 1e-2])
+        };
+        let affine = |r: &mut Self, which: u8| -> Option<usize> {
+            match which % 3 {
+                0 => None,
+                1 => {
+                    let cands = r.candidates(|_, mm| mm.shape == norm && mm.dtype.is_float());
+                    match r.pick_rng(&cands) {
+                        Some(w) => Some(r.fit(w, 10.0)),
+                        None => Some(r.gen_value(norm.clone(), 2)),
+                    }
+                }
+                _ => Some(r.gen_value(norm.clone(), 0)),
+            }
+        };
+        let w = affine(self, c);
+        let b = affine(self, c / 3);
+        // A generated Full/Arange may be an integer: layer_norm takes any dtype for these.
+        let w = w.map(|w| {
+            if self.m(w).dtype == DType::Bool {
+                self.cast(w, DType::F32)
+            } else {
+                self.fit(w, 10.0)
+            }
+        });
+        let b = b.map(|b| {
+            if self.m(b).dtype == DType::Bool {
+                self.cast(b, DType::F32)
+            } else {
+                self.fit(b, 10.0)
+            }
+        });
+        let meta = layer_norm_meta(&m, k, w.map(|w| self.m(w)), b.map(|b| self.m(b)), eps);
+        self.push(Step::LayerNorm(a, norm, w, b, eps), meta);
+    }
+
+    fn matmul_op(&mut self, a: usize, c: u8, j: &Index) {
+        let mut a = a;
+        if self.m(a).dtype == DType::Bool {
+            a = self.cast(a, DType::F32);
+        }
+        if self.m(a).ndim() == 0 {
+            a = self.movement(a, 8, false);
+        }
+        if self.m(a).ndim() > 3 {
+            let s = self.m(a).shape.clone();
+            let lead = numel(&s[..s.len() - 2]);
+            a = self.reshape_to(a, vec![lead, s[s.len() - 2], s[s.len() - 1]]);
+        }
+        let am = self.m(a).clone();
+        let nd = am.ndim();
+        let k = am.shape[nd - 1];
+        let max = self.max_numel();
+        let ok = |r: &Self, b: usize| -> bool {
+            let bm = r.m(b);
+            bm.dtype != DType::Bool
+                && matmul_shapes(&r.m(a).shape, &bm.shape).is_some_and(|(s, _)| numel(&s) <= max)
+        };
+        let b: Option<usize> = match c % 6 {
+            1 => {
+                let cands = self.candidates(|i, _| ok(self, i));
+                Self::pick_from(&cands, j)
+            }
+            2 => {
+                // b.t() of a value whose last dimension is K.
+                let cands = self.candidates(|_, m| {
+                    m.ndim() >= 2
+                        && m.ndim() <= 3
+                        && m.shape[m.ndim() - 1] == k
+                        && m.dtype != DType::Bool
+                });
+                match Self::pick_from(&cands, j) {
+                    Some(w) => {
+                        let mut s = self.m(w).shape.clone();
+                        let n = s.len();
+                        s.swap(n - 2, n - 1);
+                        let t = self.push(Step::T(w), self.m(w).with_shape(s));
+                        if ok(self, t) { Some(t) } else { None }
+                    }
+                    None => None,
+                }
+            }
+            3 if nd >= 2 => {
+                // Gram matrix through a transposed view: a.t() @ a or a @ a.t().
+                let inner = am.shape[nd - 1].max(am.shape[nd - 2]);
+                let a2 = self.fit(a, (MAG_LIMIT / inner as f64).sqrt());
+                let mut s = am.shape.clone();
+                s.swap(nd - 2, nd - 1);
+                let t = self.push(Step::T(a2), self.m(a2).with_shape(s));
+                let (x, y) = if self.rng.chance(1, 2) {
+                    (t, a2)
+                } else {
+                    (a2, t)
+                };
+                if matmul_shapes(&self.m(x).shape, &self.m(y).shape)
+                    .is_some_and(|(s, _)| numel(&s) <= max)
+                {
+                    let meta = matmul_meta(self.m(x), self.m(y));
+                    self.push(Step::Matmul(x, y), meta);
+                    return;
+                }
+                None
+            }
+            4 => {
+                // A value with K*n elements, permuted and reshaped to [K, n].
+                let cands = self.candidates(|_, m| {
+                    m.numel() % k.max(1) == 0
+                        && m.dtype != DType::Bool
+                        && m.numel() / k.max(1) <= 64
+                });
+                match Self::pick_from(&cands, j) {
+                    Some(w) => {
+                        let n = self.m(w).numel() / k;
+                        let w = if self.m(w).ndim() >= 2 {
+                            let p = self.random_perm(self.m(w).ndim());
+                            let shape = p.iter().map(|&d| self.m(w).shape[d]).collect();
+                            let meta = self.m(w).with_shape(shape);
+                            self.push(
+                                Step::Permute(w, p.iter().map(|&d| d as isize).collect()),
+                                meta,
+                            )
+                        } else {
+                            w
+                        };
+                        let r = self.reshape_to(w, vec![k, n]);
+                        if ok(self, r) { Some(r) } else { None }
+                    }
+                    None => None,
+                }
+            }
+            5 => {
+                // Vector operand.
+                let cands = self
+                    .candidates(|_, m| m.ndim() == 1 && m.shape[0] == k && m.dtype != DType::Bool);
+                Self::pick_from(&cands, j)
+            }
+            _ => None,
+        };
+        let b = match b {
+            Some(b) => b,
+            None => {
+                let n = 1 + self.rng.below(7);
+                let n = if am.numel() / k.max(1) * n > max {
+                    1
+                } else {
+                    n
+                };
+                let gc = 2 * self.rng.below(2) as u8;
+                if self.rng.chance(1, 2) {
+                    self.gen_value(vec![k, n], gc)
+                } else {
+                    let g = self.gen_value(vec![n, k], gc);
+                    let gm = self.m(g).with_shape(vec![k, n]);
+                    self.push(Step::T(g), gm)
+                }
+            }
+        };
+        let b = if self.m(b).dtype == DType::Bool {
+            self.cast(b, DType::F32)
+        } else {
+            b
+        };
+        let lim = (MAG_LIMIT / k.max(1) as f64).sqrt();
+        let d = DType::promote(self.m(a).dtype, self.m(b).dtype);
+        let (x, y) = if d.is_float() {
+            (self.fit(a, lim), self.fit(b, lim))
+        } else {
+            (a, b)
+        };
+        // `fit` may turn an integer operand into f32; matmul promotes the other side.
+        let d = DType::promote(self.m(x).dtype, self.m(y).dtype);
+        let (x, y) = (self.detaint(x, d), self.detaint(y, d));
+        let meta = matmul_meta(self.m(x), self.m(y));
+        self.push(Step::Matmul(x, y), meta);
+    }
+}
+
+fn input_shape(base: &[usize], mode: u8, rng: &mut Rng, prof: &Profile) -> Vec<usize> {
+    let s: Vec<usize> = match mode % 8 {
+        0..=2 => base.to_vec(),
+        3 => base
+            .iter()
+            .map(|&d| if rng.chance(1, 2) { 1 } else { d })
+            .collect(),
+        4 => {
+            let k = rng.below(base.len() + 1);
+            base[k..].to_vec()
+        }
+        5 => base.iter().rev().copied().collect(),
+        6 => vec![],
+        _ => {
+            let r = rng.below(4);
+            (0..r).map(|_| 1 + rng.below(7)).collect()
+        }
+    };
+    if numel(&s) <= prof.max_numel {
+        s
+    } else {
+        base.to_vec()
+    }
+}
+
+fn data_values(d: DType, n: usize, rng: &mut Rng) -> Vec<f64> {
+    let style = rng.below(2);
+    (0..n)
+        .map(|_| match d {
+            DType::Bool => rng.below(2) as f64,
+            DType::U8 => rng.below(256) as f64,
+            DType::I32 => rng.below(41) as f64 - 20.0,
+            DType::I64 => {
+                if rng.chance(1, 16) {
+                    (rng.next() % (1 << 40)) as f64 - (1u64 << 39) as f64
+                } else {
+                    rng.below(2001) as f64 - 1000.0
+                }
+            }
+            _ => {
+                // Quarter integers (many ties) or arbitrary reals, rounded to the dtype.
+                let v = if style == 0 {
+                    (rng.below(33) as f64 - 16.0) / 4.0
+                } else {
+                    rng.float(-2.0, 2.0)
+                };
+                Scalar::Float(v).cast(d).to_f64()
+            }
+        })
+        .collect()
+}
+
+/// Interprets a case into a concrete program.
+fn resolve(case: &Case, prof: &Profile) -> Program {
+    let mut r = Res {
+        prof,
+        steps: vec![],
+        metas: vec![],
+        ir: vec![],
+        epilogue: vec![],
+        sigs: vec![],
+        realized: vec![],
+        pads: vec![],
+        rng: Rng::new(0),
+    };
+    for (k, inp) in case.inputs.iter().enumerate() {
+        let mut rng = Rng::new(inp.seed as u64 * 31 + k as u64);
+        let shape = input_shape(&case.base, inp.shape_mode, &mut rng, prof);
+        let d = inp.dtype;
+        let seed = inp.seed as u64;
+        let kind = if d.is_float() { inp.kind % 5 } else { 0 };
+        match kind {
+            1..=3 => {
+                let (g, mag, lo) = if kind == 1 {
+                    (GenKind::Rand(seed), 1.0, Some(0.0))
+                } else {
+                    (GenKind::Randn(seed), 7.0, None)
+                };
+                let meta = Meta {
+                    shape: shape.clone(),
+                    dtype: d,
+                    mag,
+                    err: 0.0,
+                    exact: true,
+                    lo,
+                };
+                r.push(
+                    Step::Gen {
+                        kind: g,
+                        shape,
+                        dtype: d,
+                        realize: kind == 3,
+                    },
+                    meta,
+                );
+            }
+            _ => {
+                let vals = data_values(d, numel(&shape), &mut rng);
+                let mag = vals.iter().fold(0.0f64, |a, &v| a.max(v.abs()));
+                let lo = vals.iter().copied().fold(f64::INFINITY, f64::min);
+                let meta = Meta {
+                    shape: shape.clone(),
+                    dtype: d,
+                    mag,
+                    err: 0.0,
+                    exact: true,
+                    lo: Some(lo.min(0.0)),
+                };
+                r.push(
+                    Step::Data {
+                        dtype: d,
+                        shape,
+                        vals,
+                    },
+                    meta,
+                );
+            }
+        }
+    }
+    for (k, op) in case.ops.iter().enumerate() {
+        r.rng = Rng::new(op.seed as u64 * 1009 + k as u64);
+        r.apply(op);
+    }
+    let last = r.metas.len() - 1;
+    let mut outputs = vec![last];
+    for idx in &case.outputs {
+        let o = idx.index(r.metas.len());
+        if !outputs.contains(&o) {
+            outputs.push(o);
+        }
+    }
+    for m in &r.metas {
+        assert!(
+            m.mag.is_finite() && m.err.is_finite(),
+            "model overflow: {m:?}"
+        );
+    }
+    Program {
+        steps: r.steps,
+        metas: r.metas,
+        outputs,
+        mode: case.mode % 3,
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Emitting tensors
+// ---------------------------------------------------------------------------------------
+
+fn operand<'a>(vals: &'a [Tensor], s: &Src) -> Operand<'a> {
+    match s {
+        Src::V(v) => Operand::Ref(&vals[*v]),
+        Src::S(s) => Operand::Scalar(*s),
+    }
+}
+
+fn data_tensor(d: DType, shape: &[usize], vals: &[f64]) -> kiln::Result<Tensor> {
+    match d {
+        DType::F32 => Tensor::try_from_vec(vals.iter().map(|&v| v as f32).collect(), shape),
+        DType::F64 => Tensor::try_from_vec(vals.to_vec(), shape),
+        DType::F16 => Tensor::try_from_vec(vals.iter().map(|&v| f16::from_f64(v)).collect(), shape),
+        DType::BF16 => {
+            Tensor::try_from_vec(vals.iter().map(|&v| bf16::from_f64(v)).collect(), shape)
+        }
+        DType::I32 => Tensor::try_from_vec(vals.iter().map(|&v| v as i32).collect(), shape),
+        DType::I64 => Tensor::try_from_vec(vals.iter().map(|&v| v as i64).collect(), shape),
+        DType::U8 => Tensor::try_from_vec(vals.iter().map(|&v| v as u8).collect(), shape),
+        DType::Bool => Tensor::try_from_vec(vals.iter().map(|&v| v != 0.0).collect(), shape),
+    }
+}
+
+fn gen_tensor(kind: &GenKind, shape: &[usize], d: DType) -> kiln::Result<Tensor> {
+    match kind {
+        GenKind::Rand(s) => Tensor::try_rand(shape, *s, d),
+        GenKind::Randn(s) => Tensor::try_randn(shape, *s, d),
+        GenKind::Full(v) => Ok(Tensor::full(shape, *v, d)),
+        GenKind::Arange(start, step) => {
+            let n = numel(shape);
+            let end = match (start, step) {
+                (Scalar::Int(a), Scalar::Int(b)) => Scalar::Int(a + b * n as i64),
+                _ => Scalar::Float(start.to_f64() + step.to_f64() * n as f64),
+            };
+            let shape: Vec<isize> = shape.iter().map(|&x| x as isize).collect();
+            Tensor::try_arange(*start, end, *step, d)?.try_reshape(&shape)
+        }
+    }
+}
+
+fn unary(t: &Tensor, u: U) -> kiln::Result<Tensor> {
+    match u {
+        U::Neg => t.try_neg(),
+        U::Abs => t.try_abs(),
+        U::Relu => t.try_relu(),
+        U::Exp => t.try_exp(),
+        U::Log => t.try_log(),
+        U::Sqrt => t.try_sqrt(),
+        U::Recip => t.try_recip(),
+        U::Sin => t.try_sin(),
+        U::Cos => t.try_cos(),
+        U::Tanh => t.try_tanh(),
+        U::Sigmoid => t.try_sigmoid(),
+        U::Gelu => t.try_gelu(),
+    }
+}
+
+fn binary(t: &Tensor, op: B, rhs: Operand<'_>) -> kiln::Result<Tensor> {
+    match op {
+        B::Add => t.try_add(rhs),
+        B::Sub => t.try_sub(rhs),
+        B::Mul => t.try_mul(rhs),
+        B::Div => t.try_div(rhs),
+        B::Max => t.try_maximum(rhs),
+        B::Min => t.try_minimum(rhs),
+        B::Pow => t.try_pow(rhs),
+        B::Lt => t.try_lt(rhs),
+        B::Le => t.try_le(rhs),
+        B::Gt => t.try_gt(rhs),
+        B::Ge => t.try_ge(rhs),
+        B::Eq => t.try_eq(rhs),
+        B::Ne => t.try_ne(rhs),
+    }
+}
+
+fn emit_step(v: &[Tensor], s: &Step, opts: Option<&RealizeOptions>) -> kiln::Result<Tensor> {
+    Ok(match s {
+        Step::Data { dtype, shape, vals } => data_tensor(*dtype, shape, vals)?,
+        Step::Gen {
+            kind,
+            shape,
+            dtype,
+            realize,
+        } => {
+            let t = gen_tensor(kind, shape, *dtype)?;
+            if *realize {
+                t.realize()?;
+            }
+            t
+        }
+        Step::Unary(a, u) => unary(&v[*a], *u)?,
+        Step::Binary(a, op, rhs) => binary(&v[*a], *op, operand(v, rhs))?,
+        Step::RScalar(x, op, a) => match op {
+            B::Sub => *x - &v[*a],
+            _ => *x / &v[*a],
+        },
+        Step::Where(c, a, b) => Tensor::try_where(&v[*c], operand(v, a), operand(v, b))?,
+        Step::Cast(a, d) => v[*a].try_cast(*d)?,
+        Step::Reshape(a, s) => v[*a].try_reshape(s)?,
+        Step::Permute(a, p) => v[*a].try_permute(p)?,
+        Step::Transpose(a, x, y) => v[*a].try_transpose(*x, *y)?,
+        Step::T(a) => v[*a].t(),
+        Step::Expand(a, s) => v[*a].try_broadcast_to(s)?,
+        Step::Slice(a, r) => v[*a].try_slice(r)?,
+        Step::Narrow(a, d, s, e, st) => v[*a].try_narrow(*d, *s, *e, *st)?,
+        Step::Pad(a, p, val) => v[*a].try_pad(p, *val)?,
+        Step::Flip(a, axes) => v[*a].try_flip(axes)?,
+        Step::Squeeze(a) => v[*a].squeeze(),
+        Step::SqueezeDim(a, d) => v[*a].try_squeeze_dim(*d)?,
+        Step::Unsqueeze(a, d) => v[*a].try_unsqueeze(*d)?,
+        Step::Flatten(a) => v[*a].flatten(),
+        Step::FlattenDims(a, s, e) => v[*a].try_flatten_dims(*s, *e)?,
+        Step::Contiguous(a) => v[*a].try_contiguous()?,
+        Step::Reduce(a, op, axes, keep) => match op {
+            R::Sum => v[*a].try_sum(axes, *keep)?,
+            R::Prod => v[*a].try_prod(axes, *keep)?,
+            R::Max => v[*a].try_max(axes, *keep)?,
+            R::Min => v[*a].try_min(axes, *keep)?,
+            R::Mean => v[*a].try_mean(axes, *keep)?,
+        },
+        Step::Var(a, axes, keep, corr) => v[*a].try_var(axes, *keep, *corr)?,
+        Step::Arg(a, is_max, dim, keep) => {
+            if *is_max {
+                v[*a].try_argmax(*dim, *keep)?
+            } else {
+                v[*a].try_argmin(*dim, *keep)?
+            }
+        }
+        Step::Softmax(a, d) => v[*a].try_softmax(*d)?,
+        Step::LogSoftmax(a, d) => v[*a].try_log_softmax(*d)?,
+        Step::LayerNorm(a, norm, w, b, eps) => {
+            v[*a].try_layer_norm(norm, w.map(|w| &v[w]), b.map(|b| &v[b]), *eps)?
+        }
+        Step::Matmul(a, b) => v[*a].try_matmul(&v[*b])?,
+        Step::Realize(a) => {
+            if let Some(o) = opts {
+                note_plan(&[&v[*a]], o);
+                v[*a].realize_with(o)?;
+            }
+            v[*a].clone()
+        }
+    })
+}
+
+/// Builds every value of the program from fresh inputs.
+fn emit(p: &Program, opts: Option<&RealizeOptions>) -> Result<Vec<Tensor>, String> {
+    let mut vals: Vec<Tensor> = Vec::with_capacity(p.steps.len());
+    for (i, s) in p.steps.iter().enumerate() {
+        let t = emit_step(&vals, s, opts)
+            .map_err(|e| format!("kiln error at v{i} = {}: {e}", render_step(s)))?;
+        let m = &p.metas[i];
+        if t.shape() != m.shape.as_slice() || t.dtype() != m.dtype {
+            return Err(format!(
+                "v{i} = {}: kiln gives shape {:?} {}, expected {:?} {}",
+                render_step(s),
+                t.shape(),
+                t.dtype(),
+                m.shape,
+                m.dtype
+            ));
+        }
+        vals.push(t);
+    }
+    Ok(vals)
+}
+
+// ---------------------------------------------------------------------------------------
+// Rendering programs as kiln calls (failure messages)
+// ---------------------------------------------------------------------------------------
+
+fn sc(s: &Scalar) -> String {
+    match s {
+        Scalar::Float(f) => format!("{f:?}f64"),
+        Scalar::Int(i) => format!("{i}i64"),
+        Scalar::Bool(b) => format!("{b}"),
+    }
+}
+
+fn src(s: &Src) -> String {
+    match s {
+        Src::V(v) => format!("&v{v}"),
+        Src::S(s) => sc(s),
+    }
+}
+
+fn dt(d: DType) -> String {
+    format!("DType::{:?}", d)
+}
+
+fn render_step(s: &Step) -> String {
+    match s {
+        Step::Data { dtype, shape, vals } => {
+            let (ty, vs): (&str, Vec<String>) = match dtype {
+                DType::Bool => (
+                    "bool",
+                    vals.iter().map(|&v| format!("{}", v != 0.0)).collect(),
+                ),
+                DType::U8 => (
+                    "u8",
+                    vals.iter().map(|&v| format!("{}", v as i64)).collect(),
+                ),
+                DType::I32 => (
+                    "i32",
+                    vals.iter().map(|&v| format!("{}", v as i64)).collect(),
+                ),
+                DType::I64 => (
+                    "i64",
+                    vals.iter().map(|&v| format!("{}", v as i64)).collect(),
+                ),
+                DType::F32 => ("f32", vals.iter().map(|&v| format!("{v:?}")).collect()),
+                DType::F64 => ("f64", vals.iter().map(|&v| format!("{v:?}")).collect()),
+                DType::F16 => ("f16", vals.iter().map(|&v| format!("{v:?}")).collect()),
+                DType::BF16 => ("bf16", vals.iter().map(|&v| format!("{v:?}")).collect()),
+            };
+            if dtype.is_half() {
+                format!(
+                    "Tensor::from_vec([{}].iter().map(|&x: &f64| {ty}::from_f64(x)).collect::<Vec<_>>(), &{shape:?})",
+                    vs.join(", ")
+                )
+            } else {
+                format!(
+                    "Tensor::from_vec::<{ty}>(vec![{}], &{shape:?})",
+                    vs.join(", ")
+                )
+            }
+        }
+        Step::Gen {
+            kind,
+            shape,
+            dtype,
+            realize,
+        } => {
+            let g = match kind {
+                GenKind::Rand(s) => {
+                    format!("Tensor::try_rand(&{shape:?}, {s}, {}).unwrap()", dt(*dtype))
+                }
+                GenKind::Randn(s) => format!(
+                    "Tensor::try_randn(&{shape:?}, {s}, {}).unwrap()",
+                    dt(*dtype)
+                ),
+                GenKind::Full(v) => format!("Tensor::full(&{shape:?}, {}, {})", sc(v), dt(*dtype)),
+                GenKind::Arange(a, st) => {
+                    let n = numel(shape);
+                    let end = match (a, st) {
+                        (Scalar::Int(x), Scalar::Int(y)) => Scalar::Int(x + y * n as i64),
+                        _ => Scalar::Float(a.to_f64() + st.to_f64() * n as f64),
+                    };
+                    format!(
+                        "Tensor::try_arange({}, {}, {}, {}).unwrap().reshape(&{:?})",
+                        sc(a),
+                        sc(&end),
+                        sc(st),
+                        dt(*dtype),
+                        shape
+                    )
+                }
+            };
+            if *realize {
+                format!("{{ let t = {g}; t.realize().unwrap(); t }}")
+            } else {
+                g
+            }
+        }
+        Step::Unary(a, u) => format!("v{a}.{}()", u.name()),
+        Step::Binary(a, op, rhs) => format!("v{a}.{}({})", op.name(), src(rhs)),
+        Step::RScalar(x, op, a) => format!("{x:?} {} &v{a}", if *op == B::Sub { "-" } else { "/" }),
+        Step::Where(c, a, b) => format!("Tensor::where_(&v{c}, {}, {})", src(a), src(b)),
+        Step::Cast(a, d) => format!("v{a}.cast({})", dt(*d)),
+        Step::Reshape(a, s) => format!("v{a}.reshape(&{s:?})"),
+        Step::Permute(a, p) => format!("v{a}.permute(&{p:?})"),
+        Step::Transpose(a, x, y) => format!("v{a}.transpose({x}, {y})"),
+        Step::T(a) => format!("v{a}.t()"),
+        Step::Expand(a, s) => format!("v{a}.expand(&{s:?})"),
+        Step::Slice(a, r) => format!("v{a}.slice(&{r:?})"),
+        Step::Narrow(a, d, s, e, st) => format!("v{a}.narrow({d}, {s}, {e}, {st})"),
+        Step::Pad(a, p, val) => format!("v{a}.pad(&{p:?}, {})", sc(val)),
+        Step::Flip(a, axes) => format!("v{a}.flip(&{axes:?})"),
+        Step::Squeeze(a) => format!("v{a}.squeeze()"),
+        Step::SqueezeDim(a, d) => format!("v{a}.squeeze_dim({d})"),
+        Step::Unsqueeze(a, d) => format!("v{a}.unsqueeze({d})"),
+        Step::Flatten(a) => format!("v{a}.flatten()"),
+        Step::FlattenDims(a, s, e) => format!("v{a}.flatten_dims({s}, {e})"),
+        Step::Contiguous(a) => format!("v{a}.contiguous()"),
+        Step::Reduce(a, op, axes, keep) => format!("v{a}.{}(&{axes:?}, {keep})", op.name()),
+        Step::Var(a, axes, keep, corr) => format!("v{a}.var(&{axes:?}, {keep}, {corr})"),
+        Step::Arg(a, is_max, d, keep) => {
+            format!(
+                "v{a}.{}({d:?}, {keep})",
+                if *is_max { "argmax" } else { "argmin" }
+            )
+        }
+        Step::Softmax(a, d) => format!("v{a}.softmax({d})"),
+        Step::LogSoftmax(a, d) => format!("v{a}.log_softmax({d})"),
+        Step::LayerNorm(a, norm, w, b, eps) => format!(
+            "v{a}.layer_norm(&{norm:?}, {}, {}, {eps:?})",
+            w.map_or("None".into(), |w| format!("Some(&v{w})")),
+            b.map_or("None".into(), |b| format!("Some(&v{b})"))
+        ),
+        Step::Matmul(a, b) => format!("v{a}.matmul(&v{b})"),
+        Step::Realize(a) => format!("{{ v{a}.realize_with(&opts).unwrap(); v{a}.clone() }}"),
+    }
+}
+
+fn render(p: &Program) -> String {
+    let mut s = String::new();
+    for (i, st) in p.steps.iter().enumerate() {
+        let m = &p.metas[i];
+        let _ = writeln!(
+            s,
+            "    let v{i} = {}; // {:?} {} mag<={:.3e} err<={:.3e}{}",
+            render_step(st),
+            m.shape,
+            m.dtype,
+            m.mag,
+            m.err,
+            if m.exact { " exact" } else { "" }
+        );
+    }
+    let outs: Vec<String> = p.outputs.iter().map(|o| format!("v{o}")).collect();
+    let mode = [
+        "realize_all_with(&[outputs])",
+        "realize each output in turn",
+        "drop other handles, then realize_all_with",
+    ][p.mode as usize];
+    let _ = writeln!(s, "    // outputs: {} ({mode})", outs.join(", "));
+    s
+}
+
+// ---------------------------------------------------------------------------------------
+// Running and comparing
+// ---------------------------------------------------------------------------------------
+
+/// Reads a realized tensor back through `to_vec` in its own element type.
+fn read(t: &Tensor) -> kiln::Result<Vec<f64>> {
+    Ok(match t.dtype() {
+        DType::F32 => t.to_vec::<f32>()?.into_iter().map(f64::from).collect(),
+        DType::F64 => t.to_vec::<f64>()?,
+        DType::F16 => t.to_vec::<f16>()?.into_iter().map(|x| x.to_f64()).collect(),
+        DType::BF16 => t
+            .to_vec::<bf16>()?
+            .into_iter()
+            .map(|x| x.to_f64())
+            .collect(),
+        DType::I32 => t.to_vec::<i32>()?.into_iter().map(f64::from).collect(),
+        DType::I64 => t.to_vec::<i64>()?.into_iter().map(|x| x as f64).collect(),
+        DType::U8 => t.to_vec::<u8>()?.into_iter().map(f64::from).collect(),
+        DType::Bool => t
+            .to_vec::<bool>()?
+            .into_iter()
+            .map(|b| b as u8 as f64)
+            .collect(),
+    })
+}
+
+struct KilnRun {
+    values: Vec<Vec<f64>>,
+    kernels: Option<usize>,
+}
+
+thread_local! {
+    /// Set when a fused plan of the current case has an instruction with two identical
+    /// operands (`add %1, %1`): see `bug_binary_op_with_identical_operands`.
+    static IDENTICAL_OPERANDS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// An instruction of a plan dump whose operands repeat, like `%4 = mul %3, %3 : f32`.
+fn has_identical_operands(plan_text: &str) -> bool {
+    plan_text.lines().any(|l| {
+        let Some((_, rhs)) = l.trim().split_once(" = ") else {
+            return false;
+        };
+        let rhs = rhs.split(" : ").next().unwrap_or("");
+        let Some((_, args)) = rhs.split_once(' ') else {
+            return false;
+        };
+        let ids: Vec<&str> = args.split(", ").map(str::trim).collect();
+        ids.len() >= 2
+            && ids.iter().all(|s| s.starts_with('%'))
+            && (0..ids.len()).any(|i| ids[i + 1..].contains(&ids[i]))
+    })
+}
+
+/// Records whether the fused plan for realizing `ts` has identical operands.
+fn note_plan(ts: &[&Tensor], opts: &RealizeOptions) {
+    if !opts.fuse {
+        return;
+    }
+    let mut pending: Vec<&Tensor> = vec![];
+    for &t in ts {
+        if !t.is_realized() && !pending.iter().any(|p| p.node_key() == t.node_key()) {
+            pending.push(t);
+        }
+    }
+    if pending.is_empty() {
+        return;
+    }
+    if let Ok(plan) = kiln::plan_all(&pending, opts)
+        && has_identical_operands(&plan.dump_text())
+    {
+        IDENTICAL_OPERANDS.with(|c| c.set(true));
+    }
+}
+
+/// Runs `f`, turning a panic into an error message.
+fn catch<T>(f: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|e| {
+        let msg = e
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default();
+        Err(format!("panic: {msg}"))
+    })
+}
+
+fn run_kiln(p: &Program, opts: &RealizeOptions) -> Result<KilnRun, String> {
+    catch(|| run_kiln_inner(p, opts))
+}
+
+fn run_kiln_inner(p: &Program, opts: &RealizeOptions) -> Result<KilnRun, String> {
+    let vals = emit(p, Some(opts))?;
+    let outs: Vec<Tensor> = p.outputs.iter().map(|&o| vals[o].clone()).collect();
+    let mut kernels = None;
+    match p.mode {
+        0 | 2 => {
+            if p.mode == 2 {
+                drop(vals);
+            }
+            let refs: Vec<&Tensor> = outs.iter().collect();
+            note_plan(&refs, opts);
+            let rep =
+                realize_all_with(&refs, opts).map_err(|e| format!("realize_all_with: {e}"))?;
+            kernels = Some(rep.kernels);
+        }
+        _ => {
+            for (k, t) in outs.iter().enumerate() {
+                note_plan(&[t], opts);
+                t.realize_with(opts)
+                    .map_err(|e| format!("realize_with(v{}): {e}", p.outputs[k]))?;
+            }
+        }
+    }
+    let mut values = vec![];
+    for (k, t) in outs.iter().enumerate() {
+        if !t.is_realized() {
+            return Err(format!("v{} is not realized after realize", p.outputs[k]));
+        }
+        values.push(read(t).map_err(|e| format!("to_vec(v{}): {e}", p.outputs[k]))?);
+    }
+    Ok(KilnRun { values, kernels })
+}
+
+fn close(got: f64, want: f64, m: &Meta, d: DType) -> Option<f64> {
+    if got.is_nan() && want.is_nan() {
+        return None;
+    }
+    if m.exact
+        || !d.is_float()
+        || got.is_infinite()
+        || want.is_infinite()
+        || got.is_nan()
+        || want.is_nan()
+    {
+        return if got == want { None } else { Some(0.0) };
+    }
+    let (atol, rtol) = base_tolerance(d);
+    let tol = atol + rtol * want.abs() + ERR_FACTOR * m.err;
+    if (got - want).abs() <= tol {
+        None
+    } else {
+        Some(tol)
+    }
+}
+
+fn unravel(mut flat: usize, shape: &[usize]) -> Vec<usize> {
+    let mut c = vec![0; shape.len()];
+    for d in (0..shape.len()).rev() {
+        c[d] = flat % shape[d].max(1);
+        flat /= shape[d].max(1);
+    }
+    c
+}
+
+fn compare(label: &str, got: &[f64], want: &[f64], m: &Meta) -> Result<(), String> {
+    if got.len() != want.len() {
+        return Err(format!(
+            "{label}: {} elements, expected {}",
+            got.len(),
+            want.len()
+        ));
+    }
+    let mut bad = vec![];
+    let mut count = 0;
+    if std::env::var_os("KILN_FUZZ_PRINT").is_some() && m.dtype.is_float() && !m.exact {
+        let (atol, rtol) = base_tolerance(m.dtype);
+        let worst = got
+            .iter()
+            .zip(want)
+            .filter(|(g, w)| g.is_finite() && w.is_finite())
+            .map(|(g, w)| (g - w).abs() / (atol + rtol * w.abs() + ERR_FACTOR * m.err))
+            .fold(0.0f64, f64::max);
+        eprintln!("tolerance use {worst:.3e} ({label}, {})", m.dtype);
+    }
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        if let Some(tol) = close(g, w, m, m.dtype) {
+            count += 1;
+            if bad.len() < 6 {
+                bad.push(format!(
+                    "      at {:?}: got {g:?}, want {w:?} (|diff| {:.3e}, tol {})",
+                    unravel(i, &m.shape),
+                    (g - w).abs(),
+                    if m.exact || !m.dtype.is_float() {
+                        "exact".to_string()
+                    } else {
+                        format!("{tol:.3e}")
+                    }
+                ));
+            }
+        }
+    }
+    if bad.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{label}: {count} of {} elements differ\n{}",
+            got.len(),
+            bad.join("\n")
+        ))
+    }
+}
+
+fn check_program(p: &Program) -> Result<(), String> {
+    catch(|| check_program_inner(p)).map_err(|e| format!("{e}\nprogram:\n{}", render(p)))
+}
+
+fn check_program_inner(p: &Program) -> Result<(), String> {
+    let fused_opts = RealizeOptions::default();
+    let unfused_opts = RealizeOptions::unfused();
+    let want: Vec<Vec<f64>> = {
+        let vals = emit(p, None)?;
+        let mut out = vec![];
+        for &o in &p.outputs {
+            let r = reference::evaluate(&vals[o]).map_err(|e| format!("reference(v{o}): {e}"))?;
+            out.push(r.to_f64());
+        }
+        out
+    };
+    IDENTICAL_OPERANDS.with(|c| c.set(false));
+    let fused = match run_kiln(p, &fused_opts) {
+        // Known bug (`bug_binary_op_with_identical_operands`): identical operands appear in
+        // ways the generator cannot foresee (var and layer_norm square with `c * c`; views
+        // that collapse to the same load after slicing); such fused runs are not checked.
+        _ if known(Bug::IdenticalOperands) && IDENTICAL_OPERANDS.with(|c| c.get()) => None,
+        Ok(f) => Some(f),
+        // Known bug (`bug_reduce_of_broadcast_computed_value`): detected by its message
+        // since it is hard to predict; the unfused run is still checked.
+        Err(e) if known(Bug::RowLift) && e.contains("must map elem to row") => None,
+        Err(e)
+            if known(Bug::PaddingOnlyReduce)
+                && e.contains("an edge's own view chain does not fold") =>
+        {
+            None
+        }
+        Err(e) => return Err(format!("fused: {e}")),
+    };
+    let unfused = run_kiln(p, &unfused_opts).map_err(|e| format!("unfused: {e}"))?;
+    if fused.is_none() && std::env::var_os("KILN_FUZZ_PRINT").is_some() {
+        eprintln!("fused run not checked (known bug)");
+    }
+    let mut errors = vec![];
+    for (k, &o) in p.outputs.iter().enumerate() {
+        let m = &p.metas[o];
+        let mut pairs = vec![("unfused vs reference", &unfused.values[k], &want[k])];
+        if let Some(f) = &fused {
+            pairs.push(("fused vs reference", &f.values[k], &want[k]));
+            pairs.push(("fused vs unfused", &f.values[k], &unfused.values[k]));
+        }
+        for (label, got, want) in pairs {
+            if let Err(e) = compare(&format!("v{o} {label}"), got, want, m) {
+                errors.push(e);
+            }
+        }
+    }
+    let has_realize = p.steps.iter().any(|s| matches!(s, Step::Realize(_)));
+    if let (Some(f), Some(u)) = (fused.as_ref().and_then(|f| f.kernels), unfused.kernels)
+        && !has_realize
+        && f > u
+    {
+        errors.push(format!("fused plan launched {f} kernels, unfused only {u}"));
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        if IDENTICAL_OPERANDS.with(|c| c.get()) {
+            errors.push(
+                "note: the fused plan has an instruction with identical operands \
+                 (see bug_binary_op_with_identical_operands)"
+                    .into(),
+            );
+        }
+        Err(errors.join("\n"))
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Strategies
+// ---------------------------------------------------------------------------------------
+
+fn case_strategy(prof: &'static Profile) -> impl Strategy<Value = Case> {
+    let dims: Vec<usize> = prof.dims.to_vec();
+    let base = prop::collection::vec(prop::sample::select(dims), 0..=prof.max_rank)
+        .prop_filter("base shape out of range", move |s| {
+            numel(s) <= prof.max_numel && numel(s) >= prof.min_numel
+        });
+    let dtype = Union::new_weighted(prof.dtypes.iter().map(|&(w, d)| (w, Just(d))).collect());
+    let input = (dtype, any::<u8>(), any::<u8>(), any::<u16>()).prop_map(
+        |(dtype, shape_mode, kind, seed)| InputDesc {
+            dtype,
+            shape_mode,
+            kind,
+            seed,
+        },
+    );
+    let kind = Union::new_weighted(prof.kinds.iter().map(|&(w, k)| (w, Just(k))).collect());
+    let op = (
+        kind,
+        any::<Index>(),
+        any::<Index>(),
+        any::<u8>(),
+        any::<u16>(),
+    )
+        .prop_map(|(kind, i, j, c, seed)| OpDesc {
+            kind,
+            i,
+            j,
+            c,
+            seed,
+        });
+    (
+        base,
+        prop::collection::vec(input, 1..=3),
+        prop::collection::vec(op, 1..=prof.max_ops),
+        prop::collection::vec(any::<Index>(), 0..=2),
+        0u8..3,
+    )
+        .prop_map(|(base, inputs, ops, outputs, mode)| Case {
+            base,
+            inputs,
+            ops,
+            outputs,
+            mode,
+        })
+}
+
+fn config(cases: u32) -> Config {
+    let base = Config::default();
+    let env = |k: &str| std::env::var_os(k).is_some();
+    Config {
+        cases: if env("PROPTEST_CASES") {
+            base.cases
+        } else {
+            cases
+        },
+        rng_algorithm: RngAlgorithm::ChaCha,
+        rng_seed: if env("PROPTEST_RNG_SEED") {
+            base.rng_seed
+        } else {
+            RngSeed::Fixed(0x6b69_6c6e)
+        },
+        failure_persistence: None,
+        max_shrink_iters: 2048,
+        ..base
+    }
+}
+
+fn run_case(case: &Case, prof: &Profile) -> Result<(), TestCaseError> {
+    let p = resolve(case, prof);
+    let print = std::env::var_os("KILN_FUZZ_PRINT").is_some();
+    if print {
+        eprintln!("case:\n{}", render(&p));
+    }
+    let start = std::time::Instant::now();
+    let r = check_program(&p).map_err(TestCaseError::fail);
+    if print {
+        eprintln!("case took {:.1} ms", start.elapsed().as_secs_f64() * 1e3);
+    }
+    r
+}
+
+const SMALL_DIMS: &[usize] = &[1, 2, 3, 4, 5, 6, 7];
+
+const FLOAT_MOSTLY: &[(u32, DType)] = &[
+    (12, DType::F32),
+    (2, DType::F64),
+    (1, DType::F16),
+    (1, DType::BF16),
+];
+const ALL_DTYPES: &[(u32, DType)] = &[
+    (3, DType::F32),
+    (1, DType::F64),
+    (2, DType::F16),
+    (2, DType::BF16),
+    (2, DType::I32),
+    (2, DType::I64),
+    (2, DType::U8),
+    (2, DType::Bool),
+];
+
+static ELEMENTWISE: Profile = Profile {
+    kinds: &[
+        (3, Kind::Unary),
+        (4, Kind::Binary),
+        (4, Kind::SelfView),
+        (4, Kind::Movement),
+        (3, Kind::ViewChain),
+        (3, Kind::SafeMath),
+        (1, Kind::Compare),
+        (2, Kind::Where),
+        (1, Kind::Cast),
+        (1, Kind::Contiguous),
+        (1, Kind::Gen),
+        (1, Kind::Realize),
+    ],
+    dtypes: FLOAT_MOSTLY,
+    max_ops: 12,
+    max_numel: 4096,
+    dims: SMALL_DIMS,
+    max_rank: 4,
+    min_numel: 0,
+};
+
+static REDUCTIONS: Profile = Profile {
+    kinds: &[
+        (5, Kind::Reduce),
+        (2, Kind::ArgReduce),
+        (1, Kind::Var),
+        (2, Kind::Softmax),
+        (1, Kind::LayerNorm),
+        (2, Kind::Unary),
+        (3, Kind::Binary),
+        (4, Kind::SelfView),
+        (3, Kind::Movement),
+        (1, Kind::ViewChain),
+        (1, Kind::SafeMath),
+        (1, Kind::Contiguous),
+        (1, Kind::Realize),
+    ],
+    dtypes: FLOAT_MOSTLY,
+    max_ops: 12,
+    max_numel: 4096,
+    dims: SMALL_DIMS,
+    max_rank: 4,
+    min_numel: 0,
+};
+
+static MATMUL: Profile = Profile {
+    kinds: &[
+        (6, Kind::Matmul),
+        (3, Kind::Movement),
+        (2, Kind::ViewChain),
+        (2, Kind::Binary),
+        (1, Kind::Unary),
+        (2, Kind::SelfView),
+        (1, Kind::Reduce),
+        (1, Kind::Softmax),
+        (1, Kind::Contiguous),
+        (1, Kind::Realize),
+    ],
+    dtypes: &[
+        (10, DType::F32),
+        (2, DType::F64),
+        (1, DType::F16),
+        (1, DType::BF16),
+        (1, DType::I32),
+        (1, DType::I64),
+    ],
+    max_ops: 10,
+    max_numel: 4096,
+    dims: SMALL_DIMS,
+    max_rank: 3,
+    min_numel: 0,
+};
+
+static MIXED: Profile = Profile {
+    kinds: &[
+        (4, Kind::Cast),
+        (3, Kind::Compare),
+        (3, Kind::Where),
+        (3, Kind::Binary),
+        (2, Kind::Unary),
+        (3, Kind::Movement),
+        (2, Kind::SelfView),
+        (2, Kind::Reduce),
+        (2, Kind::ArgReduce),
+        (2, Kind::SafeMath),
+        (1, Kind::Matmul),
+        (2, Kind::Gen),
+        (1, Kind::Contiguous),
+        (1, Kind::Realize),
+    ],
+    dtypes: ALL_DTYPES,
+    max_ops: 12,
+    max_numel: 4096,
+    dims: SMALL_DIMS,
+    max_rank: 4,
+    min_numel: 0,
+};
+
+static COMPOSITE: Profile = Profile {
+    kinds: &[
+        (2, Kind::Unary),
+        (3, Kind::Binary),
+        (3, Kind::SelfView),
+        (3, Kind::Movement),
+        (2, Kind::ViewChain),
+        (2, Kind::SafeMath),
+        (1, Kind::Compare),
+        (1, Kind::Where),
+        (1, Kind::Cast),
+        (1, Kind::Contiguous),
+        (2, Kind::Reduce),
+        (1, Kind::ArgReduce),
+        (2, Kind::Var),
+        (3, Kind::Softmax),
+        (3, Kind::LayerNorm),
+        (2, Kind::Matmul),
+        (1, Kind::Gen),
+        (1, Kind::Realize),
+    ],
+    dtypes: FLOAT_MOSTLY,
+    max_ops: 12,
+    max_numel: 4096,
+    dims: SMALL_DIMS,
+    max_rank: 4,
+    min_numel: 0,
+};
+
+/// Larger tensors: chunk boundaries, tiled transposes, parallel and split reductions.
+static LARGE: Profile = Profile {
+    kinds: &[
+        (2, Kind::Unary),
+        (3, Kind::Binary),
+        (3, Kind::SelfView),
+        (3, Kind::Movement),
+        (2, Kind::ViewChain),
+        (1, Kind::SafeMath),
+        (3, Kind::Reduce),
+        (1, Kind::ArgReduce),
+        (1, Kind::Softmax),
+        (1, Kind::LayerNorm),
+        (1, Kind::Matmul),
+        (1, Kind::Contiguous),
+    ],
+    dtypes: &[
+        (6, DType::F32),
+        (1, DType::F64),
+        (1, DType::BF16),
+        (1, DType::I32),
+    ],
+    max_ops: 6,
+    max_numel: 1 << 17,
+    dims: &[1, 2, 3, 31, 32, 33, 64, 100, 257, 1000],
+    max_rank: 3,
+    min_numel: 1000,
+};
+
+proptest! {
+    #![proptest_config(config(30000))]
+    #[test]
+    fn fuzz_elementwise_and_views(case in case_strategy(&ELEMENTWISE)) {
+        run_case(&case, &ELEMENTWISE)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(config(30000))]
+    #[test]
+    fn fuzz_reductions(case in case_strategy(&REDUCTIONS)) {
+        run_case(&case, &REDUCTIONS)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(config(20000))]
+    #[test]
+    fn fuzz_matmul(case in case_strategy(&MATMUL)) {
+        run_case(&case, &MATMUL)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(config(30000))]
+    #[test]
+    fn fuzz_mixed_dtypes(case in case_strategy(&MIXED)) {
+        run_case(&case, &MIXED)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(config(20000))]
+    #[test]
+    fn fuzz_composites(case in case_strategy(&COMPOSITE)) {
+        run_case(&case, &COMPOSITE)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(config(2000))]
+    #[test]
+    fn fuzz_large_tensors(case in case_strategy(&LARGE)) {
+        run_case(&case, &LARGE)?;
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Hand-written cases: classic view and fusion bugs, and the bugs this fuzzer found
+// ---------------------------------------------------------------------------------------
+
+/// `f` built three times (fused, unfused, reference) must agree elementwise within
+/// `tol * (1 + |want|)`, and with `expected` when given.
+#[track_caller]
+fn agree(f: impl Fn() -> Tensor, expected: Option<&[f64]>, tol: f64) {
+    let want = reference::evaluate(&f()).expect("reference").to_f64();
+    let check = |label: &str, got: &[f64], want: &[f64]| {
+        assert_eq!(got.len(), want.len(), "{label}: length");
+        for (i, (g, w)) in got.iter().zip(want).enumerate() {
+            let ok = (g.is_nan() && w.is_nan()) || (g - w).abs() <= tol * (1.0 + w.abs());
+            assert!(
+                ok,
+                "{label}: element {i}: got {g}, want {w}\ngot  {got:?}\nwant {want:?}"
+            );
+        }
+    };
+    if let Some(e) = expected {
+        check("reference vs expected", &want, e);
+    }
+    for opts in [RealizeOptions::default(), RealizeOptions::unfused()] {
+        let t = f();
+        t.realize_with(&opts)
+            .unwrap_or_else(|e| panic!("realize (fuse = {}) failed: {e}", opts.fuse));
+        let got = read(&t).expect("read back");
+        check(&format!("fuse = {} vs reference", opts.fuse), &got, &want);
+    }
+}
+
+fn iota(shape: &[usize], scale: f32, offset: f32) -> Tensor {
+    let n = numel(shape);
+    Tensor::from_vec((0..n).map(|i| i as f32 * scale + offset).collect(), shape)
+}
+
+#[test]
+fn reshape_after_transpose_copies() {
+    let x = || iota(&[2, 3], 1.0, 0.0);
+    agree(
+        || x().t().reshape(&[6]),
+        Some(&[0.0, 3.0, 1.0, 4.0, 2.0, 5.0]),
+        0.0,
+    );
+    agree(
+        || x().t().flatten() + 1.0,
+        Some(&[1.0, 4.0, 2.0, 5.0, 3.0, 6.0]),
+        0.0,
+    );
+    agree(
+        || x().t().reshape(&[2, 3]) * 2.0,
+        Some(&[0.0, 6.0, 2.0, 8.0, 4.0, 10.0]),
+        0.0,
+    );
+    // The same through a permute of a 3-D tensor, consumed by a reduction.
+    agree(
+        || {
+            iota(&[2, 3, 4], 1.0, 0.0)
+                .permute(&[2, 0, 1])
+                .reshape(&[4, 6])
+                .sum(&[1], false)
+        },
+        None,
+        1e-6,
+    );
+}
+
+#[test]
+fn slice_into_padding_is_all_pad_value() {
+    let x = || iota(&[3], 1.0, 1.0);
+    agree(
+        || x().pad(&[(2, 2)], 7.0).slice(&[(0, 2, 1)]),
+        Some(&[7.0, 7.0]),
+        0.0,
+    );
+    agree(
+        || x().pad(&[(2, 2)], 7.0).slice(&[(5, 7, 1)]),
+        Some(&[7.0, 7.0]),
+        0.0,
+    );
+    // Strided, through a 2-D pad, then used in arithmetic.
+    agree(
+        || {
+            iota(&[2, 2], 1.0, 1.0)
+                .pad(&[(0, 3), (1, 1)], -1.5)
+                .slice(&[(2, 5, 2), (0, 4, 3)])
+                * 2.0
+        },
+        Some(&[-3.0, -3.0, -3.0, -3.0]),
+        0.0,
+    );
+}
+
+#[test]
+fn flip_then_pad_then_reshape() {
+    // [[0,1,2],[3,4,5]] -flip(1)-> [[2,1,0],[5,4,3]] -pad-> 3 x 4 with a -1 border.
+    agree(
+        || {
+            iota(&[2, 3], 1.0, 0.0)
+                .flip(&[1])
+                .pad(&[(1, 0), (0, 1)], -1.0)
+                .reshape(&[4, 3])
+        },
+        Some(&[
+            -1.0, -1.0, -1.0, -1.0, 2.0, 1.0, 0.0, -1.0, 5.0, 4.0, 3.0, -1.0,
+        ]),
+        0.0,
+    );
+    agree(
+        || {
+            (iota(&[2, 3], 1.0, 0.0)
+                .flip(&[0, 1])
+                .pad(&[(1, 1)], 9.0)
+                .reshape(&[12])
+                + 1.0)
+                .exp()
+        },
+        None,
+        1e-6,
+    );
+}
+
+#[test]
+fn expand_then_reduce_over_the_expanded_axis() {
+    let x = || iota(&[3, 1], 1.0, 1.0);
+    agree(
+        || x().expand(&[3, 4]).sum(&[1], false),
+        Some(&[4.0, 8.0, 12.0]),
+        0.0,
+    );
+    agree(
+        || (x() * 2.0).expand(&[3, 4]).max(&[1], true),
+        Some(&[2.0, 4.0, 6.0]),
+        0.0,
+    );
+    agree(|| x().exp().expand(&[3, 4]).mean(&[1], false), None, 1e-6);
+    agree(
+        || x().unsqueeze(0).expand(&[5, 3, 1]).sum(&[0], false),
+        Some(&[5.0, 10.0, 15.0]),
+        0.0,
+    );
+}
+
+#[test]
+fn value_read_through_two_views_is_recomputed_correctly() {
+    let a = || iota(&[4, 4], 0.1, -0.7);
+    agree(
+        || {
+            let x = (a() * 2.0 + 1.0).tanh();
+            &x + &x.t()
+        },
+        None,
+        1e-6,
+    );
+    agree(
+        || {
+            let x = a().exp();
+            &x * &x.flip(&[0]) - &x.t()
+        },
+        None,
+        1e-6,
+    );
+    // The same value also stored as a second output.
+    let x = (a() + 1.0).exp();
+    let y = &x + &x.t();
+    kiln::realize_all(&[&x, &y]).unwrap();
+    let (xv, yv) = (read(&x).unwrap(), read(&y).unwrap());
+    for i in 0..4 {
+        for j in 0..4 {
+            let want = xv[i * 4 + j] + xv[j * 4 + i];
+            assert!((yv[i * 4 + j] - want).abs() <= 1e-6 * (1.0 + want.abs()));
+        }
+    }
+}
+
+#[test]
+fn reduction_broadcast_back() {
+    let x = || iota(&[5, 7], 0.37, -3.0).sin();
+    agree(
+        || {
+            let x = x();
+            &x - x.mean(&[1], true)
+        },
+        None,
+        1e-6,
+    );
+    agree(
+        || {
+            let x = x();
+            &x - x.max(&[0], true)
+        },
+        None,
+        1e-6,
+    );
+    let centered = {
+        let x = x();
+        &x - x.mean(&[1], true)
+    };
+    for row in read(&centered.sum(&[1], false)).unwrap() {
+        assert!(row.abs() < 1e-5, "row of x - mean sums to {row}");
+    }
+}
+
+#[test]
+fn softmax_over_first_and_last_axis() {
+    let x = || iota(&[4, 6], 0.45, -5.0);
+    for dim in [0isize, -1] {
+        agree(|| x().softmax(dim), None, 1e-6);
+        agree(|| x().log_softmax(dim), None, 1e-6);
+        let s = read(&x().softmax(dim).sum(&[dim], false)).unwrap();
+        assert!(
+            s.iter().all(|v| (v - 1.0).abs() < 1e-5),
+            "softmax({dim}) sums: {s:?}"
+        );
+    }
+}
+
+#[test]
+fn matmul_of_transposed_and_permuted_reshaped_views() {
+    let a = || iota(&[3, 4], 0.5, -1.0);
+    let b = || iota(&[2, 3, 5], 0.25, -2.0);
+    // a.t(): [4, 3]; b.permute([1, 0, 2]).reshape([3, 10]): [3, 10] (needs a copy).
+    let f = || a().t().matmul(&b().permute(&[1, 0, 2]).reshape(&[3, 10]));
+    let (av, bv) = (read(&a()).unwrap(), read(&b()).unwrap());
+    let mut expected = vec![0.0; 40];
+    for i in 0..4 {
+        for j in 0..10 {
+            let (p, q) = (j / 5, j % 5);
+            expected[i * 10 + j] = (0..3).map(|k| av[k * 4 + i] * bv[p * 15 + k * 5 + q]).sum();
+        }
+    }
+    agree(f, Some(&expected), 1e-5);
+}
+
+// ----- Bugs found by this fuzzer (fixed in kiln; kept as regression tests) -----
+
+/// Reducing only size-1 axes failed to plan ("reduction seen through view").
+#[test]
+fn bug_reduce_over_only_size_one_axes() {
+    agree(
+        || iota(&[4, 1], 1.0, 1.0).sum(&[1], false),
+        Some(&[1.0, 2.0, 3.0, 4.0]),
+        0.0,
+    );
+    agree(|| iota(&[1], 1.0, 5.0).max(&[0], true), Some(&[5.0]), 0.0);
+    agree(
+        || iota(&[4, 1], 1.0, 1.0).softmax(-1),
+        Some(&[1.0; 4]),
+        1e-6,
+    );
+}
+
+/// An elementwise op whose two operands are one value in a fused kernel (`e + e`) freed that
+/// value's register twice: panics ("range end index 1 out of range for slice of length 0")
+/// or wrong results.
+#[test]
+fn bug_binary_op_with_identical_operands() {
+    let x = || iota(&[3], 0.25, 0.5);
+    agree(
+        || {
+            let e = x().exp();
+            (&e + &e) * (x() + 1.0)
+        },
+        None,
+        1e-6,
+    );
+    agree(
+        || {
+            let x = iota(&[1], 1.0, -2.0);
+            let y = iota(&[1], 1.0, 1.0);
+            (&x + &x) + &y
+        },
+        Some(&[-3.0]),
+        0.0,
+    );
+    agree(
+        || {
+            let x = x();
+            (&x + &x).pad(&[(0, 2)], 0.5)
+        },
+        Some(&[1.0, 1.5, 2.0, 0.5, 0.5]),
+        0.0,
+    );
+    // Two views that select the same element once sliced.
+    agree(
+        || {
+            let v = iota(&[1, 2], 1.0, -2.0);
+            let y = iota(&[1, 2], 3.0, -2.0);
+            ((v.t() + &v).lt(0.1).cast(DType::F32) * &y).slice(&[(0, 1, 1), (0, 1, 1)])
+        },
+        Some(&[-2.0]),
+        0.0,
+    );
+    agree(|| iota(&[3, 5], 0.3, -2.0).var(&[1], false, 1), None, 1e-5);
+}
+
+/// gelu(0) never returned (erfc's series had no stopping point at 0): reference and f64
+/// kernels hung. Run on a thread with a deadline so a regression fails instead of hanging.
+#[test]
+fn bug_gelu_of_zero_hangs() {
+    assert!(
+        !probe_gelu_zero(),
+        "gelu(0) did not finish within 10 s, or failed"
+    );
+    agree(
+        || Tensor::from_vec(vec![0.0f32, -0.0, 1.0], &[3]).gelu(),
+        Some(&[0.0, 0.0, 0.8413447460685429]),
+        1e-6,
+    );
+}
+
+/// A cast fused into a matmul's epilogue (explicit, or an implicit promotion) stored
+/// garbage, and a comparison there failed with "dtype bool is not supported".
+#[test]
+fn bug_matmul_epilogue_changing_dtype() {
+    let a = || Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[2, 2]);
+    agree(
+        || a().matmul(&a()).cast(DType::F64),
+        Some(&[7.0, 10.0, 15.0, 22.0]),
+        0.0,
+    );
+    agree(
+        || a().matmul(&a()) + Tensor::from_vec(vec![0.5f64; 4], &[2, 2]),
+        Some(&[7.5, 10.5, 15.5, 22.5]),
+        0.0,
+    );
+    agree(
+        || a().matmul(&a()).gt(12.0),
+        Some(&[0.0, 0.0, 1.0, 1.0]),
+        0.0,
+    );
+    let ai = || Tensor::from_vec(vec![1i32, -2, 3, 0], &[2, 2]);
+    agree(
+        || Tensor::where_(&ai().matmul(&ai()), 1.0f64, -1.0f64),
+        None,
+        0.0,
+    );
+}
+
+/// A reduction over leading axes whose fused input holds an elementwise value broadcast
+/// along the reduced axes (computed "once per row") gave wrong values.
+#[test]
+fn bug_reduce_of_broadcast_computed_operand() {
+    agree(
+        || (iota(&[4, 3], 0.25, 0.0) + iota(&[3], 0.5, 1.0).exp()).sum(&[0], false),
+        None,
+        1e-6,
+    );
+    agree(
+        || {
+            (iota(&[4, 3], 1.0, -1.0) + Tensor::from_vec(vec![2i32, -18, -20], &[3]))
+                .sum(&[0], false)
+        },
+        None,
+        0.0,
+    );
+    agree(
+        || iota(&[1, 2, 2], 0.5, -1.0).softmax(1) + Tensor::from_vec(vec![1i64, 0], &[1, 1, 2]),
+        None,
+        1e-6,
+    );
+}
+
+/// The same family failing to plan: "kernel ... is invalid: reduce 2 must map elem to row".
+#[test]
+fn bug_reduce_over_broadcast_computed_value_fails_to_plan() {
+    agree(
+        || {
+            iota(&[3, 1], 1.0, -2.0)
+                .neg()
+                .expand(&[3, 4])
+                .sum(&[1], true)
+        },
+        Some(&[8.0, 4.0, 0.0]),
+        0.0,
+    );
+    agree(
+        || {
+            let v = iota(&[3, 1], 1.0, -2.0).neg().expand(&[3, 4]);
+            &v * &v.max(&[1], true)
+        },
+        None,
+        0.0,
+    );
+    agree(
+        || iota(&[3, 1], 1.0, -2.0).exp().expand(&[3, 4]).softmax(1),
+        Some(&[0.25; 12]),
+        1e-6,
+    );
+}
+
+/// Elementwise work after a reduction over a leading axis that also read another tensor
+/// read it at the wrong places (`x.sum(&[0]) + y`), including two reductions over
+/// different axes combined (`x.sum(&[1]) + x.sum(&[0])`).
+#[test]
+fn bug_reduction_epilogue_reading_other_tensors() {
+    agree(
+        || iota(&[7, 5], 0.25, -1.0).sum(&[0], false) + iota(&[5], 1.0, 2.0),
+        None,
+        1e-6,
+    );
+    agree(
+        || iota(&[2, 3, 4], 0.5, -1.0).sum(&[1], false) + iota(&[2, 4], 1.0, 0.0),
+        None,
+        1e-6,
+    );
+    agree(
+        || {
+            let x = iota(&[3, 3], 0.25, 0.5);
+            x.sum(&[1], false) + x.sum(&[0], false)
+        },
+        None,
+        1e-6,
+    );
+    agree(
+        || {
+            let x = iota(&[3, 6], 0.5, -2.0);
+            &x + x.unsqueeze(0).expand(&[3, 3, 6]).sum(&[1], false)
+        },
+        None,
+        1e-6,
+    );
+}
+
+/// A value holding a reduction, read through a view whose shape is the reduced shape, was
+/// taken for the reduction's row value.
+#[test]
+fn bug_view_of_fused_reduction() {
+    let x = || iota(&[2, 5], 0.1, 0.1);
+    agree(
+        || {
+            let x = x();
+            (&x - x.max(&[0], true)).narrow(0, 0, 1, 1).reshape(&[5]) + 3.0
+        },
+        None,
+        1e-6,
+    );
+    agree(
+        || x().softmax(0).narrow(0, 0, 1, 1).reshape(&[5]) + 3.0,
+        None,
+        1e-6,
+    );
+}
+
+// ----- Bugs found by this fuzzer, still open -----
+
+/// Two pads of one tensor with the same widths but different pad values, in one fused
+/// kernel, share a load: the second pad value is lost.
+///
+/// `x.pad(&[(0, 1)], 0.0) + x.pad(&[(0, 1)], 1.0)` with `x = [-2, 3]` gives `[-4, 6, 0]`
+/// fused, expected `[-4, 6, 1]` (unfused and reference agree on that).
+#[test]
+fn bug_pads_differing_only_in_value() {
+    let x = || Tensor::from_vec(vec![-2.0f32, 3.0], &[2]);
+    agree(
+        || {
+            let x = x();
+            x.pad(&[(0, 1)], 0.0) + x.pad(&[(0, 1)], 1.0)
+        },
+        Some(&[-4.0, 6.0, 1.0]),
+        0.0,
+    );
+    agree(
+        || {
+            let x = x();
+            x.pad(&[(1, 1)], 0.0) * 2.0 + x.pad(&[(1, 1)], 5.0)
+        },
+        Some(&[5.0, -6.0, 9.0, 5.0]),
+        0.0,
+    );
+}
+
+/// A one-element view that lies entirely in padding, reduced and broadcast back, fails to
+/// plan fused: "internal error: an edge's own view chain does not fold".
+#[test]
+fn bug_reduce_of_one_padding_element_fails_to_plan() {
+    let s = || {
+        Tensor::from_vec(vec![1.0f32], &[1])
+            .pad(&[(0, 1)], 0.5)
+            .narrow(0, 1, 2, 1)
+    };
+    agree(
+        || {
+            let s = s();
+            &s + s.max(&[0], true)
+        },
+        Some(&[1.0]),
+        0.0,
+    );
+    agree(
+        || {
+            let s = s();
+            &s + s.max(&[], false)
+        },
+        Some(&[1.0]),
+        0.0,
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// NVRTC: every distinct kernel the corpus generates compiles for sm_90 and sm_80
+// ---------------------------------------------------------------------------------------
+
+/// Programs of the fuzz tests above, regenerated with the same generator, seed and
+/// profiles: the first `per_profile` cases of each (the CUDA corpus; compiling every kernel
+/// of all 132k programs would take NVRTC hours).
+fn corpus_cases(per_profile: usize) -> Vec<(Case, &'static Profile)> {
+    use proptest::strategy::ValueTree;
+    use proptest::test_runner::TestRunner;
+    let mut out = vec![];
+    for prof in [
+        &ELEMENTWISE,
+        &REDUCTIONS,
+        &MATMUL,
+        &MIXED,
+        &COMPOSITE,
+        &LARGE,
+    ] {
+        let mut runner = TestRunner::new(config(per_profile as u32));
+        let strategy = case_strategy(prof);
+        for _ in 0..per_profile {
+            if let Ok(tree) = strategy.new_tree(&mut runner) {
+                out.push((tree.current(), prof));
+            }
+        }
+    }
+    out
+}
+
+/// Renders every kernel of the corpus's fused and unfused plans, dedupes the sources and
+/// compiles each with NVRTC for sm_90 and sm_80 (no GPU needed). `.ci/run` installs NVRTC
+/// and runs this with `--ignored --nocapture`; `KILN_CORPUS_CASES` sets the cases per
+/// profile (default 60).
+#[test]
+#[ignore = "needs the NVRTC library on the loader path; .ci/run installs it and runs this"]
+fn nvrtc_compiles_every_corpus_kernel() {
+    use kiln::backend::cuda::{nvrtc, render::render};
+    use rayon::prelude::*;
+    use std::collections::BTreeMap;
+    if let Err(why) = nvrtc::availability() {
+        panic!("NVRTC is not usable: {why}");
+    }
+    let per_profile = std::env::var("KILN_CORPUS_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(60);
+    let start = std::time::Instant::now();
+    let mut sources: BTreeMap<String, String> = BTreeMap::new();
+    let mut programs = 0;
+    for (case, prof) in corpus_cases(per_profile) {
+        let p = resolve(&case, prof);
+        for opts in [RealizeOptions::default(), RealizeOptions::unfused()] {
+            let Ok(vals) = emit(&p, Some(&opts)) else {
+                continue;
+            };
+            let outs: Vec<&Tensor> = p.outputs.iter().map(|&o| &vals[o]).collect();
+            let plan = kiln::plan_all(&outs, &opts).expect("corpus programs plan");
+            for k in plan.kernels() {
+                let r = render(&k.kernel).expect("every kernel renders");
+                sources.entry(r.source).or_insert(r.name);
+            }
+        }
+        programs += 1;
+    }
+    let rendered = start.elapsed();
+    let jobs: Vec<(&String, &String, &str)> = sources
+        .iter()
+        .flat_map(|(src, name)| ["sm_90", "sm_80"].map(|arch| (src, name, arch)))
+        .collect();
+    let failures: Vec<String> = jobs
+        .par_iter()
+        .filter_map(|(src, name, arch)| {
+            nvrtc::compile(src, name, arch)
+                .err()
+                .map(|e| format!("{name} for {arch}: {e}"))
+        })
+        .collect();
+    println!(
+        "nvrtc: compiled {} distinct kernels for sm_90 and sm_80, {} failures \
+         ({programs} programs; rendered in {:.1} s, compiled in {:.1} s)",
+        sources.len(),
+        failures.len(),
+        rendered.as_secs_f64(),
+        start.elapsed().as_secs_f64() - rendered.as_secs_f64()
+    );
+    if let Some(first) = failures.first() {
+        panic!(
+            "{} kernels failed to compile; first:\n{first}",
+            failures.len()
+        );
+    }
+    assert!(
+        sources.len() >= 300,
+        "the corpus should give at least 300 distinct kernels"
+    );
+}
