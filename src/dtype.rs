@@ -217,6 +217,20 @@ impl Scalar {
         }
     }
 
+    /// Decodes one element of `dtype` from its little-endian buffer bytes.
+    pub fn from_le_bytes(dtype: DType, b: &[u8]) -> Scalar {
+        match dtype {
+            DType::Bool => Scalar::Bool(b[0] != 0),
+            DType::U8 => Scalar::Int(b[0] as i64),
+            DType::I32 => Scalar::Int(i32::read_bytes(b) as i64),
+            DType::I64 => Scalar::Int(i64::read_bytes(b)),
+            DType::F16 => Scalar::Float(f16::read_bytes(b).to_f64()),
+            DType::BF16 => Scalar::Float(bf16::read_bytes(b).to_f64()),
+            DType::F32 => Scalar::Float(f32::read_bytes(b) as f64),
+            DType::F64 => Scalar::Float(f64::read_bytes(b)),
+        }
+    }
+
     /// The natural dtype of this scalar on its own (bool, i64, f32).
     pub fn natural_dtype(self) -> DType {
         match self {

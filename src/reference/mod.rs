@@ -10,7 +10,6 @@ use crate::graph::{self, BinaryOp, Generator, Graph, NodeKey, Op, ReduceOp, Unar
 use crate::random;
 use crate::shape::{Movement, contiguous_strides, numel};
 use crate::tensor::Tensor;
-use half::{bf16, f16};
 use std::collections::HashMap;
 
 /// A value computed by the reference evaluator.
@@ -90,22 +89,10 @@ fn read_buffer(g: &Graph, key: NodeKey) -> Result<RefTensor> {
         // realized tensor of this shape and dtype) and no kernel writes it anymore.
         unsafe { std::ptr::copy_nonoverlapping(buf.host_ptr(), bytes.as_mut_ptr(), bytes.len()) };
     }
-    let vals = bytes.chunks_exact(sz).map(|b| decode(n.dtype, b));
+    let vals = bytes
+        .chunks_exact(sz)
+        .map(|b| Scalar::from_le_bytes(n.dtype, b));
     Ok(RefTensor::from_scalars(n.shape.clone(), n.dtype, vals))
-}
-
-fn decode(dtype: DType, b: &[u8]) -> Scalar {
-    use crate::dtype::Element;
-    match dtype {
-        DType::Bool => Scalar::Bool(b[0] != 0),
-        DType::U8 => Scalar::Int(b[0] as i64),
-        DType::I32 => Scalar::Int(i32::read_bytes(b) as i64),
-        DType::I64 => Scalar::Int(i64::read_bytes(b)),
-        DType::F16 => Scalar::Float(f16::read_bytes(b).to_f64()),
-        DType::BF16 => Scalar::Float(bf16::read_bytes(b).to_f64()),
-        DType::F32 => Scalar::Float(f32::read_bytes(b) as f64),
-        DType::F64 => Scalar::Float(f64::read_bytes(b)),
-    }
 }
 
 fn evaluate_in(g: &Graph, target: NodeKey) -> Result<RefTensor> {

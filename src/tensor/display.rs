@@ -2,25 +2,11 @@
 //! and `Debug` (metadata only, never realizes).
 
 use super::Tensor;
-use crate::dtype::{DType, Element, Scalar};
-use half::{bf16, f16};
+use crate::dtype::{DType, Scalar};
 use std::fmt;
 
 const EDGE: usize = 3;
 const SUMMARIZE_ABOVE: usize = 1000;
-
-fn decode(dtype: DType, b: &[u8]) -> Scalar {
-    match dtype {
-        DType::Bool => Scalar::Bool(b[0] != 0),
-        DType::U8 => Scalar::Int(b[0] as i64),
-        DType::I32 => Scalar::Int(i32::read_bytes(b) as i64),
-        DType::I64 => Scalar::Int(i64::read_bytes(b)),
-        DType::F16 => Scalar::Float(f16::read_bytes(b).to_f64()),
-        DType::BF16 => Scalar::Float(bf16::read_bytes(b).to_f64()),
-        DType::F32 => Scalar::Float(f32::read_bytes(b) as f64),
-        DType::F64 => Scalar::Float(f64::read_bytes(b)),
-    }
-}
 
 fn fmt_scalar(s: Scalar, dtype: DType) -> String {
     match s {
@@ -80,7 +66,7 @@ impl fmt::Display for Tensor {
         let sz = self.dtype.size_bytes();
         let vals: Vec<String> = bytes
             .chunks_exact(sz)
-            .map(|b| fmt_scalar(decode(self.dtype, b), self.dtype))
+            .map(|b| fmt_scalar(Scalar::from_le_bytes(self.dtype, b), self.dtype))
             .collect();
         let mut s = String::from("tensor(");
         if self.numel() == 0 {

@@ -10,6 +10,24 @@ use crate::shape::View;
 use half::{bf16, f16};
 use rayon::prelude::*;
 
+/// One product `out = lhs @ rhs` of a batch: base offsets (elements) and strides.
+#[derive(Clone, Copy)]
+struct Gemm {
+    out: ArgPtr,
+    oo: isize,
+    lhs: ArgPtr,
+    lo: isize,
+    l_rs: isize,
+    l_cs: isize,
+    rhs: ArgPtr,
+    ro: isize,
+    r_rs: isize,
+    r_cs: isize,
+    m: usize,
+    n: usize,
+    k: usize,
+}
+
 /// Computes `out[b] = lhs[b] @ rhs[b]` for every batch index. `shape` is `[batch.., m, n]`.
 pub(crate) fn run(mm: &MatmulSpec, shape: &[usize], dtype: DType, args: &[ArgPtr]) -> Result<()> {
     let nd = shape.len();
@@ -40,34 +58,34 @@ pub(crate) fn run(mm: &MatmulSpec, shape: &[usize], dtype: DType, args: &[ArgPtr
     let one = |b: usize| -> Result<()> {
         let lo = offsets(&mm.lhs_view, b);
         let ro = offsets(&mm.rhs_view, b);
-        let oo = (b * m * n) as isize;
+        let g = Gemm {
+            out,
+            oo: (b * m * n) as isize,
+            lhs,
+            lo,
+            l_rs,
+            l_cs,
+            rhs,
+            ro,
+            r_rs,
+            r_cs,
+            m,
+            n,
+            k,
+        };
         // SAFETY: the operand views were checked to lie inside their buffers, so every
         // element gemm reads through (offset, row stride, column stride) is in bounds; the
         // output block [oo, oo + m·n) is inside the output buffer and written by this batch
         // index only; operands and output are distinct buffers.
         unsafe {
             match dtype {
-                DType::F32 => gemm_typed::<f32>(
-                    out, oo, lhs, lo, l_rs, l_cs, rhs, ro, r_rs, r_cs, m, n, k, inner_par,
-                ),
-                DType::F64 => gemm_typed::<f64>(
-                    out, oo, lhs, lo, l_rs, l_cs, rhs, ro, r_rs, r_cs, m, n, k, inner_par,
-                ),
-                DType::F16 => gemm_typed::<f16>(
-                    out, oo, lhs, lo, l_rs, l_cs, rhs, ro, r_rs, r_cs, m, n, k, inner_par,
-                ),
-                DType::BF16 => bf16_gemm(
-                    out, oo, lhs, lo, l_rs, l_cs, rhs, ro, r_rs, r_cs, m, n, k, inner_par,
-                ),
-                DType::I32 => {
-                    int_gemm::<i32>(out, oo, lhs, lo, l_rs, l_cs, rhs, ro, r_rs, r_cs, m, n, k)
-                }
-                DType::I64 => {
-                    int_gemm::<i64>(out, oo, lhs, lo, l_rs, l_cs, rhs, ro, r_rs, r_cs, m, n, k)
-                }
-                DType::U8 => {
-                    int_gemm::<u8>(out, oo, lhs, lo, l_rs, l_cs, rhs, ro, r_rs, r_cs, m, n, k)
-                }
+                DType::F32 => gemm_typed::<f32>(g, inner_par),
+                DType::F64 => gemm_typed::<f64>(g, inner_par),
+                DType::F16 => gemm_typed::<f16>(g, inner_par),
+                DType::BF16 => bf16_gemm(g, inner_par),
+                DType::I32 => int_gemm::<i32>(g),
+                DType::I64 => int_gemm::<i64>(g),
+                DType::U8 => int_gemm::<u8>(g),
                 DType::Bool => {
                     return Err(KilnError::UnsupportedDType {
                         op: "matmul",
@@ -103,23 +121,24 @@ impl GemmScalar for f16 {
     const ONE: Self = f16::ONE;
 }
 
-#[allow(clippy::too_many_arguments)]
-unsafe fn gemm_typed<T: GemmScalar>(
-    out: ArgPtr,
-    oo: isize,
-    lhs: ArgPtr,
-    lo: isize,
-    l_rs: isize,
-    l_cs: isize,
-    rhs: ArgPtr,
-    ro: isize,
-    r_rs: isize,
-    r_cs: isize,
-    m: usize,
-    n: usize,
-    k: usize,
-    par: gemm::Parallelism,
-) {
+/// # Safety
+/// Every address `g` describes lies inside its buffer, and `g.out` is not aliased.
+unsafe fn gemm_typed<T: GemmScalar>(g: Gemm, par: gemm::Parallelism) {
+    let Gemm {
+        out,
+        oo,
+        lhs,
+        lo,
+        l_rs,
+        l_cs,
+        rhs,
+        ro,
+        r_rs,
+        r_cs,
+        m,
+        n,
+        k,
+    } = g;
     // SAFETY (whole function): the caller guarantees every pointer below addresses elements
     // inside its buffer for the given strides and extents, and that `out` is not aliased.
     unsafe {
@@ -152,23 +171,24 @@ unsafe fn gemm_typed<T: GemmScalar>(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-unsafe fn bf16_gemm(
-    out: ArgPtr,
-    oo: isize,
-    lhs: ArgPtr,
-    lo: isize,
-    l_rs: isize,
-    l_cs: isize,
-    rhs: ArgPtr,
-    ro: isize,
-    r_rs: isize,
-    r_cs: isize,
-    m: usize,
-    n: usize,
-    k: usize,
-    par: gemm::Parallelism,
-) {
+/// # Safety
+/// As for [`gemm_typed`].
+unsafe fn bf16_gemm(g: Gemm, par: gemm::Parallelism) {
+    let Gemm {
+        out,
+        oo,
+        lhs,
+        lo,
+        l_rs,
+        l_cs,
+        rhs,
+        ro,
+        r_rs,
+        r_cs,
+        m,
+        n,
+        k,
+    } = g;
     // Widen both operands to contiguous f32, multiply, round back.
     let read =
         |p: ArgPtr, off: isize, rs: isize, cs: isize, rows: usize, cols: usize| -> Vec<f32> {
@@ -234,22 +254,24 @@ macro_rules! int_scalar {
 }
 int_scalar!(i32, i64, u8);
 
-#[allow(clippy::too_many_arguments)]
-unsafe fn int_gemm<T: IntScalar>(
-    out: ArgPtr,
-    oo: isize,
-    lhs: ArgPtr,
-    lo: isize,
-    l_rs: isize,
-    l_cs: isize,
-    rhs: ArgPtr,
-    ro: isize,
-    r_rs: isize,
-    r_cs: isize,
-    m: usize,
-    n: usize,
-    k: usize,
-) {
+/// # Safety
+/// As for [`gemm_typed`].
+unsafe fn int_gemm<T: IntScalar>(g: Gemm) {
+    let Gemm {
+        out,
+        oo,
+        lhs,
+        lo,
+        l_rs,
+        l_cs,
+        rhs,
+        ro,
+        r_rs,
+        r_cs,
+        m,
+        n,
+        k,
+    } = g;
     let (a, b) = (lhs.ptr as *const T, rhs.ptr as *const T);
     // SAFETY: the output block is in bounds and written only here.
     let dst = unsafe { std::slice::from_raw_parts_mut((out.ptr as *mut T).offset(oo), m * n) };
