@@ -202,3 +202,16 @@ fn the_gpu_corpus_is_valid_on_the_cpu() {
         assert!(!v.is_empty(), "{name}");
     }
 }
+
+#[test]
+fn generators_move_to_the_device_without_a_transfer() {
+    let r = Tensor::rand(&[64], 9).to(Device::Cuda(0));
+    assert_eq!(r.device(), Device::Cuda(0));
+    let plan = (&r * 2.0).plan(&RealizeOptions::default()).unwrap();
+    assert!(
+        plan.steps.iter().all(|s| matches!(s, Step::Kernel(_))),
+        "{}",
+        plan.dump_text()
+    );
+    assert_eq!(plan.kernel_count(), 1);
+}

@@ -4,7 +4,7 @@
 use super::{Tensor, unwrap_or_panic};
 use crate::device::Device;
 use crate::error::Result;
-use crate::graph::Op;
+use crate::graph::{self, Op};
 
 impl Tensor {
     /// This tensor on `device` (a no-op if it is already there).
@@ -13,10 +13,18 @@ impl Tensor {
         unwrap_or_panic(self.try_to(device))
     }
 
-    /// Fallible [`Tensor::to`].
+    /// Fallible [`Tensor::to`]. An unrealized generator (`zeros`, `rand`, `arange`...) is
+    /// re-recorded on the target device instead of being computed here and copied.
     pub fn try_to(&self, device: Device) -> Result<Tensor> {
         if device == self.device {
             return Ok(self.clone());
+        }
+        let generator = graph::with_graph(|g| match g.node(self.key).map(|n| n.op.clone()) {
+            Ok(Op::Generate(gen_)) => Some(gen_),
+            _ => None,
+        });
+        if let Some(gen_) = generator {
+            return Tensor::generate(gen_, &self.shape, self.dtype, device);
         }
         Tensor::record(
             Op::ToDevice(device),
