@@ -66,6 +66,17 @@ impl Graph {
             .iter()
             .map(|&k| self.index(k))
             .collect::<Result<_>>()?;
+        Ok(self.insert(op, &input_idx, shape, dtype, device))
+    }
+
+    fn insert(
+        &mut self,
+        op: Op,
+        input_idx: &[NodeIndex],
+        shape: Vec<usize>,
+        dtype: DType,
+        device: Device,
+    ) -> NodeKey {
         let key = self.keys.insert(NodeIndex::end());
         let idx = self.dag.add_node(Node {
             key,
@@ -80,7 +91,7 @@ impl Graph {
         for (pos, &i) in input_idx.iter().enumerate() {
             self.dag.add_edge(i, idx, pos);
         }
-        Ok(key)
+        key
     }
 
     /// Records a realized leaf holding `buffer`.
@@ -91,9 +102,7 @@ impl Graph {
         dtype: DType,
         device: Device,
     ) -> NodeKey {
-        let key = self
-            .add_node(Op::Buffer, &[], shape, dtype, device)
-            .expect("a leaf has no inputs to look up");
+        let key = self.insert(Op::Buffer, &[], shape, dtype, device);
         self.dag[self.keys[key]].buffer = Some(buffer);
         key
     }
