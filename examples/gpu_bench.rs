@@ -31,6 +31,18 @@ fn main() -> kiln::Result<()> {
 
     let x = Tensor::try_randn(&[n], 1, DType::F32)?.to(d);
     x.realize()?;
+    // Two cheap ops: bound by memory, so this is the renderer's bandwidth efficiency.
+    for (label, opts) in [
+        ("fused", RealizeOptions::default()),
+        ("unfused", RealizeOptions::unfused()),
+    ] {
+        let ms = time_ms(0, 5, || (&x * 1.5 + 0.5).realize_with(&opts).map(|_| ()))?;
+        let gbs = 2.0 * bytes as f64 / (ms / 1e3) / 1e9;
+        println!(
+            "x * 1.5 + 0.5 over {n} f32, {label}: {ms:.2} ms, {gbs:.0} GB/s effective ({:.0}% of copy)",
+            100.0 * gbs / copy
+        );
+    }
     let chain = |x: &Tensor| {
         ((x * 1.5 + 0.5).tanh() * x - 0.25)
             .exp()

@@ -215,3 +215,82 @@ fn generators_move_to_the_device_without_a_transfer() {
     );
     assert_eq!(plan.kernel_count(), 1);
 }
+
+#[test]
+fn random_draws_match_the_cpu_bit_for_bit() {
+    if let Err(why) = kiln::backend::cuda::availability() {
+        eprintln!("skipping GPU random-draw comparison: {why}");
+        return;
+    }
+    let n = 1 << 20;
+    for (kind, dt) in [
+        ("rand", DType::F32),
+        ("rand", DType::F64),
+        ("rand", DType::F16),
+        ("rand", DType::BF16),
+        ("randn", DType::F32),
+        ("randn", DType::F16),
+        ("randn", DType::BF16),
+        ("randn", DType::F64),
+    ] {
+        let draw = |dev: Device| {
+            let t = if kind == "rand" {
+                Tensor::try_rand(&[n], 77, dt)
+            } else {
+                Tensor::try_randn(&[n], 77, dt)
+            }
+            .unwrap()
+            .to(dev);
+            t.to_bytes().unwrap()
+        };
+        let (g, c) = (draw(Device::Cuda(0)), draw(Device::Cpu));
+        if dt == DType::F64 && kind == "randn" {
+            // The platform's f64 log/cos (CUDA's within 2 ulp of the exact result): allow 8.
+            let words = |b: &[u8]| -> Vec<f64> {
+                b.chunks_exact(8)
+                    .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
+                    .collect()
+            };
+            for (i, (a, b)) in words(&g).iter().zip(words(&c)).enumerate() {
+                assert!(
+                    (a - b).abs() <= 8.0 * f64::EPSILON * b.abs() + 1e-15,
+                    "randn f64 element {i}: gpu {a} vs cpu {b}"
+                );
+            }
+        } else {
+            let differ = g.iter().zip(&c).filter(|(a, b)| a != b).count();
+            assert_eq!(
+                differ, 0,
+                "{kind} {dt}: {differ} bytes differ between GPU and CPU"
+            );
+        }
+    }
+}
+
+#[test]
+fn device_out_of_memory_is_a_typed_error_with_the_numbers() {
+    if let Err(why) = kiln::backend::cuda::availability() {
+        eprintln!("skipping device out-of-memory test: {why}");
+        return;
+    }
+    let dev = Device::Cuda(0);
+    // 1 TiB of f32: more than any single GPU holds, so the allocator trims, retries once
+    // and reports.
+    let huge = Tensor::try_full_on(&[1 << 38], 1.0, DType::F32, dev).unwrap();
+    match (&huge + 1.0).realize() {
+        Err(KilnError::OutOfMemory {
+            device,
+            requested,
+            free,
+            ..
+        }) => {
+            assert_eq!(device, dev.to_string());
+            assert!(requested >= 4 << 38, "requested {requested}");
+            assert!(free < requested);
+        }
+        other => panic!("expected OutOfMemory, got {other:?}"),
+    }
+    // The device is still usable afterwards.
+    let small = Tensor::try_full_on(&[16], 2.0, DType::F32, dev).unwrap();
+    assert_eq!((&small * 2.0).to_vec::<f32>().unwrap(), vec![4.0; 16]);
+}

@@ -79,7 +79,7 @@
 //! its time and how much of its tolerance each comparison used.
 
 use half::{bf16, f16};
-use kiln::{DType, Operand, RealizeOptions, Scalar, Tensor, realize_all_with, reference};
+use kiln::{DType, Device, Operand, RealizeOptions, Scalar, Tensor, realize_all_with, reference};
 use proptest::prelude::*;
 use proptest::sample::Index;
 use proptest::strategy::Union;
@@ -3534,14 +3534,29 @@ fn binary(t: &Tensor, op: B, rhs: Operand<'_>) -> kiln::Result<Tensor> {
 
 fn emit_step(v: &[Tensor], s: &Step, opts: Option<&RealizeOptions>) -> kiln::Result<Tensor> {
     Ok(match s {
-        Step::Data { dtype, shape, vals } => data_tensor(*dtype, shape, vals)?,
+        Step::Data { dtype, shape, vals } => {
+            data_tensor(*dtype, shape, vals)?.try_to(INPUT_DEVICE.with(|d| d.get()))?
+        }
         Step::Gen {
             kind,
             shape,
             dtype,
             realize,
         } => {
+            let dev = INPUT_DEVICE.with(|d| d.get());
             let t = gen_tensor(kind, shape, *dtype)?;
+            // f64 randn uses the platform's log/cos, so a GPU may differ from the reference
+            // in the last bit while the programs treat generated values as exact: draw it on
+            // the CPU and transfer it (cuda_device tests the GPU draw itself).
+            let t = if dev != Device::Cpu
+                && *dtype == DType::F64
+                && matches!(kind, GenKind::Randn(_))
+            {
+                t.realize()?;
+                t.try_to(dev)?
+            } else {
+                t.try_to(dev)?
+            };
             if *realize {
                 t.realize()?;
             }
@@ -3817,6 +3832,10 @@ struct KilnRun {
 }
 
 thread_local! {
+    /// The device `emit` puts inputs and generators on (every later value follows them).
+    /// The reference always evaluates on the CPU; the GPU fuzz test sets this to run kiln's
+    /// fused and unfused plans on CUDA.
+    static INPUT_DEVICE: std::cell::Cell<Device> = const { std::cell::Cell::new(Device::Cpu) };
     /// Set when a fused plan of the current case has an instruction with two identical
     /// operands (`add %1, %1`): see `bug_binary_op_with_identical_operands`.
     static IDENTICAL_OPERANDS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
@@ -3874,6 +3893,14 @@ fn catch<T>(f: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
 
 fn run_kiln(p: &Program, opts: &RealizeOptions) -> Result<KilnRun, String> {
     catch(|| run_kiln_inner(p, opts))
+}
+
+/// Runs `f` with program inputs placed on `dev`.
+fn on_device<T>(dev: Device, f: impl FnOnce() -> T) -> T {
+    let before = INPUT_DEVICE.with(|d| d.replace(dev));
+    let out = f();
+    INPUT_DEVICE.with(|d| d.set(before));
+    out
 }
 
 fn run_kiln_inner(p: &Program, opts: &RealizeOptions) -> Result<KilnRun, String> {
@@ -3989,10 +4016,15 @@ fn compare(label: &str, got: &[f64], want: &[f64], m: &Meta) -> Result<(), Strin
 }
 
 fn check_program(p: &Program) -> Result<(), String> {
-    catch(|| check_program_inner(p)).map_err(|e| format!("{e}\nprogram:\n{}", render(p)))
+    check_program_on(p, Device::Cpu)
 }
 
-fn check_program_inner(p: &Program) -> Result<(), String> {
+/// Checks a program with kiln running on `dev` (the reference runs on the CPU).
+fn check_program_on(p: &Program, dev: Device) -> Result<(), String> {
+    catch(|| check_program_inner(p, dev)).map_err(|e| format!("{e}\nprogram:\n{}", render(p)))
+}
+
+fn check_program_inner(p: &Program, dev: Device) -> Result<(), String> {
     let fused_opts = RealizeOptions::default();
     let unfused_opts = RealizeOptions::unfused();
     let want: Vec<Vec<f64>> = {
@@ -4005,7 +4037,7 @@ fn check_program_inner(p: &Program) -> Result<(), String> {
         out
     };
     IDENTICAL_OPERANDS.with(|c| c.set(false));
-    let fused = match run_kiln(p, &fused_opts) {
+    let fused = match on_device(dev, || run_kiln(p, &fused_opts)) {
         // Known bug (`bug_binary_op_with_identical_operands`): identical operands appear in
         // ways the generator cannot foresee (var and layer_norm square with `c * c`; views
         // that collapse to the same load after slicing); such fused runs are not checked.
@@ -4022,7 +4054,8 @@ fn check_program_inner(p: &Program) -> Result<(), String> {
         }
         Err(e) => return Err(format!("fused: {e}")),
     };
-    let unfused = run_kiln(p, &unfused_opts).map_err(|e| format!("unfused: {e}"))?;
+    let unfused =
+        on_device(dev, || run_kiln(p, &unfused_opts)).map_err(|e| format!("unfused: {e}"))?;
     if fused.is_none() && std::env::var_os("KILN_FUZZ_PRINT").is_some() {
         eprintln!("fused run not checked (known bug)");
     }
@@ -4966,4 +4999,104 @@ fn nvrtc_compiles_every_corpus_kernel() {
         sources.len() >= 300,
         "the corpus should give at least 300 distinct kernels"
     );
+}
+
+/// The fuzz corpus run on CUDA: every program's fused and unfused plans execute on the GPU
+/// and must agree with the CPU reference under the same tolerances as the CPU fuzz tests.
+/// Without a GPU it still records and plans every program on `Device::Cuda(0)` and renders
+/// each kernel (so device placement and CUDA codegen are checked everywhere), then prints
+/// why execution is skipped. With a GPU, every distinct kernel is compiled up front in
+/// parallel (NVRTC, through the caches) before the programs run one by one.
+/// `KILN_GPU_CASES` sets the cases per profile (default 60).
+#[test]
+fn gpu_fuzz_corpus_matches_the_reference() {
+    use kiln::backend::cuda::{self, render::render as render_kernel};
+    use std::collections::BTreeMap;
+    let per_profile = std::env::var("KILN_GPU_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(60);
+    let dev = Device::Cuda(0);
+    let programs: Vec<Program> = corpus_cases(per_profile)
+        .iter()
+        .map(|(case, prof)| resolve(case, prof))
+        .collect();
+    let gpu = cuda::availability();
+    // Mid-program realizes execute while recording: without a GPU those programs can only
+    // be planned up to that point, so they are left out of the no-GPU planning pass.
+    let realizes_midway = |p: &Program| {
+        p.steps
+            .iter()
+            .any(|s| matches!(s, Step::Realize(_) | Step::Gen { realize: true, .. }))
+    };
+    let mut sources: BTreeMap<String, String> = BTreeMap::new();
+    let mut planned = 0;
+    for p in &programs {
+        if gpu.is_err() && realizes_midway(p) {
+            continue;
+        }
+        planned += 1;
+        for opts in [RealizeOptions::default(), RealizeOptions::unfused()] {
+            let vals = on_device(dev, || emit(p, Some(&opts)))
+                .unwrap_or_else(|e| panic!("recording on {dev}: {e}\n{}", render(p)));
+            let outs: Vec<&Tensor> = p.outputs.iter().map(|&o| &vals[o]).collect();
+            assert!(
+                outs.iter().all(|t| t.device() == dev),
+                "an output left {dev}\n{}",
+                render(p)
+            );
+            let plan = kiln::plan_all(&outs, &opts)
+                .unwrap_or_else(|e| panic!("planning on {dev}: {e}\n{}", render(p)));
+            for k in plan.kernels() {
+                let r = render_kernel(&k.kernel).unwrap_or_else(|e| panic!("render: {e}"));
+                sources.entry(r.source).or_insert(r.name);
+            }
+        }
+    }
+    println!(
+        "gpu fuzz: {planned} of {} programs recorded and planned on {dev}, {} distinct kernels \
+         rendered",
+        programs.len(),
+        sources.len()
+    );
+    if let Err(why) = gpu {
+        eprintln!("skipping GPU execution of the fuzz corpus: {why}");
+        return;
+    }
+    let arch = cuda::arch(0).expect("device 0 opens");
+    let start = std::time::Instant::now();
+    {
+        use rayon::prelude::*;
+        let failures: Vec<String> = sources
+            .par_iter()
+            .filter_map(|(src, name)| {
+                cuda::nvrtc::compile_cached(src, name, &arch)
+                    .err()
+                    .map(|e| format!("{name}: {e}"))
+            })
+            .collect();
+        assert!(failures.is_empty(), "NVRTC failures: {failures:#?}");
+    }
+    let compiled = start.elapsed().as_secs_f64();
+    let mut failures = vec![];
+    for p in &programs {
+        if let Err(e) = check_program_on(p, dev) {
+            failures.push(e);
+        }
+    }
+    println!(
+        "gpu fuzz: {} programs on {arch}, fused and unfused vs the CPU reference: {} failures \
+         (compiled {} kernels in {compiled:.1} s, ran in {:.1} s)",
+        programs.len(),
+        failures.len(),
+        sources.len(),
+        start.elapsed().as_secs_f64() - compiled
+    );
+    for f in failures.iter().take(8) {
+        println!("---\n{f}");
+    }
+    for f in failures.iter().skip(8) {
+        println!("--- {}", f.lines().next().unwrap_or_default());
+    }
+    assert!(failures.is_empty(), "{} GPU fuzz failures", failures.len());
 }

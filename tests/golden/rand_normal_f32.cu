@@ -81,8 +81,36 @@ __device__ __forceinline__ double kiln_sigmoid(double x) { return 1.0 / (1.0 + e
 __device__ __forceinline__ float kiln_gelu(float x) { return 0.5f * x * erfcf(-x * 0.70710678118654752f); }
 __device__ __forceinline__ double kiln_gelu(double x) { return 0.5 * x * erfc(-x * 0.70710678118654752); }
 // kiln_random.cuh — the counter-based generator of src/random.rs: every sample is a pure
-// function of (seed, element index), bit-identical to the CPU for rand and up to the
-// rounding of logf/cosf for randn.
+// function of (seed, element index). rand (all dtypes) and f32/f16/bf16 randn are
+// bit-identical to the CPU: randn uses the same log and cos polynomials as the CPU backend
+// (src/backend/cpu/math.rs), with the same operations in the same order, every multiply-add
+// an explicit fmaf and no other contraction (kernels are compiled with --fmad=false).
+// f64 randn uses CUDA's log/cos and may differ from the CPU in the last bit.
+
+// Constants of src/backend/cpu/math.rs as f32 bit patterns (a unit test there checks that
+// these lines match the Rust constants).
+#define KILN_RNG_L3 0x3eaaaaaau
+#define KILN_RNG_L4 0xbe800117u
+#define KILN_RNG_L5 0x3e4cd022u
+#define KILN_RNG_L6 0xbe2a3832u
+#define KILN_RNG_L7 0x3e11698eu
+#define KILN_RNG_L8 0xbe06c89au
+#define KILN_RNG_L9 0x3e02c924u
+#define KILN_RNG_L10 0xbd9c7d5cu
+#define KILN_RNG_LN2_HI 0x3f317218u
+#define KILN_RNG_LN2_LO 0xb102e308u
+#define KILN_RNG_FRAC_2_PI 0x3f22f983u
+#define KILN_RNG_PIO2_1 0x3fc90fdbu
+#define KILN_RNG_PIO2_2 0xb33bbd2eu
+#define KILN_RNG_PIO2_3 0xa6f72cedu
+#define KILN_RNG_S3 0xbe2aaaa2u
+#define KILN_RNG_S5 0x3c088361u
+#define KILN_RNG_S7 0xb94c8ce7u
+#define KILN_RNG_C4 0x3d2aaaaau
+#define KILN_RNG_C6 0xbab60889u
+#define KILN_RNG_C8 0x37cd8982u
+#define KILN_RNG_TAU 0x40c90fdbu
+#define KILN_RNG_F(name) __uint_as_float(KILN_RNG_##name)
 
 __device__ __forceinline__ unsigned long long kiln_rand_bits(unsigned long long seed, unsigned long long index) {
     unsigned long long z = seed * 0xD1B54A32D192ED03ULL + (index + 1ULL) * 0x9E3779B97F4A7C15ULL;
@@ -96,10 +124,49 @@ __device__ __forceinline__ float kiln_uniform_f32(unsigned long long seed, unsig
 __device__ __forceinline__ double kiln_uniform_f64(unsigned long long seed, unsigned long long i) {
     return (double)(kiln_rand_bits(seed, i) >> 11) * (1.0 / 9007199254740992.0);
 }
+// ln x for normal positive x (math.rs log_f32 without its subnormal and special-value
+// branches, which Box-Muller's u1 in [2^-24, 1] never takes).
+__device__ __forceinline__ float kiln_rng_log(float x) {
+    unsigned int ix = __float_as_uint(x) + (0x3F800000u - 0x3F3504F3u);
+    float e = (float)((int)(ix >> 23) - 127);
+    float m = __uint_as_float((ix & 0x007FFFFFu) + 0x3F3504F3u);
+    float f = m - 1.0f;
+    float f2 = f * f;
+    float p = fmaf(KILN_RNG_F(L10), f, KILN_RNG_F(L9));
+    p = fmaf(p, f, KILN_RNG_F(L8));
+    p = fmaf(p, f, KILN_RNG_F(L7));
+    p = fmaf(p, f, KILN_RNG_F(L6));
+    p = fmaf(p, f, KILN_RNG_F(L5));
+    p = fmaf(p, f, KILN_RNG_F(L4));
+    p = fmaf(p, f, KILN_RNG_F(L3));
+    float y = (f2 * f) * p;
+    y = fmaf(e, KILN_RNG_F(LN2_LO), y);
+    y = fmaf(-0.5f, f2, y);
+    float r = f + y;
+    return fmaf(e, KILN_RNG_F(LN2_HI), r);
+}
+// cos x for finite x >= 0 below 1.3e7 (math.rs cos_f32: Cody-Waite reduction by pi/2, the
+// sin or cos polynomial by quadrant).
+__device__ __forceinline__ float kiln_rng_cos(float ax) {
+    const float two23 = 8388608.0f;
+    float t = fmaf(ax, KILN_RNG_F(FRAC_2_PI), two23);
+    float n = t - two23;
+    unsigned int q = __float_as_uint(t) + 1u;
+    float r = fmaf(-n, KILN_RNG_F(PIO2_1), ax);
+    r = fmaf(-n, KILN_RNG_F(PIO2_2), r);
+    r = fmaf(-n, KILN_RNG_F(PIO2_3), r);
+    float r2 = r * r;
+    float ps = fmaf(fmaf(KILN_RNG_F(S7), r2, KILN_RNG_F(S5)), r2, KILN_RNG_F(S3));
+    float s = fmaf(r * r2, ps, r);
+    float pc = fmaf(fmaf(KILN_RNG_F(C8), r2, KILN_RNG_F(C6)), r2, KILN_RNG_F(C4));
+    float c = fmaf(r2, fmaf(r2, pc, -0.5f), 1.0f);
+    float v = (q & 1u) == 0u ? s : c;
+    return __uint_as_float(__float_as_uint(v) ^ ((q & 2u) << 30));
+}
 __device__ __forceinline__ float kiln_normal_f32(unsigned long long seed, unsigned long long i) {
     float u1 = (float)((kiln_rand_bits(seed, 2ULL * i) >> 40) + 1ULL) * (1.0f / 16777216.0f);
     float u2 = kiln_uniform_f32(seed, 2ULL * i + 1ULL);
-    return sqrtf(-2.0f * logf(u1)) * cosf(6.28318548f * u2);
+    return __fsqrt_rn(-2.0f * kiln_rng_log(u1)) * kiln_rng_cos(KILN_RNG_F(TAU) * u2);
 }
 __device__ __forceinline__ double kiln_normal_f64(unsigned long long seed, unsigned long long i) {
     double u1 = (double)((kiln_rand_bits(seed, 2ULL * i) >> 11) + 1ULL) * (1.0 / 9007199254740992.0);
@@ -108,8 +175,45 @@ __device__ __forceinline__ double kiln_normal_f64(unsigned long long seed, unsig
 }
 
 extern "C" __global__ void __launch_bounds__(256) k0_add(float* __restrict__ a0) {
-    const int n_ = 64;
-    for (int i_ = (int)blockIdx.x * blockDim.x + threadIdx.x; i_ < n_; i_ += (int)gridDim.x * blockDim.x) {
+    const long long n_ = 64LL;
+    const long long stride_ = (long long)gridDim.x * blockDim.x;
+    long long i0_ = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    for (; i0_ < n_ - 3 * stride_; i0_ += 4 * stride_) {
+        const int i__0 = (int)(i0_ + 0 * stride_);
+        int r__0 = i__0;
+        const int c1_0 = r__0 % 8; r__0 /= 8;
+        const int c0_0 = r__0;
+        const float v0_0 = kiln_uniform_f32(3ULL, (unsigned long long)(c0_0 * 8 + c1_0));
+        const float v1_0 = kiln_normal_f32(4ULL, (unsigned long long)(c0_0 * 8 + c1_0));
+        const float v2_0 = kiln_add((float)v0_0, (float)v1_0);
+        const int i__1 = (int)(i0_ + 1 * stride_);
+        int r__1 = i__1;
+        const int c1_1 = r__1 % 8; r__1 /= 8;
+        const int c0_1 = r__1;
+        const float v0_1 = kiln_uniform_f32(3ULL, (unsigned long long)(c0_1 * 8 + c1_1));
+        const float v1_1 = kiln_normal_f32(4ULL, (unsigned long long)(c0_1 * 8 + c1_1));
+        const float v2_1 = kiln_add((float)v0_1, (float)v1_1);
+        const int i__2 = (int)(i0_ + 2 * stride_);
+        int r__2 = i__2;
+        const int c1_2 = r__2 % 8; r__2 /= 8;
+        const int c0_2 = r__2;
+        const float v0_2 = kiln_uniform_f32(3ULL, (unsigned long long)(c0_2 * 8 + c1_2));
+        const float v1_2 = kiln_normal_f32(4ULL, (unsigned long long)(c0_2 * 8 + c1_2));
+        const float v2_2 = kiln_add((float)v0_2, (float)v1_2);
+        const int i__3 = (int)(i0_ + 3 * stride_);
+        int r__3 = i__3;
+        const int c1_3 = r__3 % 8; r__3 /= 8;
+        const int c0_3 = r__3;
+        const float v0_3 = kiln_uniform_f32(3ULL, (unsigned long long)(c0_3 * 8 + c1_3));
+        const float v1_3 = kiln_normal_f32(4ULL, (unsigned long long)(c0_3 * 8 + c1_3));
+        const float v2_3 = kiln_add((float)v0_3, (float)v1_3);
+        a0[c0_0 * 8 + c1_0] = v2_0;
+        a0[c0_1 * 8 + c1_1] = v2_1;
+        a0[c0_2 * 8 + c1_2] = v2_2;
+        a0[c0_3 * 8 + c1_3] = v2_3;
+    }
+    for (; i0_ < n_; i0_ += stride_) {
+        const int i_ = (int)i0_;
         int r_ = i_;
         const int c1 = r_ % 8; r_ /= 8;
         const int c0 = r_;

@@ -699,6 +699,46 @@ pub fn round_bf16(x: f32) -> f32 {
 mod tests {
     use super::*;
 
+    /// `kernels/kiln_random.cuh` re-implements `log_f32` and `cos_f32` for `randn` on CUDA
+    /// so both backends draw bit-identical samples; its constants must be these.
+    #[test]
+    fn cuda_random_header_uses_these_constants() {
+        let header = include_str!("../../../kernels/kiln_random.cuh");
+        let expected: [(&str, f32); 21] = [
+            ("L3", L3),
+            ("L4", L4),
+            ("L5", L5),
+            ("L6", L6),
+            ("L7", L7),
+            ("L8", L8),
+            ("L9", L9),
+            ("L10", L10),
+            ("LN2_HI", LN2_HI),
+            ("LN2_LO", LN2_LO),
+            ("FRAC_2_PI", FRAC_2_PI),
+            ("PIO2_1", PIO2_1),
+            ("PIO2_2", PIO2_2),
+            ("PIO2_3", PIO2_3),
+            ("S3", S3),
+            ("S5", S5),
+            ("S7", S7),
+            ("C4", C4),
+            ("C6", C6),
+            ("C8", C8),
+            ("TAU", core::f32::consts::TAU),
+        ];
+        for (name, value) in expected {
+            let prefix = format!("#define KILN_RNG_{name} 0x");
+            let line = header
+                .lines()
+                .find(|l| l.starts_with(&prefix))
+                .unwrap_or_else(|| panic!("kiln_random.cuh lacks KILN_RNG_{name}"));
+            let hex = line[prefix.len()..].trim_end_matches('u');
+            let bits = u32::from_str_radix(hex, 16).expect("hex constant");
+            assert_eq!(bits, value.to_bits(), "KILN_RNG_{name}");
+        }
+    }
+
     // -- helpers ------------------------------------------------------------
 
     /// xorshift64* pseudo-random generator.

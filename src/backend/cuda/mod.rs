@@ -199,6 +199,19 @@ pub fn copy_bandwidth_gbps(ordinal: usize, bytes: usize, iters: usize) -> Result
     }
 }
 
+/// The architecture kernels are compiled for on device `ordinal` (`sm_XX` from its compute
+/// capability), opening the device if needed.
+pub fn arch(ordinal: usize) -> Result<String> {
+    #[cfg(feature = "cuda")]
+    {
+        Ok(device::get(ordinal)?.arch.clone())
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        unavailable(ordinal)
+    }
+}
+
 /// Waits for all work queued on device `ordinal`.
 pub fn synchronize(ordinal: usize) -> Result<()> {
     #[cfg(feature = "cuda")]

@@ -31,6 +31,8 @@ pub const MATMUL_CUH: &str = include_str!("../../../kernels/kiln_matmul.cuh");
 
 /// Threads per block.
 pub const BLOCK: u32 = 256;
+/// Elements each thread of an elementwise kernel handles per grid-stride trip.
+pub const ELEMENTWISE_UNROLL: usize = 4;
 
 /// How to launch a rendered kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -254,24 +256,70 @@ impl Renderer<'_> {
         let idx = self.idx;
         let n: usize = self.k.shape.iter().product();
         let dims: Vec<usize> = (0..self.k.shape.len()).collect();
-        self.line(1, &format!("const {idx} n_ = {n};"));
+        self.line(1, &format!("const long long n_ = {n}LL;"));
+        self.line(
+            1,
+            "const long long stride_ = (long long)gridDim.x * blockDim.x;",
+        );
+        self.line(
+            1,
+            "long long i0_ = (long long)blockIdx.x * blockDim.x + threadIdx.x;",
+        );
+        // Grid-stride loop over ELEMENTWISE_UNROLL elements per trip, rendered as all their
+        // loads and arithmetic first, then all their stores: the loads are in flight
+        // together, which a memory-bound kernel needs to approach copy bandwidth (each unit
+        // stores only its own element, so the order is safe even for the in-place matmul
+        // epilogue). The trip counter is 64-bit so it cannot overflow; `i_` uses the
+        // kernel's index type. A tail loop takes the rest one element at a time.
+        let u = ELEMENTWISE_UNROLL;
+        let passes = self.k.passes();
+        let last = passes.passes.len() - 1;
+        let (elem_ids, store_ids) = (
+            passes.passes[last].elem.clone(),
+            passes.passes[last].stores.clone(),
+        );
+        let elem = self.captured(|r| {
+            r.unflatten(0, "i_", &dims);
+            elem_ids.iter().try_for_each(|&v| r.instr(0, v))
+        })?;
+        let stores = self.captured(|r| store_ids.iter().try_for_each(|&v| r.instr(0, v)))?;
         self.line(
             1,
             &format!(
-                "for ({idx} i_ = ({idx})blockIdx.x * blockDim.x + threadIdx.x; i_ < n_; i_ += ({idx})gridDim.x * blockDim.x) {{"
+                "for (; i0_ < n_ - {} * stride_; i0_ += {u} * stride_) {{",
+                u - 1
             ),
         );
-        self.unflatten(2, "i_", &dims);
-        let passes = self.k.passes();
-        let last = passes.passes.len() - 1;
-        for &v in &passes.passes[last].elem {
-            self.instr(2, v)?;
+        for unit in 0..u {
+            self.line(
+                2,
+                &format!("const {idx} i__{unit} = ({idx})(i0_ + {unit} * stride_);"),
+            );
+            for l in elem.lines() {
+                self.line(2, &unit_names(l, unit));
+            }
         }
-        for &s in &passes.passes[last].stores {
-            self.instr(2, s)?;
+        for unit in 0..u {
+            for l in stores.lines() {
+                self.line(2, &unit_names(l, unit));
+            }
+        }
+        self.line(1, "}");
+        self.line(1, "for (; i0_ < n_; i0_ += stride_) {");
+        self.line(2, &format!("const {idx} i_ = ({idx})i0_;"));
+        for l in elem.lines().chain(stores.lines()) {
+            self.line(2, l);
         }
         self.line(1, "}");
         Ok(())
+    }
+
+    /// The lines `f` renders, taken out of the kernel body.
+    fn captured(&mut self, f: impl FnOnce(&mut Self) -> Result<()>) -> Result<String> {
+        let saved = std::mem::take(&mut self.body);
+        let out = f(self);
+        let text = std::mem::replace(&mut self.body, saved);
+        out.map(|()| text)
     }
 
     fn rows(&mut self) -> Result<()> {
@@ -564,6 +612,40 @@ fn round_half(dt: DType, e: String) -> String {
         DType::BF16 => format!("kiln_round_bf16({e})"),
         _ => e,
     }
+}
+
+/// `line` with the per-element names of an elementwise body (`i_`, `r_`, `cN`, `vN`) given
+/// the suffix `_unit`, so several elements' bodies can share one scope. Number literals
+/// (which may contain letters, like `0x3f80` or `1e-5f`) are copied unchanged.
+fn unit_names(line: &str, unit: usize) -> String {
+    let mut out = String::with_capacity(line.len() + 16);
+    let chars: Vec<char> = line.chars().collect();
+    let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        if !word(c) {
+            out.push(c);
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < chars.len()
+            && (word(chars[i]) || (chars[start].is_ascii_digit() && chars[i] == '.'))
+        {
+            i += 1;
+        }
+        let tok: String = chars[start..i].iter().collect();
+        out.push_str(&tok);
+        let numbered = |p: char| {
+            tok.len() > 1 && tok.starts_with(p) && tok[1..].bytes().all(|b| b.is_ascii_digit())
+        };
+        if tok == "i_" || tok == "r_" || numbered('v') || numbered('c') {
+            out.push('_');
+            out.push_str(&unit.to_string());
+        }
+    }
+    out
 }
 
 fn load_conv(dt: DType, read: &str) -> String {
