@@ -4471,6 +4471,45 @@ fn reshape_after_transpose_copies() {
     );
 }
 
+/// Transposed reads run in tiled order (64 rows × runs of 256 on the CPU): shapes with
+/// partial tiles in both directions, flipped and padded transposes, and 3-D permutes.
+#[test]
+fn tiled_transposes_with_partial_tiles() {
+    for (r, c) in [(70, 300), (300, 70), (129, 257), (64, 256), (33, 1000)] {
+        agree(|| iota(&[r, c], 1.0, 0.0).t().contiguous(), None, 0.0);
+        agree(
+            || (iota(&[r, c], 1.0, 0.0).t() * 2.0 + 1.0).sqrt(),
+            None,
+            1e-6,
+        );
+        agree(
+            || {
+                iota(&[r, c], 1.0, 0.0)
+                    .t()
+                    .flip(&[0])
+                    .pad(&[(1, 2), (3, 0)], -1.0)
+                    .contiguous()
+            },
+            None,
+            0.0,
+        );
+    }
+    agree(
+        || {
+            iota(&[5, 130, 70], 1.0, 0.0)
+                .permute(&[2, 0, 1])
+                .contiguous()
+        },
+        None,
+        0.0,
+    );
+    agree(
+        || iota(&[300, 3, 90], 1.0, 0.0).permute(&[1, 2, 0]) + 0.5,
+        None,
+        0.0,
+    );
+}
+
 #[test]
 fn slice_into_padding_is_all_pad_value() {
     let x = || iota(&[3], 1.0, 1.0);
