@@ -4510,6 +4510,33 @@ fn tiled_transposes_with_partial_tiles() {
     );
 }
 
+/// Elementwise outputs with a short last dimension read through a transpose run along a
+/// long dimension instead on the CPU: strided stores, flipped and padded reads, generators,
+/// bool outputs, 3-D permutes.
+#[test]
+fn short_last_dimension_outputs_run_along_a_long_one() {
+    let x = || iota(&[3, 200], 1.0, 0.0);
+    agree(|| x().t().contiguous(), None, 0.0);
+    agree(|| x().flip(&[1]).t() * 3.0, None, 0.0);
+    agree(|| x().t().pad(&[(2, 1), (0, 2)], 7.0) + 1.0, None, 0.0);
+    agree(
+        || Tensor::try_rand(&[3, 200], 9, DType::F32).unwrap().t() + x().t(),
+        None,
+        0.0,
+    );
+    agree(|| x().t().gt(100.0).cast(DType::F32), None, 0.0);
+    agree(
+        || iota(&[5, 2, 100], 1.0, 0.0).permute(&[2, 1, 0]).sqrt(),
+        None,
+        1e-6,
+    );
+    agree(
+        || iota(&[4, 70], 1.0, 0.0).t().slice(&[(1, 69, 2), (0, 4, 1)]) - 0.5,
+        None,
+        0.0,
+    );
+}
+
 #[test]
 fn slice_into_padding_is_all_pad_value() {
     let x = || iota(&[3], 1.0, 1.0);

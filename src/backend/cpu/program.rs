@@ -163,7 +163,11 @@ impl Program {
 /// Compiles `k`. `in_place` lists args that are read and written by the same kernel.
 pub(crate) fn compile(k: &Kernel, in_place: &[usize]) -> Program {
     let nd = k.shape.len();
-    let out_dims: Vec<usize> = (0..nd).filter(|d| !k.reduce_axes.contains(d)).collect();
+    let mut out_dims: Vec<usize> = (0..nd).filter(|d| !k.reduce_axes.contains(d)).collect();
+    if let Some(d) = long_run_dim(k) {
+        out_dims.retain(|&x| x != d);
+        out_dims.push(d);
+    }
     let perm: Vec<usize> = out_dims.iter().chain(&k.reduce_axes).copied().collect();
     let n_out0 = out_dims.len();
     let mut dims: Vec<usize> = perm.iter().map(|&d| k.shape[d]).collect();
@@ -288,6 +292,31 @@ pub(crate) fn compile(k: &Kernel, in_place: &[usize]) -> Program {
         n_regs,
         has_reduce,
     }
+}
+
+/// For an elementwise kernel whose last dimension is too short for efficient runs (an
+/// output like `[100000, 3]` read through a transpose), a long dimension along which some
+/// input is contiguous, to be iterated innermost instead. Elementwise kernels may visit
+/// their elements in any order, so this only changes speed.
+fn long_run_dim(k: &Kernel) -> Option<usize> {
+    const SHORT: usize = 32;
+    const LONG: usize = 64;
+    let last = k.shape.len().checked_sub(1)?;
+    if !k.reduce_axes.is_empty()
+        || k.shape[last] >= SHORT
+        || k.ops.iter().any(|o| o.level != Level::Elem)
+    {
+        return None;
+    }
+    let unit_stride_inputs = |d: usize| {
+        k.ops.iter().any(|o| match &o.op {
+            IrOp::Load { view, .. } => !view.is_fully_masked() && view.strides[d].abs() == 1,
+            _ => false,
+        })
+    };
+    (0..last)
+        .filter(|&d| k.shape[d] >= LONG && unit_stride_inputs(d))
+        .max_by_key(|&d| k.shape[d])
 }
 
 /// The dimension runs go along for values of `level`.
