@@ -31,6 +31,11 @@ fn unfused_64_op_chain_peaks_at_three_buffers() {
     let before = memory::stats(Device::Cpu);
     y.realize_with(&RealizeOptions::unfused()).unwrap();
     let after = memory::stats(Device::Cpu);
+    println!(
+        "unfused 64-op chain over {N} f32: allocator peak {} bytes = {:.2} tensors",
+        after.peak_bytes,
+        after.peak_bytes as f64 / BYTES as f64
+    );
     // The input plus two ping-pong intermediates, where naive allocation would hold 65.
     assert!(
         after.peak_bytes <= 3 * BYTES,
