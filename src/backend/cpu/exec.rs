@@ -176,7 +176,8 @@ fn tiling(prog: &Program) -> Option<(usize, usize)> {
             }
         }
     }
-    best.map(|(d, _)| (d, TILE_ROWS))
+    // A tile never needs more rows than the dimension has (no padding slots).
+    best.map(|(d, _)| (d, TILE_ROWS.min(prog.dims[d])))
 }
 
 /// Tiled order: rows of the densely walked dimension that share each column block.
