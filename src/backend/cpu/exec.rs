@@ -72,6 +72,8 @@ macro_rules! with_ct {
 
 thread_local! {
     static REGS: RefCell<Vec<Vec<u64>>> = const { RefCell::new(Vec::new()) };
+    /// Per-thread buffers for values saved across the passes of a row reduction.
+    static SAVED: RefCell<Vec<Vec<u64>>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Work decomposition: an item is a run of up to `item_len` positions along the last output
@@ -360,12 +362,14 @@ fn new_machine<'p>(prog: &'p Program, args: &'p [ArgPtr], mut regs: Vec<Vec<u64>
         n: 0,
         row_t: None,
         prefetch: false,
+        saved: Vec::new(),
     }
 }
 
 fn items_impl(prog: &Program, args: &[ArgPtr], items: &Items, lo: usize, hi: usize) {
     REGS.with(|cell| {
         let mut m = new_machine(prog, args, cell.take());
+        m.saved = SAVED.with(|c| c.take());
         for item in lo..hi {
             let Some(n) = items.locate(item, &mut m.coords) else {
                 continue;
@@ -376,6 +380,7 @@ fn items_impl(prog: &Program, args: &[ArgPtr], items: &Items, lo: usize, hi: usi
                 Strategy::ReduceInner => m.item_reduce_inner(j0, n),
             }
         }
+        SAVED.with(|c| c.replace(std::mem::take(&mut m.saved)));
         cell.replace(m.regs);
     });
 }
@@ -395,7 +400,14 @@ struct Machine<'p> {
     /// Prefetch the next run of borrowed loads (first pass only: later passes re-read data
     /// the first one just brought in).
     prefetch: bool,
+    /// ReduceInner: values saved by one pass for a later one, one buffer per reuse slot,
+    /// indexed by (row within the item, position in the reduce space).
+    saved: Vec<Vec<u64>>,
 }
+
+/// Most words (8 bytes each) a block may use for values saved across passes; larger blocks
+/// recompute them instead.
+const SAVED_BUDGET_WORDS: usize = 1 << 18;
 
 #[inline(always)]
 fn typed<T: bytemuck::Pod>(r: &[u64]) -> &[T] {
@@ -490,8 +502,21 @@ impl<'p> Machine<'p> {
         for &v in &prog.row_first {
             (self.loops.eval)(self, v, row_ax, usize::MAX);
         }
+        let red_total = outer_red * run_total;
+        let reuse = prog.n_reuse > 0 && rows * red_total * prog.n_reuse <= SAVED_BUDGET_WORDS;
+        if reuse {
+            if self.saved.len() < prog.n_reuse {
+                self.saved.resize_with(prog.n_reuse, Vec::new);
+            }
+            for b in &mut self.saved[..prog.n_reuse] {
+                if b.len() < rows * red_total {
+                    b.resize(rows * red_total, 0);
+                }
+            }
+        }
         for (pi, ph) in prog.phases.iter().enumerate() {
             self.prefetch = pi == 0;
+            let elem = if reuse { &ph.elem_reusing } else { &ph.elem };
             if !ph.reduces.is_empty() || !ph.stores.is_empty() {
                 for t in 0..rows {
                     self.coords[row_ax] = j0 + t;
@@ -509,8 +534,17 @@ impl<'p> Machine<'p> {
                             let n = CHUNK.min(run_total - c0);
                             self.coords[ax] = c0;
                             self.n = n;
-                            for &v in &ph.elem {
+                            let at = t * red_total + o * run_total + c0;
+                            if reuse {
+                                for &v in &ph.reuses {
+                                    self.use_saved(v, at);
+                                }
+                            }
+                            for &v in elem {
                                 (self.loops.eval)(self, v, ax, ph.regs[v]);
+                                if reuse && ph.saves.contains(&v) {
+                                    self.save(v, at);
+                                }
                             }
                             let index0 = (o * run_total + c0) as i64;
                             for (i, &r) in ph.reduces.iter().enumerate() {
@@ -547,6 +581,31 @@ impl<'p> Machine<'p> {
         }
     }
 
+    /// Copies the current run of `v` into its saved buffer at element `at`.
+    fn save(&mut self, v: usize, at: usize) {
+        let slot = self.prog.reuse_slot[v];
+        let n = self.n;
+        let mut buf = std::mem::take(&mut self.saved[slot]);
+        with_ct!(self.prog.instrs[v].ct(), T => {
+            let dst = &mut typed_mut::<T>(&mut buf)[at..at + n];
+            match self.fetch::<T>(v) {
+                Src::Slice(src) => dst.copy_from_slice(src),
+                Src::Scalar(x) => dst.fill(x),
+            }
+        });
+        self.saved[slot] = buf;
+    }
+
+    /// Makes `v` read its current run from its saved buffer at element `at`.
+    fn use_saved(&mut self, v: usize, at: usize) {
+        let slot = self.prog.reuse_slot[v];
+        let n = self.n;
+        with_ct!(self.prog.instrs[v].ct(), T => {
+            let run = &typed::<T>(&self.saved[slot])[at..at + n];
+            self.vals[v] = Val::Ptr(run.as_ptr().cast::<u8>());
+        });
+    }
+
     // ---------------------------------------------------------------- operands
 
     #[inline(always)]
@@ -565,10 +624,13 @@ impl<'p> Machine<'p> {
         match self.vals[v] {
             Val::Reg(r) => Src::Slice(&typed::<T>(&self.regs[r])[..self.n]),
             Val::Ptr(ptr) => {
-                // SAFETY: `ptr` points at `n` initialized, aligned elements of type T inside
-                // an input buffer (bounds checked before the run; borrowed loads only have
-                // unit stride and the storage type equal to T); nothing writes that buffer
-                // during this kernel.
+                // SAFETY: `ptr` points at `n` initialized, aligned elements of type T, either
+                // inside an input buffer (bounds checked before the run; borrowed loads only
+                // have unit stride and the storage type equal to T; nothing writes that
+                // buffer during this kernel) or inside this machine's saved buffer of `v`
+                // (`use_saved` took a `[at..at + n]` sub-slice of T; that buffer is written
+                // only by the earlier pass that computes `v`, never while a later pass reads
+                // it).
                 Src::Slice(unsafe { std::slice::from_raw_parts(ptr as *const T, self.n) })
             }
             Val::Scalar(s) => Src::Scalar(T::get(s)),

@@ -119,6 +119,12 @@ pub(crate) struct Phase {
     pub row_after: Vec<usize>,
     /// Register of each `Elem` instruction in this pass (`usize::MAX` = borrowed or none).
     pub regs: Vec<usize>,
+    /// Values this pass computes and saves for later passes (see [`plan_reuse`]).
+    pub saves: Vec<usize>,
+    /// Values this pass reads from an earlier pass's save instead of recomputing them.
+    pub reuses: Vec<usize>,
+    /// `elem` without what `reuses` makes unnecessary.
+    pub elem_reusing: Vec<usize>,
 }
 
 /// Which dimension runs innermost.
@@ -149,6 +155,9 @@ pub(crate) struct Program {
     pub n_regs: usize,
     /// Buffer arguments that are also written (matmul epilogues): never borrowed.
     pub has_reduce: bool,
+    /// Slot of each instruction saved across passes (`usize::MAX` if none), and the count.
+    pub reuse_slot: Vec<usize>,
+    pub n_reuse: usize,
 }
 
 impl Program {
@@ -280,7 +289,12 @@ pub(crate) fn compile(k: &Kernel, in_place: &[usize]) -> Program {
         }
     }
 
-    let (row_first, phases, row_stores, n_regs) = plan_phases(k, &mut instrs);
+    let (row_first, mut phases, row_stores, n_regs) = plan_phases(k, &mut instrs);
+    let (reuse_slot, n_reuse) = if strategy == Strategy::ReduceInner {
+        plan_reuse(&instrs, &mut phases)
+    } else {
+        (vec![usize::MAX; instrs.len()], 0)
+    };
     Program {
         dims,
         n_out,
@@ -291,7 +305,95 @@ pub(crate) fn compile(k: &Kernel, in_place: &[usize]) -> Program {
         strategy,
         n_regs,
         has_reduce,
+        reuse_slot,
+        n_reuse,
     }
+}
+
+/// Ops worth saving rather than recomputing (polynomial evaluations).
+fn expensive(op: &POp) -> bool {
+    use crate::graph::{BinaryOp as B, UnaryOp as U};
+    matches!(
+        op,
+        POp::Unary(
+            U::Exp | U::Log | U::Sin | U::Cos | U::Tanh | U::Sigmoid | U::Gelu,
+            _
+        ) | POp::Binary(B::Pow, ..)
+    )
+}
+
+/// Store once instead of recomputing, across the passes of a row reduction: a value a later
+/// pass needs that an earlier pass already computed, and whose computation involves a
+/// polynomial op (softmax's `exp(x - max)`, needed by the sum and again by the final
+/// division), is saved per position in the earlier pass and read back in the later one,
+/// which then skips everything only that value needed. Only passes that run over the reduce
+/// space (they reduce or store) take part. The executor uses this when a block's saves fit
+/// in its per-thread budget and runs the full `elem` lists otherwise.
+fn plan_reuse(instrs: &[PInstr], phases: &mut [Phase]) -> (Vec<usize>, usize) {
+    let n = instrs.len();
+    let mut slot = vec![usize::MAX; n];
+    let mut n_slots = 0;
+    // The first running pass that computed each value.
+    let mut computed_in = vec![usize::MAX; n];
+    for q in 0..phases.len() {
+        let ph = &phases[q];
+        if ph.reduces.is_empty() && ph.stores.is_empty() {
+            continue;
+        }
+        let in_elem = |v: usize| phases[q].elem.contains(&v);
+        // Whether computing `v` here involves an expensive op (within this pass's list).
+        fn costly(v: usize, instrs: &[PInstr], in_elem: &dyn Fn(usize) -> bool) -> bool {
+            in_elem(v)
+                && (expensive(&instrs[v].op)
+                    || operands(&instrs[v].op)
+                        .into_iter()
+                        .any(|o| costly(o, instrs, in_elem)))
+        }
+        // Walk back from the pass's consumers; stop at values an earlier pass computed.
+        let mut needed = vec![false; n];
+        let mut reuses = vec![];
+        let mut stack: Vec<usize> = ph
+            .reduces
+            .iter()
+            .chain(&ph.stores)
+            .flat_map(|&r| operands(&instrs[r].op))
+            .collect();
+        while let Some(v) = stack.pop() {
+            if needed[v] || !in_elem(v) {
+                continue;
+            }
+            if computed_in[v] < q && costly(v, instrs, &in_elem) {
+                if !reuses.contains(&v) {
+                    reuses.push(v);
+                }
+                continue;
+            }
+            needed[v] = true;
+            stack.extend(operands(&instrs[v].op));
+        }
+        for &v in &reuses {
+            if slot[v] == usize::MAX {
+                slot[v] = n_slots;
+                n_slots += 1;
+                let p = computed_in[v];
+                phases[p].saves.push(v);
+            }
+        }
+        let elem_reusing: Vec<usize> = phases[q]
+            .elem
+            .iter()
+            .copied()
+            .filter(|&v| needed[v])
+            .collect();
+        for &v in &phases[q].elem {
+            if computed_in[v] == usize::MAX {
+                computed_in[v] = q;
+            }
+        }
+        phases[q].reuses = reuses;
+        phases[q].elem_reusing = elem_reusing;
+    }
+    (slot, n_slots)
 }
 
 /// For an elementwise kernel whose last dimension is too short for efficient runs (an
@@ -569,6 +671,9 @@ fn plan_phases(k: &Kernel, instrs: &mut [PInstr]) -> (Vec<usize>, Vec<Phase>, Ve
             stores: pass.stores.clone(),
             row_after: pass.row_after.clone(),
             regs,
+            saves: vec![],
+            reuses: vec![],
+            elem_reusing: vec![],
         });
     }
     let row_first = kp
@@ -588,5 +693,61 @@ pub(crate) fn operands(op: &POp) -> Vec<usize> {
         POp::Binary(_, a, b) => vec![*a, *b],
         POp::Where(c, a, b) => vec![*c, *a, *b],
         _ => vec![],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{RealizeOptions, Tensor};
+
+    fn program_of(t: &Tensor) -> Program {
+        let plan = t.plan(&RealizeOptions::default()).expect("plans");
+        let kernels: Vec<_> = plan.kernels().collect();
+        assert_eq!(kernels.len(), 1, "{}", plan.dump_text());
+        compile(&kernels[0].kernel, &[])
+    }
+
+    #[test]
+    fn softmax_saves_exp_for_the_final_pass() {
+        let x = Tensor::try_rand(&[8, 64], 1, DType::F32).expect("rand");
+        let p = program_of(&x.softmax(-1));
+        assert_eq!(p.strategy, Strategy::ReduceInner);
+        assert_eq!(p.n_reuse, 1);
+        let saved = (0..p.instrs.len())
+            .find(|&v| p.reuse_slot[v] != usize::MAX)
+            .expect("one saved value");
+        assert!(matches!(p.instrs[saved].op, POp::Unary(UnaryOp::Exp, _)));
+        let running: Vec<&Phase> = p
+            .phases
+            .iter()
+            .filter(|ph| !ph.reduces.is_empty() || !ph.stores.is_empty())
+            .collect();
+        // max pass, sum-of-exp pass (saves exp), divide pass (reads it back).
+        assert_eq!(running.len(), 3);
+        assert!(running[1].saves.contains(&saved));
+        assert!(running[2].reuses.contains(&saved));
+        // The final pass no longer loads x or computes exp.
+        assert!(running[2].elem_reusing.len() < running[2].elem.len());
+        assert!(!running[2].elem_reusing.contains(&saved));
+        assert!(
+            running[2]
+                .elem_reusing
+                .iter()
+                .all(|&v| !matches!(p.instrs[v].op, POp::Load { .. }))
+        );
+    }
+
+    #[test]
+    fn cheap_values_are_recomputed_not_saved() {
+        // layer_norm's passes share only `x - mean`: cheaper to recompute than to save.
+        let x = Tensor::try_rand(&[8, 64], 2, DType::F32).expect("rand");
+        let p = program_of(&x.layer_norm(&[64], None, None, 1e-5));
+        assert_eq!(p.n_reuse, 0);
+        assert!(
+            p.phases
+                .iter()
+                .all(|ph| ph.saves.is_empty() && ph.reuses.is_empty())
+        );
     }
 }
