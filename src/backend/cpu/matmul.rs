@@ -174,21 +174,6 @@ unsafe fn gemm_typed<T: GemmScalar>(g: Gemm, par: gemm::Parallelism) {
 /// # Safety
 /// As for [`gemm_typed`].
 unsafe fn bf16_gemm(g: Gemm, par: gemm::Parallelism) {
-    let Gemm {
-        out,
-        oo,
-        lhs,
-        lo,
-        l_rs,
-        l_cs,
-        rhs,
-        ro,
-        r_rs,
-        r_cs,
-        m,
-        n,
-        k,
-    } = g;
     // Widen both operands to contiguous f32, multiply, round back.
     let read =
         |p: ArgPtr, off: isize, rs: isize, cs: isize, rows: usize, cols: usize| -> Vec<f32> {
@@ -204,37 +189,34 @@ unsafe fn bf16_gemm(g: Gemm, par: gemm::Parallelism) {
             }
             v
         };
-    let a = read(lhs, lo, l_rs, l_cs, m, k);
-    let b = read(rhs, ro, r_rs, r_cs, k, n);
+    let (m, n, k) = (g.m, g.n, g.k);
+    let mut a = read(g.lhs, g.lo, g.l_rs, g.l_cs, m, k);
+    let mut b = read(g.rhs, g.ro, g.r_rs, g.r_cs, k, n);
     let mut c = vec![0f32; m * n];
-    if k > 0 {
-        // SAFETY: all three are local contiguous vectors of the right sizes.
-        unsafe {
-            gemm::gemm(
-                m,
-                n,
-                k,
-                c.as_mut_ptr(),
-                1,
-                n as isize,
-                false,
-                a.as_ptr(),
-                1,
-                k as isize,
-                b.as_ptr(),
-                1,
-                n as isize,
-                0.0f32,
-                1.0f32,
-                false,
-                false,
-                false,
-                par,
-            );
-        }
-    }
+    let local = |v: &mut Vec<f32>| ArgPtr {
+        ptr: v.as_mut_ptr().cast::<u8>(),
+    };
+    let widened = Gemm {
+        out: local(&mut c),
+        oo: 0,
+        lhs: local(&mut a),
+        lo: 0,
+        l_rs: k as isize,
+        l_cs: 1,
+        rhs: local(&mut b),
+        ro: 0,
+        r_rs: n as isize,
+        r_cs: 1,
+        m,
+        n,
+        k,
+    };
+    // SAFETY: the three local row-major vectors have exactly the sizes `widened` describes,
+    // and `c` is aliased by nothing else.
+    unsafe { gemm_typed::<f32>(widened, par) };
     // SAFETY: the output block is in bounds and written only here.
-    let dst = unsafe { std::slice::from_raw_parts_mut((out.ptr as *mut bf16).offset(oo), m * n) };
+    let dst =
+        unsafe { std::slice::from_raw_parts_mut((g.out.ptr as *mut bf16).offset(g.oo), m * n) };
     for (d, &x) in dst.iter_mut().zip(&c) {
         *d = bf16::from_f32(x);
     }

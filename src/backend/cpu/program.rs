@@ -340,14 +340,14 @@ fn plan_reuse(instrs: &[PInstr], phases: &mut [Phase]) -> (Vec<usize>, usize) {
         if ph.reduces.is_empty() && ph.stores.is_empty() {
             continue;
         }
-        let in_elem = |v: usize| phases[q].elem.contains(&v);
-        // Whether computing `v` here involves an expensive op (within this pass's list).
-        fn costly(v: usize, instrs: &[PInstr], in_elem: &dyn Fn(usize) -> bool) -> bool {
-            in_elem(v)
-                && (expensive(&instrs[v].op)
-                    || operands(&instrs[v].op)
-                        .into_iter()
-                        .any(|o| costly(o, instrs, in_elem)))
+        // Membership in this pass's list, and whether computing a value here involves an
+        // expensive op (one sweep: the list is in dependency order).
+        let mut in_elem = vec![false; n];
+        let mut costly = vec![false; n];
+        for &v in &ph.elem {
+            in_elem[v] = true;
+            costly[v] =
+                expensive(&instrs[v].op) || operands(&instrs[v].op).into_iter().any(|o| costly[o]);
         }
         // Walk back from the pass's consumers; stop at values an earlier pass computed.
         let mut needed = vec![false; n];
@@ -359,10 +359,10 @@ fn plan_reuse(instrs: &[PInstr], phases: &mut [Phase]) -> (Vec<usize>, usize) {
             .flat_map(|&r| operands(&instrs[r].op))
             .collect();
         while let Some(v) = stack.pop() {
-            if needed[v] || !in_elem(v) {
+            if needed[v] || !in_elem[v] {
                 continue;
             }
-            if computed_in[v] < q && costly(v, instrs, &in_elem) {
+            if computed_in[v] < q && costly[v] {
                 if !reuses.contains(&v) {
                     reuses.push(v);
                 }
