@@ -28,12 +28,12 @@ pub mod dump;
 pub mod error;
 pub mod graph;
 pub mod kernel;
+pub mod math;
 pub mod memory;
 pub mod plan;
 pub mod random;
 pub mod reference;
 pub mod shape;
-pub mod special;
 pub mod tensor;
 
 /// The README's example, compiled and run as a doctest.

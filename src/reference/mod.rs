@@ -280,7 +280,7 @@ fn unary(op: UnaryOp, dt: DType, x: Scalar) -> Scalar {
         UnaryOp::Sin => v.sin(),
         UnaryOp::Cos => v.cos(),
         UnaryOp::Tanh => v.tanh(),
-        UnaryOp::Sigmoid => crate::special::sigmoid(v),
+        UnaryOp::Sigmoid => crate::math::f64::sigmoid(v),
         UnaryOp::Relu => {
             if v.is_nan() || v > 0.0 {
                 v
@@ -288,7 +288,7 @@ fn unary(op: UnaryOp, dt: DType, x: Scalar) -> Scalar {
                 0.0
             }
         }
-        UnaryOp::Gelu => crate::special::gelu(v),
+        UnaryOp::Gelu => crate::math::f64::gelu(v),
     };
     Scalar::Float(r)
 }
@@ -362,7 +362,7 @@ fn binary(op: BinaryOp, in_dt: DType, a: Scalar, b: Scalar) -> Scalar {
                     x.wrapping_div(y)
                 }
             }
-            BinaryOp::Pow => crate::special::int_pow(x, y),
+            BinaryOp::Pow => crate::math::f64::int_pow(x, y),
             BinaryOp::Max => x.max(y),
             _ => x.min(y),
         };

@@ -4,11 +4,9 @@
 //! * [`program`] compiles a kernel (reduce axes last, dimensions coalesced, phases,
 //!   registers, loop strategy);
 //! * [`exec`] runs programs (SIMD level picked at run time);
-//! * [`ops`] holds the typed elementwise and reduction loops, [`math`] the vectorizable
-//!   transcendental functions, [`matmul`] the products.
+//! * [`ops`] holds the typed elementwise and reduction loops, [`matmul`] the products.
 
 mod exec;
-pub mod math;
 mod matmul;
 mod ops;
 mod program;

@@ -2,7 +2,7 @@
 //! is compiled inside the SIMD-enabled task functions of [`super::exec`] and its loops
 //! vectorize with the features detected at run time.
 
-use super::math;
+use crate::math::f32 as math;
 use crate::dtype::{ComputeType, DType, Scalar};
 use crate::graph::{BinaryOp, ReduceOp, UnaryOp};
 
@@ -101,7 +101,7 @@ macro_rules! int_num {
             }
             #[inline(always)]
             fn pow(a: Self, b: Self) -> Self {
-                crate::special::int_pow(a as i64, b as i64) as $t
+                crate::math::f64::int_pow(a as i64, b as i64) as $t
             }
             #[inline(always)]
             fn neg(a: Self) -> Self {
@@ -244,8 +244,8 @@ impl Num for f64 {
             UnaryOp::Sin => a.sin(),
             UnaryOp::Cos => a.cos(),
             UnaryOp::Tanh => a.tanh(),
-            UnaryOp::Sigmoid => crate::special::sigmoid(a),
-            UnaryOp::Gelu => crate::special::gelu(a),
+            UnaryOp::Sigmoid => crate::math::f64::sigmoid(a),
+            UnaryOp::Gelu => crate::math::f64::gelu(a),
             UnaryOp::Neg => -a,
             UnaryOp::Abs => a.abs(),
             UnaryOp::Relu => relu(a),
