@@ -703,7 +703,7 @@ mod tests {
     /// so both backends draw bit-identical samples; its constants must be these.
     #[test]
     fn cuda_random_header_uses_these_constants() {
-        let header = include_str!("../../../kernels/kiln_random.cuh");
+        let header = include_str!("../../kernels/kiln_random.cuh");
         let expected: [(&str, f32); 21] = [
             ("L3", L3),
             ("L4", L4),
