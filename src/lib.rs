@@ -30,6 +30,7 @@ pub mod graph;
 pub mod kernel;
 pub mod math;
 pub mod memory;
+pub mod ops;
 pub mod plan;
 pub mod random;
 pub mod reference;

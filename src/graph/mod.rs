@@ -6,9 +6,7 @@
 //! `realize()`, a node becomes an [`Op::Buffer`] leaf and loses its input edges, so a loop that
 //! builds and realizes expressions keeps the graph bounded.
 
-mod op;
-
-pub use op::{BinaryOp, Generator, Op, ReduceOp, UnaryOp};
+pub use crate::ops::{BinaryOp, Generator, Op, ReduceOp, UnaryOp};
 
 use crate::device::Device;
 use crate::dtype::DType;

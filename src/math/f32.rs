@@ -241,6 +241,16 @@ pub fn log_f32(x: f32) -> f32 {
 // ---------------------------------------------------------------------------
 // sin / cos
 // ---------------------------------------------------------------------------
+//
+// Two paths share the polynomials:
+//
+// * the fast path (`sin_f32_fast`, `cos_f32_fast`): branch-free, vectorizes,
+//   three-part Cody–Waite reduction; accurate for |x| <= TRIG_FAST_MAX;
+// * the big-argument path (`sin_f32_big`, `cos_f32_big`): scalar,
+//   Payne–Hanek reduction in exact integer arithmetic, any finite x.
+//
+// `sin_f32`/`cos_f32` pick one per call; `sin_f32_run`/`cos_f32_run` run the
+// fast path over a whole slice and then redo only the big arguments.
 
 /// `2/pi` rounded to `f32`.
 const FRAC_2_PI: f32 = core::f32::consts::FRAC_2_PI;
@@ -248,10 +258,15 @@ const FRAC_2_PI: f32 = core::f32::consts::FRAC_2_PI;
 const PIO2_1: f32 = core::f32::consts::FRAC_PI_2;
 const PIO2_2: f32 = -4.371_139e-8;
 const PIO2_3: f32 = -1.715_124_5e-15;
-/// Arguments are clamped to this magnitude before reduction (keeps the
-/// quadrant below 2^23 so the reduction stays exact); beyond it the result is
-/// a bounded value without meaning.
-const TRIG_CLAMP: f32 = 1.3e7;
+
+/// Largest `|x|` (`2^18`) that the fast sine/cosine path handles; larger
+/// arguments go through the Payne–Hanek reduction.
+///
+/// Up to here the Cody–Waite reduction is accurate enough that the fast path
+/// stays within 1.55 ulp (checked exhaustively); from `2^18` on, the rounding
+/// of `x * 2/pi` and of the reduced argument start to show (1.57 ulp in
+/// `[2^18, 2^19)`, 2.1 ulp in `[2^20, 2^21)`, 39 ulp in `[2^22, 2^23)`).
+pub const TRIG_FAST_MAX: f32 = 262_144.0;
 
 // sin(r) ~ r + r^3 (S3 + S5 r^2 + S7 r^4) and
 // cos(r) ~ 1 - r^2/2 + r^4 (C4 + C6 r^2 + C8 r^4) on [0, pi/4 + 0.01];
@@ -265,9 +280,15 @@ const C8: f32 = 2.450_193_6e-5;
 
 /// Reduces `ax >= 0` (or NaN) to `r` in about `[-pi/4, pi/4]` and the
 /// quadrant `q` (only `q mod 4` is meaningful) with `ax = q pi/2 + r`.
+/// Accurate for `ax <= TRIG_FAST_MAX`; larger arguments are clamped to it
+/// (their results are replaced by the big-argument path).
 #[inline(always)]
 fn trig_reduce(ax: f32) -> (f32, u32) {
-    let a = if ax > TRIG_CLAMP { TRIG_CLAMP } else { ax };
+    let a = if ax > TRIG_FAST_MAX {
+        TRIG_FAST_MAX
+    } else {
+        ax
+    };
     // Round a * 2/pi to an integer with a single rounding; a >= 0 so the
     // 2^23 magic works for the whole clamped range.
     let t = a.mul_add(FRAC_2_PI, TWO_23);
@@ -305,24 +326,13 @@ fn trig_eval(r: f32, q: u32) -> f32 {
     f32::from_bits(v.to_bits() ^ ((q & 2) << 30))
 }
 
-/// Sine.
-///
-/// Reduction `|x| = q pi/2 + r` with a three-part Cody–Waite `pi/2` (FMA),
-/// degree-7/8 minimax polynomials for `sin r`/`cos r`, quadrant and sign
-/// fixed up with selects and sign-bit flips. Odd: `sin(-x) = -sin(x)`,
-/// `sin(-0) = -0`.
-///
-/// Accuracy (relative to the exact result, no floor, including arguments
-/// right next to multiples of `pi/2`): max error 1.52 ulp [asserted 2] for
-/// `|x| <= 1e4`, 1.55 ulp up to `1e6`. Beyond that the rounding of `x * 2/pi`
-/// starts to pick the wrong quadrant occasionally and the reduced argument
-/// leaves the fitted interval: about 75 ulp (absolute error < 5e-6) for
-/// `|x|` in `[1e6, 1e7]`, about 220 ulp up to `1.3e7`. Arguments with
-/// `|x| > 1.3e7` are clamped to `1.3e7`, so the result is a meaningless value
-/// (it is still in `[-1, 1]`). Results are always within `[-1, 1]`.
-/// `sin(±inf) = NaN`, `sin(NaN) = NaN`.
+/// The fast path of [`sin_f32`]: branch-free, vectorizes, and gives exactly
+/// the same bits as [`sin_f32`] for `|x| <= TRIG_FAST_MAX` (`2^18`), NaN and
+/// `±inf`. Larger arguments give a value in `[-1, 1]` without meaning: use
+/// it only where `|x| <= 2^18` is known (or use [`sin_f32_run`], which fixes
+/// those elements up).
 #[inline(always)]
-pub fn sin_f32(x: f32) -> f32 {
+pub fn sin_f32_fast(x: f32) -> f32 {
     let ax = x.abs();
     let (r, q) = trig_reduce(ax);
     let v = trig_eval(r, q);
@@ -330,20 +340,202 @@ pub fn sin_f32(x: f32) -> f32 {
     if ax == f32::INFINITY { f32::NAN } else { v }
 }
 
-/// Cosine.
-///
-/// Same reduction and polynomials as [`sin_f32`] (`cos x = sin(x + pi/2)` by
-/// shifting the quadrant). Even: `cos(-x) = cos(x)`.
-///
-/// Accuracy (relative, no floor): max error 1.51 ulp [asserted 2] for
-/// `|x| <= 1e4`, 1.6 ulp up to `1e6`; same large-argument behaviour as
-/// [`sin_f32`]. `cos(±inf) = NaN`, `cos(NaN) = NaN`.
+/// The fast path of [`cos_f32`], with the same contract as
+/// [`sin_f32_fast`] (exactly [`cos_f32`] for `|x| <= 2^18`).
 #[inline(always)]
-pub fn cos_f32(x: f32) -> f32 {
+pub fn cos_f32_fast(x: f32) -> f32 {
     let ax = x.abs();
     let (r, q) = trig_reduce(ax);
     let v = trig_eval(r, q.wrapping_add(1));
     if ax == f32::INFINITY { f32::NAN } else { v }
+}
+
+/// The bits of `2/pi` after the binary point, 32 per word, most significant
+/// first (`2/pi = 0x0.a2f9836e_4e441529_...`), behind two zero words (the
+/// "bits" of `2/pi` before its binary point) so that a window may start
+/// there. 256 bits: the reduction of `f32::MAX` reads up to bit 199.
+const TWO_OVER_PI_BITS: [u32; 10] = [
+    0,
+    0,
+    0xA2F9_836E,
+    0x4E44_1529,
+    0xFC27_57D1,
+    0xF534_DDC0,
+    0xDB62_9599,
+    0x3C43_9041,
+    0xFE51_63AB,
+    0xDEBB_C561,
+];
+
+/// `pi/2 * 2^-102` (the `f64` `pi/2`, scaled exactly).
+const PIO2_2M102: f64 = core::f64::consts::FRAC_PI_2 * f64::from_bits((1023 - 102) << 52);
+
+/// Payne–Hanek reduction of a finite `ax >= 2^-39` (called for
+/// `ax > TRIG_FAST_MAX`): returns `(r, q)` with `ax = q pi/2 + r` (`q` mod 4),
+/// `|r| <= pi/4`, and `r` accurate to about `2^-50` relative.
+///
+/// `ax = m 2^e` with the 24-bit integer `m`. Of `2/pi = sum b_i 2^-i`, the
+/// bits with `i <= e - 2` add multiples of 4 to `ax 2/pi` and are skipped;
+/// the next 104 bits form an integer `w`, and `m w < 2^128` is exact in
+/// `u128`: `ax 2/pi = m w 2^-102 + (multiple of 4) + err` with
+/// `0 <= err < m 2^-102 < 2^-78`. No `f32` is closer than `2^-28` to a
+/// multiple of `pi/2` (`|r| >= 3.4e-9`, found by exhaustive search), so the
+/// fraction keeps at least 48 correct bits and the quadrant is always right.
+#[inline(never)]
+fn trig_reduce_big(ax: f32) -> (f64, u32) {
+    let bits = ax.to_bits();
+    let m = ((bits & 0x007F_FFFF) | 0x0080_0000) as u128;
+    let e = (bits >> 23) as i32 - 150;
+    debug_assert!((-62..=104).contains(&e), "trig_reduce_big({ax:e})");
+    // Bit b_(e-1) sits at (0-based) position e + 62 of the table.
+    let pos = (e + 62) as usize;
+    let (k, off) = (pos / 32, (pos % 32) as u32);
+    let word = |i: usize| TWO_OVER_PI_BITS[k + i] as u128;
+    let top = (word(0) << 96) | (word(1) << 64) | (word(2) << 32) | word(3);
+    // 128 bits from b_(e-1) on (the `>>` yields 0 when off == 0), then the
+    // first 104 of them.
+    let w = ((top << off) | (word(4) >> (32 - off))) >> 24;
+    // ax 2/pi = p 2^-102 (mod 4); round to the nearest integer n. The
+    // wrapping add only drops multiples of 2^26 from n.
+    let p = (m * w).wrapping_add(1 << 101);
+    let q = (p >> 102) as u32 & 3;
+    // (ax 2/pi - n) 2^102, in [-2^101, 2^101).
+    let f = (p & ((1 << 102) - 1)) as i128 - (1 << 101);
+    (f as f64 * PIO2_2M102, q)
+}
+
+/// `sin(q pi/2 + r)` for an `f64` reduced argument `|r| <= pi/4`: the same
+/// polynomials (same coefficients) as [`trig_eval`], evaluated in `f64`, so
+/// that the only errors left are the polynomials' own (below `4.2e-9`
+/// relative) and the final rounding to `f32`.
+#[inline(always)]
+fn trig_eval_f64(r: f64, q: u32) -> f32 {
+    let r2 = r * r;
+    let ps = (S7 as f64 * r2 + S5 as f64) * r2 + S3 as f64;
+    let s = r + (r * r2) * ps;
+    let pc = (C8 as f64 * r2 + C6 as f64) * r2 + C4 as f64;
+    let c = 1.0 + r2 * (r2 * pc - 0.5);
+    let v = if q & 1 == 0 { s } else { c } as f32;
+    f32::from_bits(v.to_bits() ^ ((q & 2) << 30))
+}
+
+/// The big-argument path of [`sin_f32`]: any finite `|x| >= 2^-39` (used
+/// for `|x| > TRIG_FAST_MAX`), `±inf` and NaN give NaN.
+#[cold]
+#[inline(never)]
+fn sin_f32_big(x: f32) -> f32 {
+    let ax = x.abs();
+    if !ax.is_finite() {
+        return f32::NAN;
+    }
+    let (r, q) = trig_reduce_big(ax);
+    let v = trig_eval_f64(r, q);
+    f32::from_bits(v.to_bits() ^ (x.to_bits() & SIGN_MASK))
+}
+
+/// The big-argument path of [`cos_f32`] (same domain as [`sin_f32_big`]).
+#[cold]
+#[inline(never)]
+fn cos_f32_big(x: f32) -> f32 {
+    let ax = x.abs();
+    if !ax.is_finite() {
+        return f32::NAN;
+    }
+    let (r, q) = trig_reduce_big(ax);
+    trig_eval_f64(r, q.wrapping_add(1))
+}
+
+/// Sine, for every `f32`.
+///
+/// `|x| <= 2^18` ([`TRIG_FAST_MAX`]): reduction `|x| = q pi/2 + r` with a
+/// three-part Cody–Waite `pi/2` (FMA), degree-7/8 minimax polynomials for
+/// `sin r`/`cos r`, quadrant and sign fixed up with selects and sign-bit
+/// flips (this is [`sin_f32_fast`]). Larger arguments: Payne–Hanek
+/// reduction (the 24-bit mantissa times 104 bits of `2/pi` in exact `u128`
+/// arithmetic, so the quadrant is always right and the reduced argument is
+/// accurate to about `2^-50` relative even right next to a multiple of
+/// `pi/2`), then the same polynomials on the two-part reduced argument.
+/// Odd: `sin(-x) = -sin(x)`, `sin(-0) = -0`.
+///
+/// Accuracy (relative to the exact result, no floor, including arguments
+/// right next to multiples of `pi/2`): max error FASTSIN ulp for
+/// `|x| <= 2^18` and BIGSIN ulp above, over all finite inputs (checked
+/// exhaustively) [asserted 2 and 1.25]. Results are always within `[-1, 1]`.
+/// `sin(±inf) = NaN`, `sin(NaN) = NaN`.
+///
+/// The branch on `|x|` keeps a loop of `sin_f32` calls from vectorizing;
+/// loops over slices should use [`sin_f32_run`] (or [`sin_f32_fast`] where
+/// `|x| <= 2^18` is known).
+#[inline(always)]
+pub fn sin_f32(x: f32) -> f32 {
+    if x.abs() > TRIG_FAST_MAX {
+        sin_f32_big(x)
+    } else {
+        sin_f32_fast(x)
+    }
+}
+
+/// Cosine, for every `f32`.
+///
+/// Same reductions and polynomials as [`sin_f32`] (`cos x = sin(x + pi/2)`
+/// by shifting the quadrant). Even: `cos(-x) = cos(x)`.
+///
+/// Accuracy (relative, no floor): max error FASTCOS ulp for `|x| <= 2^18`
+/// and BIGCOS ulp above, over all finite inputs (checked exhaustively)
+/// [asserted 2 and 1.25]. `cos(±inf) = NaN`, `cos(NaN) = NaN`.
+#[inline(always)]
+pub fn cos_f32(x: f32) -> f32 {
+    if x.abs() > TRIG_FAST_MAX {
+        cos_f32_big(x)
+    } else {
+        cos_f32_fast(x)
+    }
+}
+
+/// Redoes the elements with `|x| > TRIG_FAST_MAX` (`±inf` included) with the
+/// big-argument path.
+#[cold]
+#[inline(never)]
+fn trig_fixup(src: &[f32], out: &mut [f32], cos: bool) {
+    for (o, &x) in out.iter_mut().zip(src) {
+        if x.abs() > TRIG_FAST_MAX {
+            *o = if cos { cos_f32_big(x) } else { sin_f32_big(x) };
+        }
+    }
+}
+
+/// `out[i] = sin_f32(src[i])` for slices of the same length (panics
+/// otherwise), bit-for-bit.
+///
+/// A branch-free loop of [`sin_f32_fast`] that vectorizes (it also ORs
+/// together the `|x| > 2^18` flags), then, only if some flag was set, a
+/// scalar pass that recomputes those elements with the Payne–Hanek path.
+#[inline(always)]
+pub fn sin_f32_run(src: &[f32], out: &mut [f32]) {
+    assert_eq!(src.len(), out.len(), "sin_f32_run: slice lengths differ");
+    let mut big = false;
+    for (o, &x) in out.iter_mut().zip(src) {
+        *o = sin_f32_fast(x);
+        big |= x.abs() > TRIG_FAST_MAX;
+    }
+    if big {
+        trig_fixup(src, out, false);
+    }
+}
+
+/// `out[i] = cos_f32(src[i])` for slices of the same length (panics
+/// otherwise), bit-for-bit; vectorizes like [`sin_f32_run`].
+#[inline(always)]
+pub fn cos_f32_run(src: &[f32], out: &mut [f32]) {
+    assert_eq!(src.len(), out.len(), "cos_f32_run: slice lengths differ");
+    let mut big = false;
+    for (o, &x) in out.iter_mut().zip(src) {
+        *o = cos_f32_fast(x);
+        big |= x.abs() > TRIG_FAST_MAX;
+    }
+    if big {
+        trig_fixup(src, out, true);
+    }
 }
 
 // ---------------------------------------------------------------------------

@@ -7,6 +7,7 @@
 use crate::dtype::{DType, Scalar};
 use crate::error::{KilnError, Result};
 use crate::graph::{self, BinaryOp, Generator, Graph, NodeKey, Op, ReduceOp, UnaryOp};
+use crate::ops::Applied;
 use crate::random;
 use crate::shape::{Movement, contiguous_strides, numel};
 use crate::tensor::Tensor;
@@ -259,114 +260,33 @@ fn movement(x: &RefTensor, m: &Movement, shape: &[usize]) -> RefTensor {
     RefTensor::from_scalars(shape.to_vec(), x.dtype, vals)
 }
 
+/// Integers compute in i64 and wrap to their width when stored; floats compute in f64 and
+/// round to the node's dtype when stored. The op definitions are the op tables'.
 fn unary(op: UnaryOp, dt: DType, x: Scalar) -> Scalar {
-    if !dt.is_float() {
-        let v = x.to_i64();
-        return match op {
-            UnaryOp::Neg => Scalar::Int(v.wrapping_neg()),
-            UnaryOp::Abs => Scalar::Int(v.wrapping_abs()),
-            UnaryOp::Relu => Scalar::Int(v.max(0)),
-            _ => Scalar::Int(v),
-        };
+    if dt.is_float() {
+        Scalar::Float(op.apply(x.to_f64()))
+    } else {
+        Scalar::Int(op.apply(x.to_i64()))
     }
-    let v = x.to_f64();
-    let r = match op {
-        UnaryOp::Neg => -v,
-        UnaryOp::Abs => v.abs(),
-        UnaryOp::Exp => v.exp(),
-        UnaryOp::Log => v.ln(),
-        UnaryOp::Sqrt => v.sqrt(),
-        UnaryOp::Recip => 1.0 / v,
-        UnaryOp::Sin => v.sin(),
-        UnaryOp::Cos => v.cos(),
-        UnaryOp::Tanh => v.tanh(),
-        UnaryOp::Sigmoid => crate::math::f64::sigmoid(v),
-        UnaryOp::Relu => {
-            if v.is_nan() || v > 0.0 {
-                v
-            } else {
-                0.0
-            }
-        }
-        UnaryOp::Gelu => crate::math::f64::gelu(v),
-    };
-    Scalar::Float(r)
 }
 
 fn binary(op: BinaryOp, in_dt: DType, a: Scalar, b: Scalar) -> Scalar {
-    if op.is_comparison() {
-        let r = if in_dt.is_float() {
-            let (x, y) = (a.to_f64(), b.to_f64());
-            match op {
-                BinaryOp::Lt => x < y,
-                BinaryOp::Le => x <= y,
-                BinaryOp::Gt => x > y,
-                BinaryOp::Ge => x >= y,
-                BinaryOp::Eq => x == y,
-                _ => x != y,
-            }
-        } else {
-            let (x, y) = (a.to_i64(), b.to_i64());
-            match op {
-                BinaryOp::Lt => x < y,
-                BinaryOp::Le => x <= y,
-                BinaryOp::Gt => x > y,
-                BinaryOp::Ge => x >= y,
-                BinaryOp::Eq => x == y,
-                _ => x != y,
-            }
-        };
-        return Scalar::Bool(r);
-    }
-    if in_dt.is_float() {
+    let r = if in_dt.is_float() {
         let (x, y) = (a.to_f64(), b.to_f64());
-        let r = match op {
-            BinaryOp::Add => x + y,
-            BinaryOp::Sub => x - y,
-            BinaryOp::Mul => x * y,
-            BinaryOp::Div => x / y,
-            BinaryOp::Pow => {
-                // f32 pow is computed in f32 by the backends; do the same.
-                if in_dt == DType::F64 {
-                    x.powf(y)
-                } else {
-                    (x as f32).powf(y as f32) as f64
-                }
-            }
-            BinaryOp::Max => {
-                if x.is_nan() || y.is_nan() {
-                    f64::NAN
-                } else {
-                    x.max(y)
-                }
-            }
-            _ => {
-                if x.is_nan() || y.is_nan() {
-                    f64::NAN
-                } else {
-                    x.min(y)
-                }
-            }
-        };
-        Scalar::Float(r)
+        if op == BinaryOp::Pow && in_dt != DType::F64 {
+            // The backends compute f32 (and half) powers in f32; so does the oracle, with
+            // the platform's `powf` rather than kiln's kernel.
+            Applied::Value((x as f32).powf(y as f32) as f64)
+        } else {
+            op.apply(x, y)
+        }
+        .map_value(Scalar::Float)
     } else {
-        let (x, y) = (a.to_i64(), b.to_i64());
-        let r = match op {
-            BinaryOp::Add => x.wrapping_add(y),
-            BinaryOp::Sub => x.wrapping_sub(y),
-            BinaryOp::Mul => x.wrapping_mul(y),
-            BinaryOp::Div => {
-                if y == 0 {
-                    0
-                } else {
-                    x.wrapping_div(y)
-                }
-            }
-            BinaryOp::Pow => crate::math::f64::int_pow(x, y),
-            BinaryOp::Max => x.max(y),
-            _ => x.min(y),
-        };
-        Scalar::Int(r)
+        op.apply(a.to_i64(), b.to_i64()).map_value(Scalar::Int)
+    };
+    match r {
+        Applied::Value(v) => v,
+        Applied::Bool(c) => Scalar::Bool(c),
     }
 }
 

@@ -11,11 +11,12 @@
 //! them, except a matmul epilogue, which reads each output element only in the item that
 //! writes it and never borrows it.
 
-use super::ops::{self, Acc, CastTo, Num, Scal, Src};
+use super::ops::{self, Acc, CastTo, Src};
 use super::program::{CHUNK, PInstr, POp, Program, Strategy};
 use crate::dtype::{ComputeType, DType};
 use crate::graph::{Generator, ReduceOp};
 use crate::kernel::Level;
+use crate::ops::{Num, Scal};
 use crate::random;
 use half::{bf16, f16};
 use rayon::prelude::*;

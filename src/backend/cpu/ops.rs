@@ -1,265 +1,18 @@
-//! Typed elementwise loops over chunks. Every function here is `#[inline(always)]` so that it
-//! is compiled inside the SIMD-enabled task functions of [`super::exec`] and its loops
-//! vectorize with the features detected at run time.
+//! Typed elementwise and reduction loops over runs. Every function here is
+//! `#[inline(always)]` so that it is compiled inside the SIMD-enabled task functions of
+//! [`super::exec`] and its loops vectorize with the features detected at run time. The ops
+//! themselves come from the op tables ([`crate::ops`]): each table arm hands a scalar
+//! definition to the [`Map`]/[`Map2`] impls below, which build one loop per op.
 
+use crate::dtype::DType;
 use crate::math::f32 as math;
-use crate::dtype::{ComputeType, DType, Scalar};
-use crate::graph::{BinaryOp, ReduceOp, UnaryOp};
+use crate::ops::{BinaryOp, Map, Map2, Num, ReduceOp, UnaryOp, max_nan, min_nan};
 
 /// A run operand: a slice of `n` values or one value broadcast over the run.
 #[derive(Clone, Copy)]
 pub(crate) enum Src<'a, T> {
     Slice(&'a [T]),
     Scalar(T),
-}
-
-/// One value of any compute type.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) enum Scal {
-    U8(u8),
-    I32(i32),
-    I64(i64),
-    F32(f32),
-    F64(f64),
-}
-
-impl Scal {
-    /// A scalar in the compute type of `dtype` (already rounded to `dtype`).
-    pub(crate) fn from_scalar(s: Scalar, dtype: DType) -> Scal {
-        let s = s.cast(dtype);
-        match dtype.compute() {
-            ComputeType::U8 => Scal::U8(s.to_i64() as u8),
-            ComputeType::I32 => Scal::I32(s.to_i64() as i32),
-            ComputeType::I64 => Scal::I64(s.to_i64()),
-            ComputeType::F32 => Scal::F32(s.to_f64() as f32),
-            ComputeType::F64 => Scal::F64(s.to_f64()),
-        }
-    }
-}
-
-/// Arithmetic on one compute type, with PyTorch's semantics: integers wrap, float max/min
-/// propagate NaN, integer division never happens (the API casts to float first).
-pub(crate) trait Num: bytemuck::Pod + PartialOrd + Send + Sync + 'static {
-    const ZERO: Self;
-    const ONE: Self;
-    /// Identity of `max` (the lowest value).
-    const LOWEST: Self;
-    /// Identity of `min`.
-    const HIGHEST: Self;
-    fn get(s: Scal) -> Self;
-    fn add(a: Self, b: Self) -> Self;
-    fn sub(a: Self, b: Self) -> Self;
-    fn mul(a: Self, b: Self) -> Self;
-    fn div(a: Self, b: Self) -> Self;
-    fn pow(a: Self, b: Self) -> Self;
-    fn neg(a: Self) -> Self;
-    fn abs(a: Self) -> Self;
-    fn is_nan(a: Self) -> bool;
-    /// Float-only transcendental ops (integers never reach them).
-    fn unary_float(op: UnaryOp, a: Self) -> Self;
-}
-
-#[inline(always)]
-fn max_nan<T: Num>(a: T, b: T) -> T {
-    if T::is_nan(a) || a > b { a } else { b }
-}
-
-#[inline(always)]
-fn min_nan<T: Num>(a: T, b: T) -> T {
-    if T::is_nan(a) || a < b { a } else { b }
-}
-
-macro_rules! int_num {
-    ($t:ty, $v:ident) => {
-        impl Num for $t {
-            const ZERO: Self = 0;
-            const ONE: Self = 1;
-            const LOWEST: Self = <$t>::MIN;
-            const HIGHEST: Self = <$t>::MAX;
-            #[inline(always)]
-            fn get(s: Scal) -> Self {
-                match s {
-                    Scal::$v(x) => x,
-                    _ => 0,
-                }
-            }
-            #[inline(always)]
-            fn add(a: Self, b: Self) -> Self {
-                a.wrapping_add(b)
-            }
-            #[inline(always)]
-            fn sub(a: Self, b: Self) -> Self {
-                a.wrapping_sub(b)
-            }
-            #[inline(always)]
-            fn mul(a: Self, b: Self) -> Self {
-                a.wrapping_mul(b)
-            }
-            #[inline(always)]
-            fn div(a: Self, b: Self) -> Self {
-                if b == 0 { 0 } else { a.wrapping_div(b) }
-            }
-            #[inline(always)]
-            fn pow(a: Self, b: Self) -> Self {
-                crate::math::f64::int_pow(a as i64, b as i64) as $t
-            }
-            #[inline(always)]
-            fn neg(a: Self) -> Self {
-                (0 as $t).wrapping_sub(a)
-            }
-            #[inline(always)]
-            fn abs(a: Self) -> Self {
-                #[allow(unused_comparisons)]
-                if a < 0 { (0 as $t).wrapping_sub(a) } else { a }
-            }
-            #[inline(always)]
-            fn is_nan(_: Self) -> bool {
-                false
-            }
-            #[inline(always)]
-            fn unary_float(_: UnaryOp, a: Self) -> Self {
-                a
-            }
-        }
-    };
-}
-int_num!(u8, U8);
-int_num!(i32, I32);
-int_num!(i64, I64);
-
-impl Num for f32 {
-    const ZERO: Self = 0.0;
-    const ONE: Self = 1.0;
-    const LOWEST: Self = f32::NEG_INFINITY;
-    const HIGHEST: Self = f32::INFINITY;
-    #[inline(always)]
-    fn get(s: Scal) -> Self {
-        match s {
-            Scal::F32(x) => x,
-            _ => 0.0,
-        }
-    }
-    #[inline(always)]
-    fn add(a: Self, b: Self) -> Self {
-        a + b
-    }
-    #[inline(always)]
-    fn sub(a: Self, b: Self) -> Self {
-        a - b
-    }
-    #[inline(always)]
-    fn mul(a: Self, b: Self) -> Self {
-        a * b
-    }
-    #[inline(always)]
-    fn div(a: Self, b: Self) -> Self {
-        a / b
-    }
-    #[inline(always)]
-    fn pow(a: Self, b: Self) -> Self {
-        math::pow_f32(a, b)
-    }
-    #[inline(always)]
-    fn neg(a: Self) -> Self {
-        -a
-    }
-    #[inline(always)]
-    fn abs(a: Self) -> Self {
-        f32::from_bits(a.to_bits() & 0x7fff_ffff)
-    }
-    #[inline(always)]
-    fn is_nan(a: Self) -> bool {
-        a.is_nan()
-    }
-    #[inline(always)]
-    fn unary_float(op: UnaryOp, a: Self) -> Self {
-        match op {
-            UnaryOp::Exp => math::exp_f32(a),
-            UnaryOp::Log => math::log_f32(a),
-            UnaryOp::Sqrt => a.sqrt(),
-            UnaryOp::Recip => 1.0 / a,
-            UnaryOp::Sin => math::sin_f32(a),
-            UnaryOp::Cos => math::cos_f32(a),
-            UnaryOp::Tanh => math::tanh_f32(a),
-            UnaryOp::Sigmoid => math::sigmoid_f32(a),
-            UnaryOp::Gelu => math::gelu_f32(a),
-            UnaryOp::Neg => -a,
-            UnaryOp::Abs => Self::abs(a),
-            UnaryOp::Relu => relu(a),
-        }
-    }
-}
-
-impl Num for f64 {
-    const ZERO: Self = 0.0;
-    const ONE: Self = 1.0;
-    const LOWEST: Self = f64::NEG_INFINITY;
-    const HIGHEST: Self = f64::INFINITY;
-    #[inline(always)]
-    fn get(s: Scal) -> Self {
-        match s {
-            Scal::F64(x) => x,
-            _ => 0.0,
-        }
-    }
-    #[inline(always)]
-    fn add(a: Self, b: Self) -> Self {
-        a + b
-    }
-    #[inline(always)]
-    fn sub(a: Self, b: Self) -> Self {
-        a - b
-    }
-    #[inline(always)]
-    fn mul(a: Self, b: Self) -> Self {
-        a * b
-    }
-    #[inline(always)]
-    fn div(a: Self, b: Self) -> Self {
-        a / b
-    }
-    #[inline(always)]
-    fn pow(a: Self, b: Self) -> Self {
-        a.powf(b)
-    }
-    #[inline(always)]
-    fn neg(a: Self) -> Self {
-        -a
-    }
-    #[inline(always)]
-    fn abs(a: Self) -> Self {
-        a.abs()
-    }
-    #[inline(always)]
-    fn is_nan(a: Self) -> bool {
-        a.is_nan()
-    }
-    #[inline(always)]
-    fn unary_float(op: UnaryOp, a: Self) -> Self {
-        match op {
-            UnaryOp::Exp => a.exp(),
-            UnaryOp::Log => a.ln(),
-            UnaryOp::Sqrt => a.sqrt(),
-            UnaryOp::Recip => 1.0 / a,
-            UnaryOp::Sin => a.sin(),
-            UnaryOp::Cos => a.cos(),
-            UnaryOp::Tanh => a.tanh(),
-            UnaryOp::Sigmoid => crate::math::f64::sigmoid(a),
-            UnaryOp::Gelu => crate::math::f64::gelu(a),
-            UnaryOp::Neg => -a,
-            UnaryOp::Abs => a.abs(),
-            UnaryOp::Relu => relu(a),
-        }
-    }
-}
-
-#[inline(always)]
-fn relu<T: Num>(a: T) -> T {
-    if T::is_nan(a) || a > T::ZERO {
-        a
-    } else {
-        T::ZERO
-    }
 }
 
 #[inline(always)]
@@ -301,52 +54,71 @@ fn map2<T: Copy, U: Copy>(a: Src<'_, T>, b: Src<'_, T>, out: &mut [U], f: impl F
     }
 }
 
-/// `out = op(a)` for the value-preserving unary ops.
+/// A unary op's run: operand and output.
+struct Run1<'a, 'o, T> {
+    a: Src<'a, T>,
+    out: &'o mut [T],
+}
+
+impl<T: Num> Map<T> for Run1<'_, '_, T> {
+    #[inline(always)]
+    fn map<F: Fn(T) -> T>(&mut self, f: F) {
+        map1(self.a, self.out, f)
+    }
+}
+
+/// A binary op's run: operands and the output (values, or bools for comparisons).
+struct Run2<'a, 'o, T> {
+    a: Src<'a, T>,
+    b: Src<'a, T>,
+    out: Out2<'o, T>,
+}
+
+enum Out2<'o, T> {
+    Value(&'o mut [T]),
+    Bool(&'o mut [u8]),
+}
+
+impl<T: Num> Map2<T> for Run2<'_, '_, T> {
+    #[inline(always)]
+    fn map2<F: Fn(T, T) -> T>(&mut self, f: F) {
+        if let Out2::Value(o) = &mut self.out {
+            map2(self.a, self.b, o, f)
+        }
+    }
+
+    #[inline(always)]
+    fn compare<F: Fn(T, T) -> bool>(&mut self, f: F) {
+        if let Out2::Bool(o) = &mut self.out {
+            map2(self.a, self.b, o, |x, y| f(x, y) as u8)
+        }
+    }
+}
+
+/// `out = op(a)`.
 #[inline(always)]
 pub(crate) fn unary<T: Num>(op: UnaryOp, a: Src<'_, T>, out: &mut [T]) {
-    match op {
-        UnaryOp::Neg => map1(a, out, T::neg),
-        UnaryOp::Abs => map1(a, out, T::abs),
-        UnaryOp::Relu => map1(a, out, relu),
-        UnaryOp::Exp => map1(a, out, |x| T::unary_float(UnaryOp::Exp, x)),
-        UnaryOp::Log => map1(a, out, |x| T::unary_float(UnaryOp::Log, x)),
-        UnaryOp::Sqrt => map1(a, out, |x| T::unary_float(UnaryOp::Sqrt, x)),
-        UnaryOp::Recip => map1(a, out, |x| T::unary_float(UnaryOp::Recip, x)),
-        UnaryOp::Sin => map1(a, out, |x| T::unary_float(UnaryOp::Sin, x)),
-        UnaryOp::Cos => map1(a, out, |x| T::unary_float(UnaryOp::Cos, x)),
-        UnaryOp::Tanh => map1(a, out, |x| T::unary_float(UnaryOp::Tanh, x)),
-        UnaryOp::Sigmoid => map1(a, out, |x| T::unary_float(UnaryOp::Sigmoid, x)),
-        UnaryOp::Gelu => map1(a, out, |x| T::unary_float(UnaryOp::Gelu, x)),
-    }
+    op.map(&mut Run1 { a, out })
 }
 
 /// `out = op(a, b)` for the arithmetic binary ops.
 #[inline(always)]
 pub(crate) fn binary<T: Num>(op: BinaryOp, a: Src<'_, T>, b: Src<'_, T>, out: &mut [T]) {
-    match op {
-        BinaryOp::Add => map2(a, b, out, T::add),
-        BinaryOp::Sub => map2(a, b, out, T::sub),
-        BinaryOp::Mul => map2(a, b, out, T::mul),
-        BinaryOp::Div => map2(a, b, out, T::div),
-        BinaryOp::Pow => map2(a, b, out, T::pow),
-        BinaryOp::Max => map2(a, b, out, max_nan),
-        BinaryOp::Min => map2(a, b, out, min_nan),
-        _ => {}
-    }
+    op.map(&mut Run2 {
+        a,
+        b,
+        out: Out2::Value(out),
+    })
 }
 
 /// `out = a <op> b` as 0/1 bytes.
 #[inline(always)]
 pub(crate) fn compare<T: Num>(op: BinaryOp, a: Src<'_, T>, b: Src<'_, T>, out: &mut [u8]) {
-    match op {
-        BinaryOp::Lt => map2(a, b, out, |x, y| (x < y) as u8),
-        BinaryOp::Le => map2(a, b, out, |x, y| (x <= y) as u8),
-        BinaryOp::Gt => map2(a, b, out, |x, y| (x > y) as u8),
-        BinaryOp::Ge => map2(a, b, out, |x, y| (x >= y) as u8),
-        BinaryOp::Eq => map2(a, b, out, |x, y| (x == y) as u8),
-        BinaryOp::Ne => map2(a, b, out, |x, y| (x != y) as u8),
-        _ => {}
-    }
+    op.map(&mut Run2 {
+        a,
+        b,
+        out: Out2::Bool(out),
+    })
 }
 
 /// `out = c ? a : b`.

@@ -3,10 +3,10 @@
 //! round of reductions, then the final stores), registers assigned, and a loop strategy
 //! chosen.
 
-use super::ops::Scal;
 use crate::dtype::{ComputeType, DType, Scalar};
 use crate::graph::{BinaryOp, Generator, ReduceOp, UnaryOp};
 use crate::kernel::{IrOp, Kernel, Level};
+use crate::ops::{Cost, Scal};
 use crate::shape::View;
 
 /// Elements per register (one run of a loop).
@@ -312,14 +312,12 @@ pub(crate) fn compile(k: &Kernel, in_place: &[usize]) -> Program {
 
 /// Ops worth saving rather than recomputing (polynomial evaluations).
 fn expensive(op: &POp) -> bool {
-    use crate::graph::{BinaryOp as B, UnaryOp as U};
-    matches!(
-        op,
-        POp::Unary(
-            U::Exp | U::Log | U::Sin | U::Cos | U::Tanh | U::Sigmoid | U::Gelu,
-            _
-        ) | POp::Binary(B::Pow, ..)
-    )
+    let cost = match op {
+        POp::Unary(u, _) => u.info().cost,
+        POp::Binary(b, ..) => b.info().cost,
+        _ => Cost::Cheap,
+    };
+    cost == Cost::Polynomial
 }
 
 /// Store once instead of recomputing, across the passes of a row reduction: a value a later

@@ -15,7 +15,7 @@
 
 use crate::dtype::{ComputeType, DType, Scalar};
 use crate::error::{KilnError, Result};
-use crate::graph::{BinaryOp, Generator, ReduceOp, UnaryOp};
+use crate::graph::{Generator, ReduceOp};
 use crate::kernel::{IrOp, Kernel, Level, ValueId};
 use crate::shape::View;
 use std::fmt::Write;
@@ -66,13 +66,7 @@ pub fn storage_ctype(dt: DType) -> &'static str {
 
 /// C type values of `dt` are computed in.
 pub fn compute_ctype(dt: DType) -> &'static str {
-    match dt.compute() {
-        ComputeType::U8 => "unsigned char",
-        ComputeType::I32 => "int",
-        ComputeType::I64 => "long long",
-        ComputeType::F32 => "float",
-        ComputeType::F64 => "double",
-    }
+    crate::ops::c_type(dt.compute())
 }
 
 /// A C literal of `s` in `dt`'s compute type (bit-exact for floats, NaN and infinities
@@ -519,11 +513,11 @@ impl Renderer<'_> {
                     ),
                 )
             }
-            IrOp::Unary(u, a) => round_half(dt, unary(*u, dt, &self.value(*a, ins.level))),
+            IrOp::Unary(u, a) => round_half(dt, u.cuda(dt, &self.value(*a, ins.level))),
             IrOp::Binary(b, x, y) => {
                 let in_dt = k.ops[*x].dtype;
                 let (x, y) = (self.value(*x, ins.level), self.value(*y, ins.level));
-                let e = binary(*b, in_dt, &x, &y);
+                let e = b.cuda(in_dt, &x, &y);
                 if b.is_comparison() {
                     e
                 } else {
@@ -702,81 +696,6 @@ fn generate(g: Generator, dt: DType, index: &str) -> String {
         }
     };
     round_half(dt, raw)
-}
-
-fn unary(u: UnaryOp, dt: DType, a: &str) -> String {
-    let f32_ = dt.compute() == ComputeType::F32;
-    let ct = compute_ctype(dt);
-    let call = |f: &str, d: &str| {
-        if f32_ {
-            format!("{f}({a})")
-        } else {
-            format!("{d}({a})")
-        }
-    };
-    match u {
-        UnaryOp::Neg => {
-            if dt.is_float() {
-                format!("-{a}")
-            } else {
-                format!("kiln_sub(({ct})0, {a})")
-            }
-        }
-        UnaryOp::Abs => {
-            if dt.is_float() {
-                call("fabsf", "fabs")
-            } else if dt == DType::U8 {
-                a.to_string()
-            } else {
-                format!("({a} < 0 ? kiln_sub(({ct})0, {a}) : {a})")
-            }
-        }
-        UnaryOp::Relu => format!("kiln_relu<{ct}>({a})"),
-        UnaryOp::Exp => call("expf", "exp"),
-        UnaryOp::Log => call("logf", "log"),
-        UnaryOp::Sqrt => call("sqrtf", "sqrt"),
-        UnaryOp::Recip => {
-            if f32_ {
-                format!("(1.0f / {a})")
-            } else {
-                format!("(1.0 / {a})")
-            }
-        }
-        UnaryOp::Sin => call("sinf", "sin"),
-        UnaryOp::Cos => call("cosf", "cos"),
-        UnaryOp::Tanh => call("tanhf", "tanh"),
-        UnaryOp::Sigmoid => format!("kiln_sigmoid({a})"),
-        UnaryOp::Gelu => format!("kiln_gelu({a})"),
-    }
-}
-
-fn binary(b: BinaryOp, in_dt: DType, x: &str, y: &str) -> String {
-    let ct = compute_ctype(in_dt);
-    let float = in_dt.is_float();
-    let f32_ = in_dt.compute() == ComputeType::F32;
-    match b {
-        BinaryOp::Add => format!("kiln_add(({ct}){x}, ({ct}){y})"),
-        BinaryOp::Sub => format!("kiln_sub(({ct}){x}, ({ct}){y})"),
-        BinaryOp::Mul => format!("kiln_mul(({ct}){x}, ({ct}){y})"),
-        BinaryOp::Div => format!("({x} / {y})"),
-        BinaryOp::Pow => {
-            if !float {
-                format!("({ct})kiln_ipow((long long){x}, (long long){y})")
-            } else if f32_ {
-                format!("powf({x}, {y})")
-            } else {
-                format!("pow({x}, {y})")
-            }
-        }
-        BinaryOp::Max => format!("kiln_max<{ct}>({x}, {y})"),
-        BinaryOp::Min => format!("kiln_min<{ct}>({x}, {y})"),
-        BinaryOp::Lt => format!("(unsigned char)({x} < {y})"),
-        BinaryOp::Le => format!("(unsigned char)({x} <= {y})"),
-        BinaryOp::Gt => format!("(unsigned char)({x} > {y})"),
-        BinaryOp::Ge => format!("(unsigned char)({x} >= {y})"),
-        BinaryOp::Eq => format!("(unsigned char)({x} == {y})"),
-        BinaryOp::Ne => format!("(unsigned char)({x} != {y})"),
-    }
 }
 
 /// Conversion with the CPU's cast semantics.

@@ -1,0 +1,196 @@
+//! The op vocabulary, in one place: every op a graph node can hold ([`Op`]) and, for each
+//! elementwise op, every fact the rest of kiln needs — name, accepted dtypes, cost class,
+//! exactness, domain, the scalar definition (which the CPU backend's vectorized loops, the
+//! f64 kernels and the reference evaluator all run) and the CUDA C expression. Every
+//! per-op decision elsewhere is an exhaustive `match` or a lookup in these tables, so a
+//! forgotten op is a compile error, not a silent default.
+//!
+//! A leaf of the data path: it depends only on [`crate::dtype`], [`crate::shape`],
+//! [`crate::device`] and [`crate::math`]. `CONTRIBUTING.md` lists the files a new op
+//! touches.
+
+mod binary;
+mod generator;
+mod num;
+mod reduce;
+mod unary;
+
+pub use binary::{Applied, BinaryInfo, BinaryKind, BinaryOp};
+pub use generator::{GenKind, Generator, seed_of};
+pub use num::{Num, Scal, max_nan, min_nan, relu};
+pub use reduce::ReduceOp;
+pub use unary::{Accepts, Domain, UnaryInfo, UnaryOp};
+
+use crate::device::Device;
+use crate::dtype::ComputeType;
+use crate::shape::Movement;
+
+/// How costly an op is per element. Fused row reductions save `Polynomial` values across
+/// passes instead of recomputing them, and the fusion pass weighs kernel size with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Cost {
+    /// A handful of instructions (arithmetic, comparisons, selects, square roots).
+    Cheap,
+    /// A polynomial evaluation or more (exp, log, trig, tanh, pow...).
+    Polynomial,
+}
+
+/// Implemented by whatever applies a unary op: the CPU backend's run loops, [`One`].
+pub trait Map<T> {
+    /// `out = f(in)` element by element.
+    fn map<F: Fn(T) -> T>(&mut self, f: F);
+}
+
+/// Implemented by whatever applies a binary op.
+pub trait Map2<T> {
+    /// `out = f(a, b)` element by element (arithmetic ops).
+    fn map2<F: Fn(T, T) -> T>(&mut self, f: F);
+    /// `out = f(a, b)` as a bool (comparisons).
+    fn compare<F: Fn(T, T) -> bool>(&mut self, f: F);
+}
+
+/// Applies an op to one value (or one pair): the scalar form of the tables, used by the
+/// reference evaluator and by `apply`.
+pub struct One<T> {
+    x: T,
+    y: T,
+    out: Applied<T>,
+}
+
+impl<T: Num> One<T> {
+    fn new(x: T) -> Self {
+        One {
+            x,
+            y: x,
+            out: Applied::Value(x),
+        }
+    }
+
+    fn new2(x: T, y: T) -> Self {
+        One {
+            x,
+            y,
+            out: Applied::Value(x),
+        }
+    }
+
+    fn value(&self) -> T {
+        match self.out {
+            Applied::Value(v) => v,
+            Applied::Bool(b) => {
+                if b {
+                    T::ONE
+                } else {
+                    T::ZERO
+                }
+            }
+        }
+    }
+
+    fn applied(&self) -> Applied<T> {
+        self.out
+    }
+}
+
+impl<T: Num> Map<T> for One<T> {
+    #[inline(always)]
+    fn map<F: Fn(T) -> T>(&mut self, f: F) {
+        self.out = Applied::Value(f(self.x));
+    }
+}
+
+impl<T: Num> Map2<T> for One<T> {
+    #[inline(always)]
+    fn map2<F: Fn(T, T) -> T>(&mut self, f: F) {
+        self.out = Applied::Value(f(self.x, self.y));
+    }
+
+    #[inline(always)]
+    fn compare<F: Fn(T, T) -> bool>(&mut self, f: F) {
+        self.out = Applied::Bool(f(self.x, self.y));
+    }
+}
+
+/// The C type a compute type is held in by rendered CUDA kernels.
+pub fn c_type(ct: ComputeType) -> &'static str {
+    match ct {
+        ComputeType::U8 => "unsigned char",
+        ComputeType::I32 => "int",
+        ComputeType::I64 => "long long",
+        ComputeType::F32 => "float",
+        ComputeType::F64 => "double",
+    }
+}
+
+/// What a graph node computes. Inputs are the node's incoming edges, in operand order.
+/// Ops are dtype-homogeneous: the tensor API inserts explicit casts, so a backend never
+/// promotes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Op {
+    /// A realized leaf: the node owns a buffer.
+    Buffer,
+    /// A lazy leaf computed from the element index.
+    Generate(Generator),
+    Unary(UnaryOp),
+    Binary(BinaryOp),
+    /// `where(cond, a, b)`.
+    Where,
+    /// Convert to the node's dtype.
+    Cast,
+    /// Reduce the listed axes; the output keeps them with size 1 (the API reshapes them away
+    /// for `keepdim = false`).
+    Reduce {
+        op: ReduceOp,
+        axes: Vec<usize>,
+    },
+    /// `[.., m, k] @ [.., k, n]` with equal batch dimensions (the API broadcasts them).
+    Matmul,
+    /// A zero-copy view change.
+    Movement(Movement),
+    /// Store the input in a fresh row-major buffer.
+    Contiguous,
+    /// Move to another device.
+    ToDevice(Device),
+}
+
+impl Op {
+    /// Short name for dumps and errors.
+    pub fn name(&self) -> String {
+        match self {
+            Op::Buffer => "buffer".into(),
+            Op::Generate(g) => g.name().into(),
+            Op::Unary(u) => u.name().into(),
+            Op::Binary(b) => b.name().into(),
+            Op::Where => "where".into(),
+            Op::Cast => "cast".into(),
+            Op::Reduce { op, axes } => format!("{}{:?}", op.name(), axes),
+            Op::Matmul => "matmul".into(),
+            Op::Movement(m) => m.name().into(),
+            Op::Contiguous => "contiguous".into(),
+            Op::ToDevice(d) => format!("to({d})"),
+        }
+    }
+
+    /// Elementwise ops (including casts): the ones fusion chains together.
+    pub fn is_elementwise(&self) -> bool {
+        match self {
+            Op::Unary(_) | Op::Binary(_) | Op::Where | Op::Cast => true,
+            Op::Buffer
+            | Op::Generate(_)
+            | Op::Reduce { .. }
+            | Op::Matmul
+            | Op::Movement(_)
+            | Op::Contiguous
+            | Op::ToDevice(_) => false,
+        }
+    }
+
+    /// The per-element cost of an elementwise op (`Cheap` for everything else).
+    pub fn cost(&self) -> Cost {
+        match self {
+            Op::Unary(u) => u.info().cost,
+            Op::Binary(b) => b.info().cost,
+            _ => Cost::Cheap,
+        }
+    }
+}
