@@ -586,7 +586,10 @@ fn gelu_of_zero_f64_terminates() {
     // The erf series stops when the last term is small relative to the sum, which never
     // happens when both are exactly zero. (Also hangs `reference::evaluate` of gelu(0) in any
     // dtype, while it holds the graph lock.)
-    assert_eq!(finishes_within(10, || kiln::math::f64::erfc(0.0)), Some(1.0));
+    assert_eq!(
+        finishes_within(10, || kiln::math::f64::erfc(0.0)),
+        Some(1.0)
+    );
     let got = finishes_within(10, || {
         Tensor::from_vec(vec![0.0f64], &[1])
             .gelu()
