@@ -1,11 +1,11 @@
 // kiln_random.cuh — the counter-based generator of src/random.rs: every sample is a pure
 // function of (seed, element index). rand (all dtypes) and f32/f16/bf16 randn are
 // bit-identical to the CPU: randn uses the same log and cos polynomials as the CPU backend
-// (src/backend/cpu/math.rs), with the same operations in the same order, every multiply-add
+// (src/math/f32.rs), with the same operations in the same order, every multiply-add
 // an explicit fmaf and no other contraction (kernels are compiled with --fmad=false).
 // f64 randn uses CUDA's log/cos and may differ from the CPU in the last bit.
 
-// Constants of src/backend/cpu/math.rs as f32 bit patterns (a unit test there checks that
+// Constants of src/math/f32.rs as f32 bit patterns (a unit test there checks that
 // these lines match the Rust constants).
 #define KILN_RNG_L3 0x3eaaaaaau
 #define KILN_RNG_L4 0xbe800117u
@@ -63,7 +63,7 @@ __device__ __forceinline__ float kiln_rng_log(float x) {
     float r = f + y;
     return fmaf(e, KILN_RNG_F(LN2_HI), r);
 }
-// cos x for finite x >= 0 below 1.3e7 (math.rs cos_f32: Cody-Waite reduction by pi/2, the
+// cos x for finite x >= 0 below 2^18 (f32.rs cos_f32_fast: Cody-Waite reduction by pi/2, the
 // sin or cos polynomial by quadrant).
 __device__ __forceinline__ float kiln_rng_cos(float ax) {
     const float two23 = 8388608.0f;

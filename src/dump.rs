@@ -4,9 +4,11 @@
 //! kernels with the ops each fused, the view (shape, strides, offset, mask) of every load,
 //! the buffers with their sizes and lifetimes, and the kernel count.
 
+use crate::dtype::Scalar;
 use crate::graph::{Graph, NodeKey, Op};
+use crate::kernel::{BufferRef, Step};
 use crate::kernel::{IrOp, Kernel, Level};
-use crate::plan::{BufferRef, Plan, PlanOp, Step};
+use crate::plan::{Plan, PlanOp};
 use crate::shape::View;
 use std::collections::HashMap;
 use std::fmt::Write;
@@ -128,7 +130,7 @@ fn buffer_name(plan: &Plan, r: BufferRef) -> String {
     }
 }
 
-fn instr_text(k: &Kernel, i: usize, args: &[String]) -> String {
+fn instr_text(k: &Kernel, i: usize, args: &[String], params: &[Scalar]) -> String {
     let ins = &k.ops[i];
     let lv = if ins.level == Level::Row { " row" } else { "" };
     let body = match &ins.op {
@@ -140,8 +142,20 @@ fn instr_text(k: &Kernel, i: usize, args: &[String]) -> String {
             };
             format!("load {} [{}]{fill}", args[*arg], fmt_view(view))
         }
-        IrOp::Generate { gen_, view, .. } => format!("{gen_:?} [{}]", fmt_view(view)),
+        IrOp::Generate {
+            kind,
+            params: p,
+            view,
+            ..
+        } => {
+            let vals: Vec<String> = p[..kind.param_count()]
+                .iter()
+                .map(|&slot| param_text(params, slot))
+                .collect();
+            format!("{}({}) [{}]", kind.name(), vals.join(", "), fmt_view(view))
+        }
         IrOp::Const(c) => format!("const {c}"),
+        IrOp::Param { slot } => format!("param {}", param_text(params, *slot)),
         IrOp::Valid { view } => format!("valid [{}]", fmt_view(view)),
         IrOp::Unary(u, a) => format!("{} %{a}", u.name()),
         IrOp::Binary(b, x, y) => format!("{} %{x}, %{y}", b.name()),
@@ -154,6 +168,14 @@ fn instr_text(k: &Kernel, i: usize, args: &[String]) -> String {
         }
     };
     format!("%{i} = {body} : {}{lv}", ins.dtype)
+}
+
+/// A parameter's value (`p3=1.5`), or its slot alone when the plan has no value for it.
+fn param_text(params: &[Scalar], slot: usize) -> String {
+    match params.get(slot) {
+        Some(v) => format!("p{slot}={v}"),
+        None => format!("p{slot}"),
+    }
 }
 
 /// The plan as text: summary, buffers with lifetimes, then every kernel with its IR.
@@ -186,7 +208,7 @@ pub fn plan_text(plan: &Plan) -> String {
             if b.kept { ", kept" } else { ", released after" }
         );
     }
-    for (step, st) in plan.steps.iter().enumerate() {
+    for (step, st) in plan.steps().iter().enumerate() {
         match st {
             Step::Kernel(pk) => {
                 let k = &pk.kernel;
@@ -223,12 +245,12 @@ pub fn plan_text(plan: &Plan) -> String {
                     );
                 }
                 for i in 0..k.ops.len() {
-                    let _ = writeln!(s, "    {}", instr_text(k, i, &args));
+                    let _ = writeln!(s, "    {}", instr_text(k, i, &args, plan.params()));
                 }
             }
             Step::Transfer {
                 src,
-                group,
+                out,
                 to,
                 bytes,
             } => {
@@ -236,7 +258,7 @@ pub fn plan_text(plan: &Plan) -> String {
                     s,
                     "transfer {step}: {} -> {} on {to} ({})",
                     buffer_name(plan, *src),
-                    buffer_name(plan, BufferRef::Planned(*group)),
+                    buffer_name(plan, BufferRef::Planned(*out)),
                     fmt_bytes(*bytes)
                 );
             }
@@ -279,7 +301,7 @@ pub fn plan_dot(plan: &Plan) -> String {
             if b.kept { " kept" } else { "" }
         );
     }
-    for (step, st) in plan.steps.iter().enumerate() {
+    for (step, st) in plan.steps().iter().enumerate() {
         match st {
             Step::Kernel(pk) => {
                 let k = &pk.kernel;
@@ -317,12 +339,12 @@ pub fn plan_dot(plan: &Plan) -> String {
                     }
                 }
             }
-            Step::Transfer { src, group, to, .. } => {
+            Step::Transfer { src, out, to, .. } => {
                 let _ = writeln!(
                     s,
                     "  {} -> {} [label=\"to {to}\", style=bold];",
                     buffer_name(plan, *src),
-                    buffer_name(plan, BufferRef::Planned(*group))
+                    buffer_name(plan, BufferRef::Planned(*out))
                 );
             }
         }

@@ -30,10 +30,10 @@ pub fn uniform_f64(seed: u64, index: u64) -> f64 {
 /// Standard normal (Box–Muller over hashes of `2·index` and `2·index + 1`), f32 arithmetic.
 #[inline(always)]
 pub fn normal_f32(seed: u64, index: u64) -> f32 {
-    use crate::math::f32::{cos_f32, log_f32};
+    use crate::math::f32::{cos_f32_fast, log_f32};
     let u1 = ((bits(seed, index.wrapping_mul(2)) >> 40) + 1) as f32 * (1.0 / 16_777_216.0);
     let u2 = uniform_f32(seed, index.wrapping_mul(2).wrapping_add(1));
-    (-2.0 * log_f32(u1)).sqrt() * cos_f32(std::f32::consts::TAU * u2)
+    (-2.0 * log_f32(u1)).sqrt() * cos_f32_fast(std::f32::consts::TAU * u2)
 }
 
 /// Standard normal in f64 arithmetic.

@@ -2,7 +2,7 @@
 //! a readable error (never a panic). When a GPU is present, expressions run on CUDA and are
 //! compared against the CPU backend; otherwise those tests print why they are skipped.
 
-use kiln::plan::Step;
+use kiln::kernel::Step;
 use kiln::{DType, Device, KilnError, RealizeOptions, Tensor, memory};
 
 fn cpu_input(shape: &[usize], seed: u64, dtype: DType) -> Tensor {
@@ -32,7 +32,7 @@ fn transfers_are_planned_steps() {
     let back = g.to(Device::Cpu);
     let plan = back.plan(&RealizeOptions::default()).unwrap();
     let transfers: Vec<_> = plan
-        .steps
+        .steps()
         .iter()
         .filter_map(|s| match s {
             Step::Transfer { to, bytes, .. } => Some((*to, *bytes)),
@@ -209,7 +209,7 @@ fn generators_move_to_the_device_without_a_transfer() {
     assert_eq!(r.device(), Device::Cuda(0));
     let plan = (&r * 2.0).plan(&RealizeOptions::default()).unwrap();
     assert!(
-        plan.steps.iter().all(|s| matches!(s, Step::Kernel(_))),
+        plan.steps().iter().all(|s| matches!(s, Step::Kernel(_))),
         "{}",
         plan.dump_text()
     );

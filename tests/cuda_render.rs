@@ -7,7 +7,7 @@
 //! print why and pass, unless `KILN_REQUIRE_NVRTC=1` (set by `.ci/run`) makes that a failure.
 
 use kiln::backend::cuda::render::{Launch, render};
-use kiln::plan::Step;
+use kiln::kernel::Step;
 use kiln::{DType, RealizeOptions, Tensor};
 use std::path::PathBuf;
 
@@ -60,7 +60,7 @@ fn golden_dir() -> PathBuf {
 
 fn rendered(t: &Tensor) -> Vec<kiln::backend::cuda::render::RenderedKernel> {
     let plan = t.plan(&RealizeOptions::default()).unwrap();
-    plan.steps
+    plan.steps()
         .iter()
         .filter_map(|s| match s {
             Step::Kernel(k) => Some(render(&k.kernel).unwrap()),

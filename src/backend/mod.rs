@@ -1,19 +1,20 @@
-//! Backends run planned steps on buffers. [`run_plan`] is device-neutral: it allocates each
-//! planned buffer from its device's caching allocator just before the step that writes it,
-//! runs the step on the device's backend, and drops every buffer right after its last
+//! Backends run a [`Program`] on buffers. [`run_program`] is device-neutral: it allocates
+//! each planned buffer from its device's caching allocator just before the step that writes
+//! it, runs the step on the device's backend, and drops every buffer right after its last
 //! reader, as the memory plan says.
 
 pub mod cpu;
 pub mod cuda;
 
 use crate::device::Device;
+use crate::dtype::Scalar;
 use crate::error::{KilnError, Result};
+use crate::kernel::{BufferRef, Program, Step};
 use crate::memory::{self, Buffer};
-use crate::plan::{BufferRef, Plan, Step};
 use std::sync::Arc;
 
-/// Buffers left alive after a plan ran, by kernel group.
-pub type PlanOutputs = Vec<Option<Arc<Buffer>>>;
+/// Buffers left alive after a program ran, by planned buffer.
+pub type ProgramOutputs = Vec<Option<Arc<Buffer>>>;
 
 fn allocate(device: Device, bytes: usize) -> Result<Buffer> {
     match device {
@@ -22,47 +23,61 @@ fn allocate(device: Device, bytes: usize) -> Result<Buffer> {
     }
 }
 
-/// Runs `plan` with `inputs` bound to its input slots; returns the planned buffers that
-/// are still alive (the kept ones).
-pub fn run_plan(plan: &Plan, inputs: &[Arc<Buffer>]) -> Result<PlanOutputs> {
-    let groups = &plan.fusion.groups;
-    let mut bufs: PlanOutputs = vec![None; groups.len()];
-    for (step_idx, step) in plan.steps.iter().enumerate() {
+/// Runs `program` with `inputs` bound to its input slots and `params` to its parameter
+/// slots; returns the planned buffers that are still alive (the kept ones).
+pub fn run_program(
+    program: &Program,
+    inputs: &[Arc<Buffer>],
+    params: &[Scalar],
+) -> Result<ProgramOutputs> {
+    if inputs.len() < program.n_inputs || params.len() < program.n_params {
+        return Err(KilnError::internal(format!(
+            "program takes {} inputs and {} parameters, got {} and {}",
+            program.n_inputs,
+            program.n_params,
+            inputs.len(),
+            params.len()
+        )));
+    }
+    let mut bufs: ProgramOutputs = vec![None; program.buffers.len()];
+    for (step_idx, step) in program.steps.iter().enumerate() {
         match step {
             Step::Kernel(pk) => {
-                let root = &plan.view_graph.nodes[groups[pk.group].root];
-                let bytes = plan.buffers.buffers[pk.group].bytes;
-                let out = Arc::new(allocate(root.device, bytes)?);
-                bufs[pk.group] = Some(out);
+                let spec = program
+                    .buffers
+                    .get(pk.out)
+                    .ok_or_else(|| KilnError::internal("kernel output is not a planned buffer"))?;
+                let out = Arc::new(allocate(spec.device, spec.bytes)?);
+                bufs[pk.out] = Some(out);
                 let args: Vec<Arc<Buffer>> = pk
                     .args
                     .iter()
                     .map(|r| resolve(*r, inputs, &bufs))
                     .collect::<Result<_>>()?;
                 let refs: Vec<&Buffer> = args.iter().map(|b| b.as_ref()).collect();
-                match root.device {
-                    Device::Cpu => cpu::run_kernel(&pk.kernel, &refs)?,
-                    Device::Cuda(n) => cuda::run_kernel(n, &pk.kernel, &refs)?,
+                match pk.device {
+                    Device::Cpu => cpu::run_kernel(pk, &refs, params)?,
+                    Device::Cuda(n) => cuda::run_kernel(n, pk, &refs, params)?,
                 }
             }
             Step::Transfer {
                 src,
-                group,
+                out,
                 to,
                 bytes,
             } => {
                 let from = resolve(*src, inputs, &bufs)?;
-                bufs[*group] = Some(Arc::new(cuda::copy(&from, *bytes, *to)?));
+                bufs[*out] = Some(Arc::new(cuda::copy(&from, *bytes, *to)?));
             }
         }
-        for &b in &plan.buffers.release_after[step_idx] {
+        for &b in &program.release_after[step_idx] {
             bufs[b] = None;
         }
     }
     Ok(bufs)
 }
 
-fn resolve(r: BufferRef, inputs: &[Arc<Buffer>], bufs: &PlanOutputs) -> Result<Arc<Buffer>> {
+fn resolve(r: BufferRef, inputs: &[Arc<Buffer>], bufs: &ProgramOutputs) -> Result<Arc<Buffer>> {
     match r {
         BufferRef::Input(i) => inputs.get(i).cloned(),
         BufferRef::Planned(g) => bufs.get(g).and_then(|b| b.clone()),

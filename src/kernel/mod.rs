@@ -18,11 +18,13 @@
 //! where `MatmulResult` is the product at the current coordinate.
 
 mod passes;
+mod program;
 
 pub use passes::{KernelPasses, Pass};
+pub use program::{BufferRef, BufferSpec, CompiledSlot, PlannedKernel, Program, Step};
 
 use crate::dtype::{DType, Scalar};
-use crate::graph::{BinaryOp, Generator, ReduceOp, UnaryOp};
+use crate::ops::{BinaryOp, GenKind, ReduceOp, UnaryOp};
 use crate::shape::View;
 
 /// Index of an instruction in [`Kernel::ops`].
@@ -35,27 +37,35 @@ pub enum Level {
     Row,
 }
 
-/// One IR instruction's operation.
+/// One IR instruction's operation. `V` is the view type: [`View`] in the kernel IR; a
+/// backend may convert views to its own form (the CPU program does).
 #[derive(Debug, Clone, PartialEq)]
-pub enum IrOp {
+pub enum IrOp<V = View> {
     /// Read buffer argument `arg` through `view`; masked-out coordinates give `fill`.
     Load {
         arg: usize,
-        view: View,
+        view: V,
         fill: Scalar,
     },
     /// A generator evaluated at the view's buffer offset (the generator's element index).
+    /// Its numbers are run-time parameters `params[..kind.param_count()]` (plan-wide slots).
     Generate {
-        gen_: Generator,
-        view: View,
+        kind: GenKind,
+        params: [usize; 2],
+        view: V,
         fill: Scalar,
     },
-    /// A constant.
+    /// A constant that is part of the plan's structure (a pad value).
     Const(Scalar),
+    /// A run-time parameter (a `full` generator's value), converted to the instruction's
+    /// dtype: the same plan runs for any value.
+    Param {
+        slot: usize,
+    },
     /// True where the coordinate is inside the view's mask (used for padding of computed
     /// values: `where(valid, value, pad)`).
     Valid {
-        view: View,
+        view: V,
     },
     Unary(UnaryOp, ValueId),
     Binary(BinaryOp, ValueId, ValueId),
@@ -73,9 +83,85 @@ pub enum IrOp {
     /// Write a value to buffer argument `arg` through `view`.
     Store {
         arg: usize,
-        view: View,
+        view: V,
         src: ValueId,
     },
+}
+
+impl<V> IrOp<V> {
+    /// The values this op reads.
+    pub fn operands(&self) -> Vec<ValueId> {
+        match self {
+            IrOp::Unary(_, a) | IrOp::Cast(a) => vec![*a],
+            IrOp::Reduce { src, .. } | IrOp::Store { src, .. } => vec![*src],
+            IrOp::Binary(_, a, b) => vec![*a, *b],
+            IrOp::Where(c, a, b) => vec![*c, *a, *b],
+            IrOp::Load { .. }
+            | IrOp::Generate { .. }
+            | IrOp::Const(_)
+            | IrOp::Param { .. }
+            | IrOp::Valid { .. }
+            | IrOp::MatmulResult => vec![],
+        }
+    }
+
+    /// The view an op reads or writes through, if any.
+    pub fn view(&self) -> Option<&V> {
+        match self {
+            IrOp::Load { view, .. }
+            | IrOp::Generate { view, .. }
+            | IrOp::Valid { view }
+            | IrOp::Store { view, .. } => Some(view),
+            _ => None,
+        }
+    }
+
+    /// Mutable access to the op's view, if any.
+    pub fn view_mut(&mut self) -> Option<&mut V> {
+        match self {
+            IrOp::Load { view, .. }
+            | IrOp::Generate { view, .. }
+            | IrOp::Valid { view }
+            | IrOp::Store { view, .. } => Some(view),
+            _ => None,
+        }
+    }
+
+    /// The same op over another view type.
+    pub fn map_view<W>(&self, f: impl FnOnce(&V) -> W) -> IrOp<W> {
+        match self {
+            IrOp::Load { arg, view, fill } => IrOp::Load {
+                arg: *arg,
+                view: f(view),
+                fill: *fill,
+            },
+            IrOp::Generate {
+                kind,
+                params,
+                view,
+                fill,
+            } => IrOp::Generate {
+                kind: *kind,
+                params: *params,
+                view: f(view),
+                fill: *fill,
+            },
+            IrOp::Const(s) => IrOp::Const(*s),
+            IrOp::Param { slot } => IrOp::Param { slot: *slot },
+            IrOp::Valid { view } => IrOp::Valid { view: f(view) },
+            IrOp::Unary(u, a) => IrOp::Unary(*u, *a),
+            IrOp::Binary(b, x, y) => IrOp::Binary(*b, *x, *y),
+            IrOp::Where(c, x, y) => IrOp::Where(*c, *x, *y),
+            IrOp::Cast(a) => IrOp::Cast(*a),
+            IrOp::Reduce { op, src } => IrOp::Reduce { op: *op, src: *src },
+            IrOp::MatmulResult => IrOp::MatmulResult,
+            IrOp::Store { arg, view, src } => IrOp::Store {
+                arg: *arg,
+                view: f(view),
+                src: *src,
+            },
+        }
+    }
 }
 
 /// One instruction: an op, the dtype of its result and its level.
@@ -89,13 +175,7 @@ pub struct Instr {
 impl Instr {
     /// The values this instruction reads.
     pub fn operands(&self) -> Vec<ValueId> {
-        match &self.op {
-            IrOp::Unary(_, a) | IrOp::Cast(a) => vec![*a],
-            IrOp::Reduce { src, .. } | IrOp::Store { src, .. } => vec![*src],
-            IrOp::Binary(_, a, b) => vec![*a, *b],
-            IrOp::Where(c, a, b) => vec![*c, *a, *b],
-            _ => vec![],
-        }
+        self.op.operands()
     }
 }
 
@@ -153,6 +233,23 @@ impl Kernel {
             .iter()
             .filter(|i| matches!(i.op, IrOp::Reduce { .. }))
             .count()
+    }
+
+    /// The largest parameter slot this kernel reads, plus one (0 if it reads none).
+    pub fn param_bound(&self) -> usize {
+        self.ops
+            .iter()
+            .map(|i| match &i.op {
+                IrOp::Param { slot } => slot + 1,
+                IrOp::Generate { kind, params, .. } => params[..kind.param_count()]
+                    .iter()
+                    .map(|p| p + 1)
+                    .max()
+                    .unwrap_or(0),
+                _ => 0,
+            })
+            .max()
+            .unwrap_or(0)
     }
 
     /// True for a kernel that only copies one buffer into another (a planner-inserted or

@@ -74,7 +74,7 @@ impl Kernel {
                 (IrOp::Store { .. }, Level::Row) => out.row_stores.push(v),
                 (IrOp::Store { .. }, Level::Elem) => out.passes[rounds].stores.push(v),
                 (IrOp::Reduce { .. }, _) => out.passes[d - 1].reduces.push(v),
-                (IrOp::Const(_), _) => {}
+                (IrOp::Const(_) | IrOp::Param { .. }, _) => {}
                 (_, Level::Row) if d == 0 => out.row_first.push(v),
                 (_, Level::Row) => out.passes[d - 1].row_after.push(v),
                 _ => {}
@@ -90,7 +90,10 @@ impl Kernel {
                 .collect();
             while let Some(v) = stack.pop() {
                 let ins = &self.ops[v];
-                if ins.level != Level::Elem || need[v] || matches!(ins.op, IrOp::Const(_)) {
+                if ins.level != Level::Elem
+                    || need[v]
+                    || matches!(ins.op, IrOp::Const(_) | IrOp::Param { .. })
+                {
                     continue;
                 }
                 need[v] = true;
@@ -104,14 +107,15 @@ impl Kernel {
 
 #[cfg(test)]
 mod tests {
-    use crate::plan::{RealizeOptions, Step};
+    use crate::kernel::Step;
+    use crate::plan::RealizeOptions;
     use crate::{DType, Tensor};
 
     #[test]
     fn softmax_has_two_rounds_and_a_storing_pass() {
         let x = Tensor::try_rand(&[4, 8], 1, DType::F32).unwrap();
         let p = x.softmax(-1).plan(&RealizeOptions::default()).unwrap();
-        let Step::Kernel(k) = &p.steps[0] else {
+        let Step::Kernel(k) = &p.program.steps[0] else {
             panic!()
         };
         let passes = k.kernel.passes();
@@ -127,7 +131,7 @@ mod tests {
         let x = Tensor::try_rand(&[4, 8], 1, DType::F32).unwrap();
         let t = x.sum(&[1], false) + x.max(&[1], false);
         let p = t.plan(&RealizeOptions::default()).unwrap();
-        let Step::Kernel(k) = &p.steps[0] else {
+        let Step::Kernel(k) = &p.program.steps[0] else {
             panic!()
         };
         let passes = k.kernel.passes();

@@ -39,6 +39,14 @@ pub enum Cost {
 pub trait Map<T> {
     /// `out = f(in)` element by element.
     fn map<F: Fn(T) -> T>(&mut self, f: F);
+
+    /// Like [`Map::map`] for an op that also has a whole-run form `run(src, out)`, faster
+    /// than `f` per element (sin and cos vectorize their common case and fix up rare
+    /// elements after). Implementations use `run` for runs and `f` for single values.
+    fn map_runs<F: Fn(T) -> T, R: Fn(&[T], &mut [T])>(&mut self, f: F, run: R) {
+        let _ = run;
+        self.map(f)
+    }
 }
 
 /// Implemented by whatever applies a binary op.

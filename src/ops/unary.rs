@@ -80,6 +80,16 @@ const fn info(
     }
 }
 
+/// `f` applied over an f64 run.
+#[inline(always)]
+fn f64_run(f: impl Fn(f64) -> f64) -> impl Fn(&[f64], &mut [f64]) {
+    move |s, o| {
+        for (y, &x) in o.iter_mut().zip(s) {
+            *y = f(x);
+        }
+    }
+}
+
 impl UnaryOp {
     /// Every unary op (the fuzzer and the docs iterate over this).
     pub const ALL: &'static [UnaryOp] = &[
@@ -140,8 +150,14 @@ impl UnaryOp {
             UnaryOp::Log => m.map(|x: T| x.float(m32::log_f32, f64::ln)),
             UnaryOp::Sqrt => m.map(|x: T| x.float(f32::sqrt, f64::sqrt)),
             UnaryOp::Recip => m.map(|x: T| x.float(|v| 1.0 / v, |v| 1.0 / v)),
-            UnaryOp::Sin => m.map(|x: T| x.float(m32::sin_f32, f64::sin)),
-            UnaryOp::Cos => m.map(|x: T| x.float(m32::cos_f32, f64::cos)),
+            UnaryOp::Sin => m.map_runs(
+                |x: T| x.float(m32::sin_f32, f64::sin),
+                |s: &[T], o: &mut [T]| T::float_run(s, o, m32::sin_f32_run, f64_run(f64::sin)),
+            ),
+            UnaryOp::Cos => m.map_runs(
+                |x: T| x.float(m32::cos_f32, f64::cos),
+                |s: &[T], o: &mut [T]| T::float_run(s, o, m32::cos_f32_run, f64_run(f64::cos)),
+            ),
             UnaryOp::Tanh => m.map(|x: T| x.float(m32::tanh_f32, f64::tanh)),
             UnaryOp::Sigmoid => m.map(|x: T| x.float(m32::sigmoid_f32, m64::sigmoid)),
             UnaryOp::Gelu => m.map(|x: T| x.float(m32::gelu_f32, m64::gelu)),

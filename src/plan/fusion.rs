@@ -22,10 +22,18 @@
 //!   kernel share S and the reduce axes.
 //! * **A matmul inlines into its consumer** when that consumer's kernel is elementwise over
 //!   exactly the product's shape (bias, activation): the epilogue runs on the product.
+//! * **Kernels are bounded.** Each kernel's inlined ops weigh 1 (`Cost::Cheap`) or 4
+//!   (`Cost::Polynomial`); a node that would take a kernel past [`MAX_KERNEL_WEIGHT`] is
+//!   stored instead and starts a kernel of its own. A 10,000-op chain becomes about 20
+//!   kernels of 512 cheap ops rather than one kernel whose CUDA compile time and register
+//!   pressure grow without bound; it also keeps lowering's per-node work bounded, so
+//!   planning time is linear in the graph size.
 //!
 //! Planning reads only structure: ops, shapes, dtypes and views.
 
 use super::views::{NodeId, PlanOp, ViewGraph};
+use crate::graph::Op;
+use crate::ops::Cost;
 use crate::shape::{Movement, View};
 use std::collections::HashSet;
 
@@ -35,6 +43,15 @@ const CHEAP_OPS: usize = 24;
 const CHEAP_LEAVES: usize = 6;
 /// Most distinct (kernel, view) uses a value may be recomputed for.
 const MAX_USES: usize = 8;
+/// Largest total op weight of one kernel (see the module documentation).
+pub const MAX_KERNEL_WEIGHT: usize = 512;
+
+fn weight(op: &PlanOp) -> usize {
+    match op.cost() {
+        Cost::Cheap => 1,
+        Cost::Polynomial => 4,
+    }
+}
 
 /// Where a node is computed.
 #[derive(Debug, Clone, PartialEq)]
@@ -117,6 +134,8 @@ pub fn fuse(vg: &ViewGraph, fuse: bool, forced: &HashSet<NodeId>) -> FusionPlan 
         owner: vec![None; n],
     };
     let mut uses: Vec<Vec<Use>> = vec![vec![]; n];
+    // Total op weight inlined into each kernel so far.
+    let mut size: Vec<usize> = vec![];
     for v in (0..n).rev() {
         let node = &vg.nodes[v];
         let is_target = vg.is_target(v);
@@ -125,7 +144,7 @@ pub fn fuse(vg: &ViewGraph, fuse: bool, forced: &HashSet<NodeId>) -> FusionPlan 
                 plan.placement[v] = Placement::Leaf;
                 continue;
             }
-            PlanOp::Generate(_) if !is_target => {
+            PlanOp::Op(Op::Generate(_)) if !is_target => {
                 plan.placement[v] = Placement::Leaf;
                 continue;
             }
@@ -133,31 +152,41 @@ pub fn fuse(vg: &ViewGraph, fuse: bool, forced: &HashSet<NodeId>) -> FusionPlan 
         }
         let operand_of_buffer_op = consumers[v]
             .iter()
-            .any(|&(c, _)| matches!(vg.nodes[c].op, PlanOp::Matmul | PlanOp::Transfer(_)));
+            .any(|&(c, _)| vg.nodes[c].op.is_matmul() || vg.nodes[c].op.is_transfer());
         let must_store = is_target
             || forced.contains(&v)
             || !fuse
             || operand_of_buffer_op
-            || matches!(
-                node.op,
-                PlanOp::Copy { .. } | PlanOp::Transfer(_) | PlanOp::Generate(_)
-            );
+            || matches!(node.op, PlanOp::Copy { .. })
+            || node.op.is_transfer()
+            || node.op.is_generator();
         if must_store || consumers[v].is_empty() {
             make_root(vg, &mut plan, v);
+            size.push(weight(&node.op));
             continue;
         }
         let u = gather_uses(vg, &plan, &consumers, &uses, v);
+        let w = weight(&node.op);
+        let too_big = u.iter().any(|x| size[x.group] + w > MAX_KERNEL_WEIGHT);
         let inlined = match &node.op {
-            _ if u.is_empty() || u.len() > MAX_USES => false,
+            _ if u.is_empty() || u.len() > MAX_USES || too_big => false,
             op if op.is_elementwise() => u.len() == 1 || is_cheap(vg, forced, v),
-            PlanOp::Reduce { .. } => try_inline_reduce(vg, &mut plan, v, &u),
-            PlanOp::Matmul => try_inline_matmul(vg, &mut plan, v, &u),
+            PlanOp::Op(Op::Reduce { .. }) => try_inline_reduce(vg, &mut plan, v, &u),
+            PlanOp::Op(Op::Matmul) => try_inline_matmul(vg, &mut plan, v, &u),
             _ => false,
         };
         if inlined {
+            let mut counted: Vec<usize> = vec![];
+            for x in &u {
+                if !counted.contains(&x.group) {
+                    counted.push(x.group);
+                    size[x.group] += w;
+                }
+            }
             uses[v] = u;
         } else {
             make_root(vg, &mut plan, v);
+            size.push(w);
         }
     }
     plan
@@ -166,10 +195,10 @@ pub fn fuse(vg: &ViewGraph, fuse: bool, forced: &HashSet<NodeId>) -> FusionPlan 
 fn make_root(vg: &ViewGraph, plan: &mut FusionPlan, v: NodeId) {
     let node = &vg.nodes[v];
     let space = match &node.op {
-        PlanOp::Reduce { axes, .. } => Some((vg.edge_shape(&node.inputs[0]), axes.clone())),
+        PlanOp::Op(Op::Reduce { axes, .. }) => Some((vg.edge_shape(&node.inputs[0]), axes.clone())),
         _ => None,
     };
-    let matmul = matches!(node.op, PlanOp::Matmul).then_some(v);
+    let matmul = node.op.is_matmul().then_some(v);
     plan.groups.push(KernelGroup {
         root: v,
         space,
@@ -207,7 +236,7 @@ fn gather_uses(
     for &(c, i) in &consumers[v] {
         let chain = &vg.nodes[c].inputs[i].chain;
         let cnode = &vg.nodes[c];
-        let reduce = matches!(cnode.op, PlanOp::Reduce { .. });
+        let reduce = cnode.op.is_reduce();
         match plan.placement[c] {
             Placement::Root { group } => push(Use {
                 group,
@@ -254,8 +283,9 @@ fn is_cheap(vg: &ViewGraph, forced: &HashSet<NodeId>, v: NodeId) -> bool {
         let stored = x != v
             && (forced.contains(&x)
                 || vg.is_target(x)
-                || matches!(node.op, PlanOp::Copy { .. } | PlanOp::Transfer(_)));
-        if stored || matches!(node.op, PlanOp::Input { .. } | PlanOp::Generate(_)) {
+                || matches!(node.op, PlanOp::Copy { .. })
+                || node.op.is_transfer());
+        if stored || matches!(node.op, PlanOp::Input { .. }) || node.op.is_generator() {
             leaves += 1;
         } else if node.op.is_elementwise() {
             ops += 1;
@@ -276,7 +306,7 @@ fn squeeze(s: &[usize]) -> Vec<usize> {
 
 fn try_inline_reduce(vg: &ViewGraph, plan: &mut FusionPlan, r: NodeId, uses: &[Use]) -> bool {
     let node = &vg.nodes[r];
-    let PlanOp::Reduce { axes, .. } = &node.op else {
+    let PlanOp::Op(Op::Reduce { axes, .. }) = &node.op else {
         return false;
     };
     let group = uses[0].group;
@@ -336,7 +366,7 @@ fn try_inline_matmul(vg: &ViewGraph, plan: &mut FusionPlan, m: NodeId, uses: &[U
         || g.space.is_some()
         || vg.nodes[g.root].shape != *shape
         || !identity
-        || matches!(vg.nodes[g.root].op, PlanOp::Transfer(_))
+        || vg.nodes[g.root].op.is_transfer()
     {
         return false;
     }
@@ -374,7 +404,7 @@ mod tests {
         let exp = vg
             .nodes
             .iter()
-            .position(|n| n.op == PlanOp::Unary(crate::graph::UnaryOp::Exp))
+            .position(|n| n.op == PlanOp::Op(Op::Unary(crate::graph::UnaryOp::Exp)))
             .unwrap();
         assert_eq!(f.placement[exp], Placement::Inlined);
         assert_eq!(f.kernel_count(), 1);
@@ -389,7 +419,7 @@ mod tests {
         let sub = vg
             .nodes
             .iter()
-            .position(|n| n.op == PlanOp::Binary(crate::graph::BinaryOp::Sub))
+            .position(|n| n.op == PlanOp::Op(Op::Binary(crate::graph::BinaryOp::Sub)))
             .unwrap();
         assert!(matches!(f.placement[sub], Placement::Root { .. }));
         assert_eq!(f.kernel_count(), 3);
@@ -423,7 +453,7 @@ mod tests {
         let add = vg
             .nodes
             .iter()
-            .position(|n| n.op == PlanOp::Binary(crate::graph::BinaryOp::Add))
+            .position(|n| n.op == PlanOp::Op(Op::Binary(crate::graph::BinaryOp::Add)))
             .unwrap();
         let forced: HashSet<_> = [add].into_iter().collect();
         let f = fuse(&vg, true, &forced);

@@ -4,7 +4,12 @@
 //! [`Kernel`] per group (or a device transfer), with its arguments bound to input slots or
 //! planned buffers. Walking down from a group's root, every inlined node becomes IR; every
 //! stored node or leaf becomes a load (or a generator) through the single view obtained by
-//! composing the movement chains of all edges on the way down.
+//! composing the movement chains of all edges on the way down. Generators read their
+//! numbers from parameter slots, so the IR does not depend on them.
+//!
+//! The walk uses an explicit stack (a 100,000-op chain needs no deep call stack), and a
+//! node's path down from the root keeps only the edges that move data, so with the
+//! fusion pass's bound on kernel size the work per node is bounded: lowering is linear.
 //!
 //! Guarantees: each kernel passes [`Kernel::validate`]; loads never read outside their
 //! buffer. If a composed chain cannot be expressed as one view (a reshape after a transpose
@@ -16,43 +21,16 @@
 use super::fusion::{FusionPlan, Placement};
 use super::schedule::Schedule;
 use super::views::{NodeId, PlanOp, ViewGraph};
-use crate::device::Device;
 use crate::dtype::{DType, Scalar};
 use crate::error::KilnError;
-use crate::graph::Generator;
-use crate::kernel::{Instr, IrOp, Kernel, KernelArg, Level, MatmulSpec, ValueId};
+use crate::graph::Op;
+use crate::kernel::{
+    BufferRef, Instr, IrOp, Kernel, KernelArg, Level, MatmulSpec, PlannedKernel, Step, ValueId,
+};
+use crate::ops::Generator;
 use crate::shape::{Movement, View, numel};
 use std::collections::HashMap;
-
-/// Where a kernel argument's memory comes from at run time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum BufferRef {
-    /// Input slot (a realized tensor).
-    Input(usize),
-    /// The buffer planned for kernel group `g`.
-    Planned(usize),
-}
-
-/// A kernel with its arguments bound.
-#[derive(Debug, Clone)]
-pub struct PlannedKernel {
-    pub kernel: Kernel,
-    pub args: Vec<BufferRef>,
-    pub group: usize,
-}
-
-/// One step of a plan, in run order.
-#[derive(Debug, Clone)]
-pub enum Step {
-    Kernel(Box<PlannedKernel>),
-    /// Copy a whole buffer to another device.
-    Transfer {
-        src: BufferRef,
-        group: usize,
-        to: Device,
-        bytes: usize,
-    },
-}
+use std::rc::Rc;
 
 /// Why lowering stopped.
 #[derive(Debug, Clone)]
@@ -77,13 +55,13 @@ pub fn lower(
     for (step, &g) in sched.order.iter().enumerate() {
         let root = fusion.groups[g].root;
         let node = &vg.nodes[root];
-        if let PlanOp::Transfer(to) = node.op {
+        if let PlanOp::Op(Op::ToDevice(to)) = node.op {
             let e = &node.inputs[0];
             let src = buffer_ref(vg, fusion, e.src)
                 .ok_or_else(|| fatal("transfer of an unstored value"))?;
             steps.push(Step::Transfer {
                 src,
-                group: g,
+                out: g,
                 to,
                 bytes: numel(&node.shape) * node.dtype.size_bytes(),
             });
@@ -96,7 +74,9 @@ pub fn lower(
         steps.push(Step::Kernel(Box::new(PlannedKernel {
             kernel,
             args,
-            group: g,
+            out: g,
+            device: node.device,
+            compiled: Default::default(),
         })));
     }
     Ok(steps)
@@ -110,12 +90,63 @@ fn buffer_ref(vg: &ViewGraph, fusion: &FusionPlan, v: NodeId) -> Option<BufferRe
     }
 }
 
-/// One edge of the path from a node up to the kernel's coordinates.
-#[derive(Clone)]
+/// One edge with movement ops on the path from a node up to the kernel's coordinates.
 struct Seg {
     /// The node whose output this chain transforms.
     producer: NodeId,
     chain: Vec<Movement>,
+    /// The next edge towards the kernel root.
+    up: Path,
+}
+
+/// A node's path to the kernel root, innermost edge first. Edges without movement ops are
+/// left out (they change no view).
+type Path = Option<Rc<Seg>>;
+
+fn extend(path: &Path, producer: NodeId, chain: &[Movement]) -> Path {
+    if chain.is_empty() {
+        return path.clone();
+    }
+    Some(Rc::new(Seg {
+        producer,
+        chain: chain.to_vec(),
+        up: path.clone(),
+    }))
+}
+
+/// Memo key of a value: the node, its level, the view it is read through and the pad value
+/// of the edge it is read through (two pads of one value that differ only in their pad
+/// value are different values).
+type Key = (NodeId, Level, View, Option<Scalar>);
+
+/// A value to emit: node `v` at `level`, read through `view` (its row-major layout seen
+/// from the kernel along `path`), over an edge padding with `pad`.
+struct Task {
+    v: NodeId,
+    level: Level,
+    path: Path,
+    view: View,
+    pad: Option<Scalar>,
+}
+
+impl Task {
+    fn key(&self) -> Key {
+        (self.v, self.level, self.view.clone(), self.pad)
+    }
+}
+
+enum Frame {
+    Enter(Task),
+    /// All of `kids` are emitted: emit `task`'s own instruction.
+    Exit {
+        task: Task,
+        kids: Vec<Key>,
+    },
+    /// `task` is the value of `of` (a row-lifted value).
+    Alias {
+        task: Task,
+        of: Key,
+    },
 }
 
 struct Lowerer<'a> {
@@ -128,9 +159,7 @@ struct Lowerer<'a> {
     row: Vec<usize>,
     keepdims: Vec<usize>,
     ops: Vec<Instr>,
-    /// Values by (node, level, view, pad value of the edge it is read through): two pads of
-    /// one value that differ only in their pad value are different values.
-    memo: HashMap<(NodeId, Level, View, Option<Scalar>), ValueId>,
+    memo: HashMap<Key, ValueId>,
     consts: HashMap<(Scalar, DType, Level), ValueId>,
     args: Vec<KernelArg>,
     refs: Vec<BufferRef>,
@@ -178,22 +207,20 @@ impl<'a> Lowerer<'a> {
         let root = self.root;
         let rnode = &self.vg.nodes[root];
         let row_rooted = self.fusion.groups[self.group].row_rooted(self.vg);
-        let (level, segs, store_view) = if row_rooted {
+        let (level, path, store_view) = if row_rooted {
             (
                 Level::Row,
-                vec![Seg {
-                    producer: root,
-                    chain: vec![Movement::Reshape(self.row.clone())],
-                }],
+                extend(&None, root, &[Movement::Reshape(self.row.clone())]),
                 View::contiguous(&self.row),
             )
         } else {
-            (Level::Elem, vec![], View::contiguous(&self.space))
+            (Level::Elem, None, View::contiguous(&self.space))
         };
         if numel(&rnode.shape) != store_view.numel() {
             return Err(fatal("root shape does not match its kernel space"));
         }
-        let value = self.emit(root, level, &segs)?;
+        let task = self.task(root, level, path, None)?;
+        let value = self.emit(task)?;
         let matmul = match self.fusion.groups[self.group].matmul {
             Some(m) => Some(self.matmul_spec(m)?),
             None => None,
@@ -292,22 +319,52 @@ impl<'a> Lowerer<'a> {
         Ok(self.refs.len() - 1)
     }
 
-    /// The view of `v`'s row-major layout seen from the kernel through `segs`.
-    fn fold(&self, v: NodeId, segs: &[Seg]) -> Result<View, LowerError> {
+    /// The view of `v`'s row-major layout seen from the kernel along `path`.
+    fn fold(&self, v: NodeId, path: &Path) -> Result<View, LowerError> {
         let mut view = View::contiguous(&self.vg.nodes[v].shape);
-        for seg in segs.iter().rev() {
-            view = match view.apply_all(&seg.chain) {
+        let mut seg = path.as_deref();
+        while let Some(s) = seg {
+            view = match view.apply_all(&s.chain) {
                 Some(nv) => nv,
-                None if seg.producer != v
-                    && seg.producer != self.root
-                    && self.fusion.placement[seg.producer] == Placement::Inlined =>
+                None if s.producer != v
+                    && s.producer != self.root
+                    && self.fusion.placement[s.producer] == Placement::Inlined =>
                 {
-                    return Err(LowerError::Store(seg.producer));
+                    return Err(LowerError::Store(s.producer));
                 }
                 None => return Err(fatal("an edge's own view chain does not fold")),
             };
+            seg = s.up.as_deref();
         }
         Ok(view)
+    }
+
+    fn task(
+        &self,
+        v: NodeId,
+        level: Level,
+        path: Path,
+        pad: Option<Scalar>,
+    ) -> Result<Task, LowerError> {
+        let view = self.fold(v, &path)?;
+        Ok(Task {
+            v,
+            level,
+            path,
+            view,
+            pad,
+        })
+    }
+
+    /// The task for operand `i` of `t`'s node.
+    fn input_task(&self, t: &Task, i: usize, level: Level) -> Result<Task, LowerError> {
+        let e = &self.vg.nodes[t.v].inputs[i];
+        self.task(
+            e.src,
+            level,
+            extend(&t.path, e.src, &e.chain),
+            pad_of(&e.chain),
+        )
     }
 
     fn computed_here(&self, v: NodeId) -> bool {
@@ -316,37 +373,48 @@ impl<'a> Lowerer<'a> {
                 && self.fusion.owner[v].is_none_or(|g| g == self.group))
     }
 
-    fn emit_input(
-        &mut self,
-        v: NodeId,
-        i: usize,
-        level: Level,
-        segs: &[Seg],
-    ) -> Result<ValueId, LowerError> {
-        let e = &self.vg.nodes[v].inputs[i];
-        let mut s = segs.to_vec();
-        s.push(Seg {
-            producer: e.src,
-            chain: e.chain.clone(),
-        });
-        self.emit(e.src, level, &s)
+    /// Emits `root` and everything it needs (depth-first, operands in order, with an
+    /// explicit stack); returns the value.
+    fn emit(&mut self, root: Task) -> Result<ValueId, LowerError> {
+        let root_key = root.key();
+        let mut stack = vec![Frame::Enter(root)];
+        while let Some(frame) = stack.pop() {
+            match frame {
+                Frame::Enter(t) => self.enter(t, &mut stack)?,
+                Frame::Exit { task, kids } => {
+                    let vals = kids
+                        .iter()
+                        .map(|k| self.memo.get(k).copied())
+                        .collect::<Option<Vec<ValueId>>>()
+                        .ok_or_else(|| fatal("lowering: operand not emitted"))?;
+                    let id = self.compute(&task, &vals)?;
+                    self.memo.insert(task.key(), id);
+                }
+                Frame::Alias { task, of } => {
+                    let id = *self
+                        .memo
+                        .get(&of)
+                        .ok_or_else(|| fatal("lowering: row value not emitted"))?;
+                    self.memo.insert(task.key(), id);
+                }
+            }
+        }
+        self.memo
+            .get(&root_key)
+            .copied()
+            .ok_or_else(|| fatal("lowering: root not emitted"))
     }
 
-    fn emit(&mut self, v: NodeId, level: Level, segs: &[Seg]) -> Result<ValueId, LowerError> {
-        let view = self.fold(v, segs)?;
-        let key = (
-            v,
-            level,
-            view.clone(),
-            segs.last().and_then(|s| pad_of(&s.chain)),
-        );
-        if let Some(&id) = self.memo.get(&key) {
-            return Ok(id);
+    /// Starts a task: leaves are emitted at once; computed values push their operands.
+    fn enter(&mut self, t: Task, stack: &mut Vec<Frame>) -> Result<(), LowerError> {
+        if self.memo.contains_key(&t.key()) {
+            return Ok(());
         }
+        let v = t.v;
         let node = &self.vg.nodes[v];
         let here = self.computed_here(v);
         // A value constant along the reduce axes is computed once per row.
-        if level == Level::Elem
+        if t.level == Level::Elem
             && !self.axes.is_empty()
             && here
             && node.op.is_elementwise()
@@ -356,97 +424,124 @@ impl<'a> Lowerer<'a> {
                 Movement::Reshape(self.keepdims.clone()),
                 Movement::Expand(self.space.clone()),
             ]);
-            if lifted.as_ref() == Some(&view) {
-                let seg = Seg {
-                    producer: v,
-                    chain: vec![Movement::Reshape(self.row.clone())],
-                };
-                let id = self.emit(v, Level::Row, &[seg])?;
-                self.memo.insert(key, id);
-                return Ok(id);
+            if lifted.as_ref() == Some(&t.view) {
+                let path = extend(&None, v, &[Movement::Reshape(self.row.clone())]);
+                let row = self.task(v, Level::Row, path, None)?;
+                let of = row.key();
+                stack.push(Frame::Alias { task: t, of });
+                stack.push(Frame::Enter(row));
+                return Ok(());
             }
         }
-        let fill = segs
-            .last()
-            .and_then(|s| pad_of(&s.chain))
-            .unwrap_or(Scalar::Int(0))
-            .cast(node.dtype);
-        let dtype = node.dtype;
-        let id = if !here {
-            match node.op {
-                PlanOp::Generate(g) => self.generate(g, view, fill, dtype, level),
+        let fill = t.pad.unwrap_or(Scalar::Int(0)).cast(node.dtype);
+        if !here {
+            let id = match &node.op {
+                PlanOp::Op(Op::Generate(g)) => {
+                    self.generate(*g, node.param, t.view.clone(), fill, node.dtype, t.level)
+                }
                 _ => {
                     let arg = self.arg_for(v)?;
-                    self.push(IrOp::Load { arg, view, fill }, dtype, level)
-                }
-            }
-        } else {
-            let op = node.op.clone();
-            let value = match &op {
-                PlanOp::Generate(g) => self.generate(*g, view.clone(), fill, dtype, level),
-                PlanOp::Unary(u) => {
-                    let a = self.emit_input(v, 0, level, segs)?;
-                    self.push(IrOp::Unary(*u, a), dtype, self.ops[a].level)
-                }
-                PlanOp::Binary(b) => {
-                    let x = self.emit_input(v, 0, level, segs)?;
-                    let y = self.emit_input(v, 1, level, segs)?;
-                    self.push(IrOp::Binary(*b, x, y), dtype, self.join(&[x, y]))
-                }
-                PlanOp::Where => {
-                    let c = self.emit_input(v, 0, level, segs)?;
-                    let x = self.emit_input(v, 1, level, segs)?;
-                    let y = self.emit_input(v, 2, level, segs)?;
-                    self.push(IrOp::Where(c, x, y), dtype, self.join(&[c, x, y]))
-                }
-                PlanOp::Cast => {
-                    let a = self.emit_input(v, 0, level, segs)?;
-                    self.push(IrOp::Cast(a), dtype, self.ops[a].level)
-                }
-                PlanOp::Copy { .. } => self.emit_input(v, 0, level, segs)?,
-                PlanOp::Reduce { op, .. } => {
-                    let canonical = match level {
-                        Level::Row => view == View::contiguous(&self.row),
-                        Level::Elem => {
-                            Some(&view)
-                                == View::contiguous(&node.shape)
-                                    .apply(&Movement::Expand(self.space.clone()))
-                                    .as_ref()
-                        }
-                    };
-                    if !canonical {
-                        return Err(fatal(format!("reduction seen through view {view:?}")));
-                    }
-                    let e = &node.inputs[0];
-                    let seg = Seg {
-                        producer: e.src,
-                        chain: e.chain.clone(),
-                    };
-                    let src = self.emit(e.src, Level::Elem, &[seg])?;
-                    self.push(IrOp::Reduce { op: *op, src }, dtype, Level::Row)
-                }
-                PlanOp::Matmul => {
-                    if level != Level::Elem || view != View::contiguous(&self.space) {
-                        return Err(fatal("matmul product seen through a view"));
-                    }
-                    self.push(IrOp::MatmulResult, dtype, Level::Elem)
-                }
-                PlanOp::Input { .. } | PlanOp::Transfer(_) => {
-                    return Err(fatal("cannot compute an input or transfer inside a kernel"));
+                    let view = t.view.clone();
+                    self.push(IrOp::Load { arg, view, fill }, node.dtype, t.level)
                 }
             };
-            self.fused.push(op.name());
-            match segs.last().and_then(|s| pad_of(&s.chain)) {
-                Some(p) if view.mask.is_some() => {
-                    let valid = self.push(IrOp::Valid { view }, DType::Bool, level);
-                    let c = self.constant(p, dtype, level);
-                    self.push(IrOp::Where(valid, value, c), dtype, level)
+            self.memo.insert(t.key(), id);
+            return Ok(());
+        }
+        let kids: Vec<Task> = match &node.op {
+            PlanOp::Op(Op::Generate(_) | Op::Matmul) => vec![],
+            PlanOp::Op(Op::Reduce { .. }) => {
+                let canonical = match t.level {
+                    Level::Row => t.view == View::contiguous(&self.row),
+                    Level::Elem => {
+                        Some(&t.view)
+                            == View::contiguous(&node.shape)
+                                .apply(&Movement::Expand(self.space.clone()))
+                                .as_ref()
+                    }
+                };
+                if !canonical {
+                    return Err(fatal(format!("reduction seen through view {:?}", t.view)));
                 }
-                _ => value,
+                let e = &node.inputs[0];
+                let path = extend(&None, e.src, &e.chain);
+                vec![self.task(e.src, Level::Elem, path, pad_of(&e.chain))?]
+            }
+            PlanOp::Op(Op::Unary(_) | Op::Binary(_) | Op::Where | Op::Cast)
+            | PlanOp::Copy { .. } => (0..node.inputs.len())
+                .map(|i| self.input_task(&t, i, t.level))
+                .collect::<Result<_, _>>()?,
+            PlanOp::Input { .. }
+            | PlanOp::Op(Op::Buffer | Op::ToDevice(_) | Op::Movement(_) | Op::Contiguous) => {
+                return Err(fatal(format!(
+                    "cannot compute {} inside a kernel",
+                    node.op.name()
+                )));
             }
         };
-        self.memo.insert(key, id);
-        Ok(id)
+        let keys = kids.iter().map(Task::key).collect();
+        stack.push(Frame::Exit {
+            task: t,
+            kids: keys,
+        });
+        for k in kids.into_iter().rev() {
+            stack.push(Frame::Enter(k));
+        }
+        Ok(())
+    }
+
+    /// Emits the instruction of computed task `t` from its operands' values.
+    fn compute(&mut self, t: &Task, vals: &[ValueId]) -> Result<ValueId, LowerError> {
+        let node = &self.vg.nodes[t.v];
+        let dtype = node.dtype;
+        let level = t.level;
+        let fill = t.pad.unwrap_or(Scalar::Int(0)).cast(dtype);
+        let value = match (&node.op, vals) {
+            (PlanOp::Op(Op::Generate(g)), []) => {
+                self.generate(*g, node.param, t.view.clone(), fill, dtype, level)
+            }
+            (PlanOp::Op(Op::Unary(u)), &[a]) => {
+                self.push(IrOp::Unary(*u, a), dtype, self.ops[a].level)
+            }
+            (PlanOp::Op(Op::Binary(b)), &[x, y]) => {
+                self.push(IrOp::Binary(*b, x, y), dtype, self.join(&[x, y]))
+            }
+            (PlanOp::Op(Op::Where), &[c, x, y]) => {
+                self.push(IrOp::Where(c, x, y), dtype, self.join(&[c, x, y]))
+            }
+            (PlanOp::Op(Op::Cast), &[a]) => self.push(IrOp::Cast(a), dtype, self.ops[a].level),
+            (PlanOp::Copy { .. }, &[a]) => a,
+            (PlanOp::Op(Op::Reduce { op, .. }), &[src]) => {
+                self.push(IrOp::Reduce { op: *op, src }, dtype, Level::Row)
+            }
+            (PlanOp::Op(Op::Matmul), []) => {
+                if level != Level::Elem || t.view != View::contiguous(&self.space) {
+                    return Err(fatal("matmul product seen through a view"));
+                }
+                self.push(IrOp::MatmulResult, dtype, Level::Elem)
+            }
+            _ => {
+                return Err(fatal(format!(
+                    "lowering: bad operands for {}",
+                    node.op.name()
+                )));
+            }
+        };
+        self.fused.push(node.op.name());
+        Ok(match t.pad {
+            Some(p) if t.view.mask.is_some() => {
+                let valid = self.push(
+                    IrOp::Valid {
+                        view: t.view.clone(),
+                    },
+                    DType::Bool,
+                    level,
+                );
+                let c = self.constant(p, dtype, level);
+                self.push(IrOp::Where(valid, value, c), dtype, level)
+            }
+            _ => value,
+        })
     }
 
     /// The level of an op: `Elem` if any operand is.
@@ -461,16 +556,20 @@ impl<'a> Lowerer<'a> {
     fn generate(
         &mut self,
         g: Generator,
+        param: usize,
         view: View,
         fill: Scalar,
         dtype: DType,
         level: Level,
     ) -> ValueId {
         match g {
-            Generator::Full(v) if view.mask.is_none() => self.constant(v, dtype, level),
+            Generator::Full(_) if view.mask.is_none() => {
+                self.push(IrOp::Param { slot: param }, dtype, level)
+            }
             _ => self.push(
                 IrOp::Generate {
-                    gen_: g,
+                    kind: g.kind(),
+                    params: [param, param + 1],
                     view,
                     fill,
                 },
@@ -490,8 +589,9 @@ fn pad_of(chain: &[Movement]) -> Option<Scalar> {
 
 #[cfg(test)]
 mod tests {
+    use crate::kernel::Step;
     use crate::kernel::{IrOp, Level};
-    use crate::plan::{RealizeOptions, Step, plan};
+    use crate::plan::{RealizeOptions, plan};
     use crate::{DType, Tensor};
 
     fn input(shape: &[usize]) -> Tensor {
@@ -505,7 +605,7 @@ mod tests {
     }
 
     fn only_kernel(p: &crate::plan::Plan) -> crate::kernel::Kernel {
-        match &p.steps[..] {
+        match &p.program.steps[..] {
             [Step::Kernel(k)] => k.kernel.clone(),
             _ => panic!("expected one kernel:\n{}", p.dump_text()),
         }

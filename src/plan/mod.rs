@@ -22,12 +22,13 @@ pub mod views;
 
 pub use buffers::{BufferPlan, PlannedBuffer};
 pub use fusion::{FusionPlan, KernelGroup, Placement};
-pub use lower::{BufferRef, PlannedKernel, Step};
 pub use schedule::Schedule;
 pub use views::{Edge, NodeId, PlanNode, PlanOp, ViewGraph};
 
+use crate::dtype::Scalar;
 use crate::error::{KilnError, Result};
 use crate::graph::{Graph, NodeKey};
+use crate::kernel::{BufferRef, BufferSpec, PlannedKernel, Program, Step};
 use std::collections::HashSet;
 
 /// How to realize.
@@ -58,7 +59,8 @@ pub struct Plan {
     pub fusion: FusionPlan,
     pub schedule: Schedule,
     pub buffers: BufferPlan,
-    pub steps: Vec<Step>,
+    /// What the backends run.
+    pub program: Program,
     /// Nodes the lowering pass sent back to be stored.
     pub stored_by_lowering: Vec<NodeId>,
 }
@@ -66,26 +68,27 @@ pub struct Plan {
 impl Plan {
     /// Number of kernels launched (transfers excluded).
     pub fn kernel_count(&self) -> usize {
-        self.steps
-            .iter()
-            .filter(|s| matches!(s, Step::Kernel(_)))
-            .count()
+        self.program.kernel_count()
     }
 
     /// Number of kernels that only copy (planner-inserted or `contiguous()` of a view).
     pub fn copy_count(&self) -> usize {
-        self.steps
-            .iter()
-            .filter(|s| matches!(s, Step::Kernel(k) if k.kernel.is_copy()))
-            .count()
+        self.kernels().filter(|k| k.kernel.is_copy()).count()
     }
 
     /// The kernels in run order.
     pub fn kernels(&self) -> impl Iterator<Item = &PlannedKernel> {
-        self.steps.iter().filter_map(|s| match s {
-            Step::Kernel(k) => Some(k.as_ref()),
-            Step::Transfer { .. } => None,
-        })
+        self.program.kernels()
+    }
+
+    /// The steps in run order.
+    pub fn steps(&self) -> &[Step] {
+        &self.program.steps
+    }
+
+    /// Generator parameter values by slot, as seen when planning.
+    pub fn params(&self) -> &[Scalar] {
+        &self.view_graph.params
     }
 
     /// Where each target's value will be after the run.
@@ -142,13 +145,28 @@ pub fn plan(g: &Graph, targets: &[NodeKey], options: &RealizeOptions) -> Result<
         let buffers = buffers::plan_buffers(&view_graph, &fusion, &schedule);
         match lower::lower(&view_graph, &fusion, &schedule) {
             Ok(steps) => {
+                let program = Program {
+                    steps,
+                    buffers: fusion
+                        .groups
+                        .iter()
+                        .zip(&buffers.buffers)
+                        .map(|(g, b)| BufferSpec {
+                            bytes: b.bytes,
+                            device: view_graph.nodes[g.root].device,
+                        })
+                        .collect(),
+                    release_after: buffers.release_after.clone(),
+                    n_inputs: view_graph.inputs.len(),
+                    n_params: view_graph.params.len(),
+                };
                 return Ok(Plan {
                     options: *options,
                     view_graph,
                     fusion,
                     schedule,
                     buffers,
-                    steps,
+                    program,
                     stored_by_lowering,
                 });
             }

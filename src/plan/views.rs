@@ -17,61 +17,67 @@
 use crate::device::Device;
 use crate::dtype::{DType, Scalar};
 use crate::error::{KilnError, Result};
-use crate::graph::{BinaryOp, Generator, Graph, NodeKey, Op, ReduceOp, UnaryOp};
+use crate::graph::{Graph, NodeKey, Op};
 use crate::shape::{Movement, View};
 use std::collections::HashMap;
 
 /// Index of a node in a [`ViewGraph`].
 pub type NodeId = usize;
 
-/// What a planned node computes (movement ops are gone; they live on edges).
+/// What a planned node computes. Movement ops are gone (they live on edges); realized
+/// tensors are input slots; the pass may insert copies. Every other op is the graph's own.
 #[derive(Debug, Clone, PartialEq)]
 pub enum PlanOp {
     /// A realized tensor, bound to input slot `slot` when the plan runs.
-    Input {
-        slot: usize,
-    },
-    Generate(Generator),
-    Unary(UnaryOp),
-    Binary(BinaryOp),
-    Where,
-    Cast,
-    Reduce {
-        op: ReduceOp,
-        axes: Vec<usize>,
-    },
-    Matmul,
+    Input { slot: usize },
     /// Store the input row-major: `explicit` for `contiguous()`, else inserted by this pass.
-    Copy {
-        explicit: bool,
-    },
-    /// Move the input to another device.
-    Transfer(Device),
+    Copy { explicit: bool },
+    /// A graph op (never `Buffer`, `Movement` or `Contiguous`). A generator's numbers here
+    /// are the values seen when planning; kernels read them from parameter slots.
+    Op(Op),
 }
 
 impl PlanOp {
     /// Elementwise ops (fusion chains them).
     pub fn is_elementwise(&self) -> bool {
-        matches!(
-            self,
-            PlanOp::Unary(_) | PlanOp::Binary(_) | PlanOp::Where | PlanOp::Cast
-        )
+        matches!(self, PlanOp::Op(op) if op.is_elementwise())
+    }
+
+    /// The per-element cost of the op.
+    pub fn cost(&self) -> crate::ops::Cost {
+        match self {
+            PlanOp::Op(op) => op.cost(),
+            _ => crate::ops::Cost::Cheap,
+        }
+    }
+
+    /// True for generators.
+    pub fn is_generator(&self) -> bool {
+        matches!(self, PlanOp::Op(Op::Generate(_)))
+    }
+
+    /// True for device transfers.
+    pub fn is_transfer(&self) -> bool {
+        matches!(self, PlanOp::Op(Op::ToDevice(_)))
+    }
+
+    /// True for matmuls.
+    pub fn is_matmul(&self) -> bool {
+        matches!(self, PlanOp::Op(Op::Matmul))
+    }
+
+    /// True for reductions.
+    pub fn is_reduce(&self) -> bool {
+        matches!(self, PlanOp::Op(Op::Reduce { .. }))
     }
 
     /// Short name for dumps.
     pub fn name(&self) -> String {
         match self {
             PlanOp::Input { slot } => format!("input{slot}"),
-            PlanOp::Generate(g) => g.name().into(),
-            PlanOp::Unary(u) => u.name().into(),
-            PlanOp::Binary(b) => b.name().into(),
-            PlanOp::Where => "where".into(),
-            PlanOp::Cast => "cast".into(),
-            PlanOp::Reduce { op, axes } => format!("{}{axes:?}", op.name()),
-            PlanOp::Matmul => "matmul".into(),
             PlanOp::Copy { explicit: true } => "contiguous".into(),
             PlanOp::Copy { explicit: false } => "copy".into(),
-            PlanOp::Transfer(d) => format!("to({d})"),
+            PlanOp::Op(op) => op.name(),
         }
     }
 }
@@ -105,6 +111,8 @@ pub struct PlanNode {
     pub origin: Option<NodeKey>,
     /// A live tensor handle points at `origin`: if this node gets a buffer, keep it.
     pub keep: bool,
+    /// Generators: the first of their parameter slots in [`ViewGraph::params`].
+    pub param: usize,
 }
 
 /// The graph the later passes work on.
@@ -118,6 +126,8 @@ pub struct ViewGraph {
     /// Live tensors that are a row-major reshape of a node: if that node is stored, they
     /// share its buffer.
     pub aliases: Vec<(NodeKey, NodeId)>,
+    /// Generator parameter values, by slot, as seen when planning.
+    pub params: Vec<Scalar>,
 }
 
 impl ViewGraph {
@@ -191,20 +201,19 @@ pub fn collapse_views(g: &Graph, targets: &[NodeKey]) -> Result<ViewGraph> {
                     slot: vg.inputs.len() - 1,
                 }
             }
-            Op::Generate(gen_) => PlanOp::Generate(*gen_),
-            Op::Unary(u) => PlanOp::Unary(*u),
-            Op::Binary(b) => PlanOp::Binary(*b),
-            Op::Where => PlanOp::Where,
-            Op::Cast => PlanOp::Cast,
-            Op::Reduce { op, axes } => PlanOp::Reduce {
-                op: *op,
-                axes: axes.clone(),
-            },
-            Op::Matmul => PlanOp::Matmul,
             Op::Contiguous => PlanOp::Copy { explicit: true },
-            Op::ToDevice(d) => PlanOp::Transfer(*d),
+            op => PlanOp::Op(op.clone()),
         };
-        let needs_buffer = matches!(op, PlanOp::Matmul | PlanOp::Transfer(_));
+        let param = match &node.op {
+            Op::Generate(gen_) => {
+                let first = vg.params.len();
+                vg.params
+                    .extend_from_slice(&gen_.params()[..gen_.kind().param_count()]);
+                first
+            }
+            _ => usize::MAX,
+        };
+        let needs_buffer = op.is_matmul() || op.is_transfer();
         let mut edges = Vec::with_capacity(inputs.len());
         for k in &inputs {
             let (src, chain) = lookup(k)?;
@@ -218,6 +227,7 @@ pub fn collapse_views(g: &Graph, targets: &[NodeKey]) -> Result<ViewGraph> {
             device: node.device,
             origin: Some(key),
             keep,
+            param,
         });
         map.insert(key, (vg.nodes.len() - 1, vec![]));
     }
@@ -245,6 +255,7 @@ pub fn collapse_views(g: &Graph, targets: &[NodeKey]) -> Result<ViewGraph> {
                 device,
                 origin: Some(t),
                 keep: true,
+                param: usize::MAX,
             });
             vg.nodes.len() - 1
         };
@@ -287,7 +298,7 @@ fn fold_edge(vg: &mut ViewGraph, src: NodeId, chain: Vec<Movement>, needs_buffer
         src: base,
         chain: chain[start..].to_vec(),
     };
-    let generated = matches!(vg.nodes[base].op, PlanOp::Generate(_));
+    let generated = vg.nodes[base].op.is_generator();
     if needs_buffer && (view.mask.is_some() || generated) {
         let c = insert_copy(vg, edge.src, edge.chain);
         return Edge {
@@ -310,6 +321,7 @@ fn insert_copy(vg: &mut ViewGraph, src: NodeId, chain: Vec<Movement>) -> NodeId 
         device,
         origin: None,
         keep: false,
+        param: usize::MAX,
     });
     vg.nodes.len() - 1
 }
@@ -389,7 +401,7 @@ mod tests {
             .pad(&[(0, 0), (0, 1)], 0.0)
             .matmul(&Tensor::ones(&[5, 2], DType::F32));
         let vg = collapse(&t);
-        let mm = vg.nodes.iter().find(|n| n.op == PlanOp::Matmul).unwrap();
+        let mm = vg.nodes.iter().find(|n| n.op.is_matmul()).unwrap();
         for e in &mm.inputs {
             assert!(matches!(vg.nodes[e.src].op, PlanOp::Copy { .. }));
             assert!(vg.edge_view(e).unwrap().mask.is_none());
@@ -404,7 +416,7 @@ mod tests {
         assert!(!vg.nodes.iter().any(|n| matches!(n.op, PlanOp::Copy { .. })));
         assert_eq!(
             vg.nodes[vg.targets[0].1].op,
-            PlanOp::Binary(crate::graph::BinaryOp::Add)
+            PlanOp::Op(Op::Binary(crate::graph::BinaryOp::Add))
         );
         let u = (&x + 1.0).t();
         let vg = collapse(&u);

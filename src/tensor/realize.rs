@@ -6,7 +6,8 @@ use crate::backend;
 use crate::dump;
 use crate::error::{KilnError, Result};
 use crate::graph::{self, NodeKey, Op};
-use crate::plan::{self, BufferRef, Plan, RealizeOptions};
+use crate::kernel::BufferRef;
+use crate::plan::{self, Plan, RealizeOptions};
 use std::sync::Arc;
 
 /// What a realize did.
@@ -98,7 +99,7 @@ pub fn realize_all_with(tensors: &[&Tensor], options: &RealizeOptions) -> Result
     let Some((plan, inputs)) = planned else {
         return Ok(RealizeReport::default());
     };
-    let outputs = backend::run_plan(&plan, &inputs)?;
+    let outputs = backend::run_program(&plan.program, &inputs, plan.params())?;
     let installs: Vec<(NodeKey, Arc<crate::memory::Buffer>)> = plan
         .target_buffers()
         .into_iter()

@@ -75,8 +75,17 @@ __device__ __forceinline__ long long kiln_ipow(long long base, long long e) {
     return (long long)r;
 }
 
-__device__ __forceinline__ float kiln_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
-__device__ __forceinline__ double kiln_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+// Logistic function; the negative side as e^x / (1 + e^x) so tiny results keep their value.
+__device__ __forceinline__ float kiln_sigmoid(float x) {
+    if (x >= 0.0f) return 1.0f / (1.0f + expf(-x));
+    const float e = expf(x);
+    return e / (1.0f + e);
+}
+__device__ __forceinline__ double kiln_sigmoid(double x) {
+    if (x >= 0.0) return 1.0 / (1.0 + exp(-x));
+    const double e = exp(x);
+    return e / (1.0 + e);
+}
 // Exact GELU through erfc (accurate for negative x).
 __device__ __forceinline__ float kiln_gelu(float x) { return 0.5f * x * erfcf(-x * 0.70710678118654752f); }
 __device__ __forceinline__ double kiln_gelu(double x) { return 0.5 * x * erfc(-x * 0.70710678118654752); }

@@ -75,8 +75,17 @@ __device__ __forceinline__ long long kiln_ipow(long long base, long long e) {
     return (long long)r;
 }
 
-__device__ __forceinline__ float kiln_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
-__device__ __forceinline__ double kiln_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+// Logistic function; the negative side as e^x / (1 + e^x) so tiny results keep their value.
+__device__ __forceinline__ float kiln_sigmoid(float x) {
+    if (x >= 0.0f) return 1.0f / (1.0f + expf(-x));
+    const float e = expf(x);
+    return e / (1.0f + e);
+}
+__device__ __forceinline__ double kiln_sigmoid(double x) {
+    if (x >= 0.0) return 1.0 / (1.0 + exp(-x));
+    const double e = exp(x);
+    return e / (1.0 + e);
+}
 // Exact GELU through erfc (accurate for negative x).
 __device__ __forceinline__ float kiln_gelu(float x) { return 0.5f * x * erfcf(-x * 0.70710678118654752f); }
 __device__ __forceinline__ double kiln_gelu(double x) { return 0.5 * x * erfc(-x * 0.70710678118654752); }
@@ -157,7 +166,7 @@ template <int OP, typename T> __device__ long long kiln_block_arg_reduce(T v, lo
     return si[0] < 0 ? 0 : si[0];
 }
 
-extern "C" __global__ void __launch_bounds__(128) k0_sum1_mul_sub_mul_sum1_mul_add_sqrt_recip_etc(const float* __restrict__ a0, float* __restrict__ a1) {
+extern "C" __global__ void __launch_bounds__(128) k0_sum1_mul_sub_mul_sum1_mul_add_sqrt_recip_etc(const float* __restrict__ a0, float* __restrict__ a1, const unsigned long long p0, const unsigned long long p1, const unsigned long long p2) {
     __shared__ unsigned long long smem_[64];
     for (long long row_ = blockIdx.x; row_ < 32LL; row_ += gridDim.x) {
         int r_ = (int)row_;
@@ -170,7 +179,7 @@ extern "C" __global__ void __launch_bounds__(128) k0_sum1_mul_sub_mul_sum1_mul_a
             acc1 = kiln_combine<0>(acc1, (float)v0);
         }
         const float v1 = (float)kiln_block_reduce<0, float>(acc1, (float)0, smem_);
-        const float v3 = kiln_mul((float)v1, (float)0.01f);
+        const float v3 = kiln_mul((float)v1, (float)(float)__longlong_as_double((long long)p0));
         float acc6 = (float)0;
         for (int a_ = threadIdx.x; a_ < 100; a_ += blockDim.x) {
             int r_ = a_;
@@ -181,17 +190,17 @@ extern "C" __global__ void __launch_bounds__(128) k0_sum1_mul_sub_mul_sum1_mul_a
             acc6 = kiln_combine<0>(acc6, (float)v5);
         }
         const float v6 = (float)kiln_block_reduce<0, float>(acc6, (float)0, smem_);
-        const float v7 = kiln_mul((float)v6, (float)0.01f);
-        const float v9 = kiln_add((float)v7, (float)1e-5f);
-        const float v10 = sqrtf(v9);
-        const float v11 = (1.0f / v10);
+        const float v8 = kiln_mul((float)v6, (float)(float)__longlong_as_double((long long)p1));
+        const float v10 = kiln_add((float)v8, (float)(float)__longlong_as_double((long long)p2));
+        const float v11 = sqrtf(v10);
+        const float v12 = (1.0f / v11);
         for (int a_ = threadIdx.x; a_ < 100; a_ += blockDim.x) {
             int r_ = a_;
             const int c1 = r_;
             const float v0 = a0[c0 * 100 + c1];
             const float v4 = kiln_sub((float)v0, (float)v3);
-            const float v12 = kiln_mul((float)v4, (float)v11);
-            a1[c0 * 100 + c1] = v12;
+            const float v13 = kiln_mul((float)v4, (float)v12);
+            a1[c0 * 100 + c1] = v13;
         }
     }
 }

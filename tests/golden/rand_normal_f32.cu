@@ -75,19 +75,28 @@ __device__ __forceinline__ long long kiln_ipow(long long base, long long e) {
     return (long long)r;
 }
 
-__device__ __forceinline__ float kiln_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
-__device__ __forceinline__ double kiln_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+// Logistic function; the negative side as e^x / (1 + e^x) so tiny results keep their value.
+__device__ __forceinline__ float kiln_sigmoid(float x) {
+    if (x >= 0.0f) return 1.0f / (1.0f + expf(-x));
+    const float e = expf(x);
+    return e / (1.0f + e);
+}
+__device__ __forceinline__ double kiln_sigmoid(double x) {
+    if (x >= 0.0) return 1.0 / (1.0 + exp(-x));
+    const double e = exp(x);
+    return e / (1.0 + e);
+}
 // Exact GELU through erfc (accurate for negative x).
 __device__ __forceinline__ float kiln_gelu(float x) { return 0.5f * x * erfcf(-x * 0.70710678118654752f); }
 __device__ __forceinline__ double kiln_gelu(double x) { return 0.5 * x * erfc(-x * 0.70710678118654752); }
 // kiln_random.cuh — the counter-based generator of src/random.rs: every sample is a pure
 // function of (seed, element index). rand (all dtypes) and f32/f16/bf16 randn are
 // bit-identical to the CPU: randn uses the same log and cos polynomials as the CPU backend
-// (src/backend/cpu/math.rs), with the same operations in the same order, every multiply-add
+// (src/math/f32.rs), with the same operations in the same order, every multiply-add
 // an explicit fmaf and no other contraction (kernels are compiled with --fmad=false).
 // f64 randn uses CUDA's log/cos and may differ from the CPU in the last bit.
 
-// Constants of src/backend/cpu/math.rs as f32 bit patterns (a unit test there checks that
+// Constants of src/math/f32.rs as f32 bit patterns (a unit test there checks that
 // these lines match the Rust constants).
 #define KILN_RNG_L3 0x3eaaaaaau
 #define KILN_RNG_L4 0xbe800117u
@@ -145,7 +154,7 @@ __device__ __forceinline__ float kiln_rng_log(float x) {
     float r = f + y;
     return fmaf(e, KILN_RNG_F(LN2_HI), r);
 }
-// cos x for finite x >= 0 below 1.3e7 (math.rs cos_f32: Cody-Waite reduction by pi/2, the
+// cos x for finite x >= 0 below 2^18 (f32.rs cos_f32_fast: Cody-Waite reduction by pi/2, the
 // sin or cos polynomial by quadrant).
 __device__ __forceinline__ float kiln_rng_cos(float ax) {
     const float two23 = 8388608.0f;
@@ -174,7 +183,7 @@ __device__ __forceinline__ double kiln_normal_f64(unsigned long long seed, unsig
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
-extern "C" __global__ void __launch_bounds__(256) k0_add(float* __restrict__ a0) {
+extern "C" __global__ void __launch_bounds__(256) k0_add(float* __restrict__ a0, const unsigned long long p0, const unsigned long long p1) {
     const long long n_ = 64LL;
     const long long stride_ = (long long)gridDim.x * blockDim.x;
     long long i0_ = (long long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -183,29 +192,29 @@ extern "C" __global__ void __launch_bounds__(256) k0_add(float* __restrict__ a0)
         int r__0 = i__0;
         const int c1_0 = r__0 % 8; r__0 /= 8;
         const int c0_0 = r__0;
-        const float v0_0 = kiln_uniform_f32(3ULL, (unsigned long long)(c0_0 * 8 + c1_0));
-        const float v1_0 = kiln_normal_f32(4ULL, (unsigned long long)(c0_0 * 8 + c1_0));
+        const float v0_0 = kiln_uniform_f32(p0, (unsigned long long)(c0_0 * 8 + c1_0));
+        const float v1_0 = kiln_normal_f32(p1, (unsigned long long)(c0_0 * 8 + c1_0));
         const float v2_0 = kiln_add((float)v0_0, (float)v1_0);
         const int i__1 = (int)(i0_ + 1 * stride_);
         int r__1 = i__1;
         const int c1_1 = r__1 % 8; r__1 /= 8;
         const int c0_1 = r__1;
-        const float v0_1 = kiln_uniform_f32(3ULL, (unsigned long long)(c0_1 * 8 + c1_1));
-        const float v1_1 = kiln_normal_f32(4ULL, (unsigned long long)(c0_1 * 8 + c1_1));
+        const float v0_1 = kiln_uniform_f32(p0, (unsigned long long)(c0_1 * 8 + c1_1));
+        const float v1_1 = kiln_normal_f32(p1, (unsigned long long)(c0_1 * 8 + c1_1));
         const float v2_1 = kiln_add((float)v0_1, (float)v1_1);
         const int i__2 = (int)(i0_ + 2 * stride_);
         int r__2 = i__2;
         const int c1_2 = r__2 % 8; r__2 /= 8;
         const int c0_2 = r__2;
-        const float v0_2 = kiln_uniform_f32(3ULL, (unsigned long long)(c0_2 * 8 + c1_2));
-        const float v1_2 = kiln_normal_f32(4ULL, (unsigned long long)(c0_2 * 8 + c1_2));
+        const float v0_2 = kiln_uniform_f32(p0, (unsigned long long)(c0_2 * 8 + c1_2));
+        const float v1_2 = kiln_normal_f32(p1, (unsigned long long)(c0_2 * 8 + c1_2));
         const float v2_2 = kiln_add((float)v0_2, (float)v1_2);
         const int i__3 = (int)(i0_ + 3 * stride_);
         int r__3 = i__3;
         const int c1_3 = r__3 % 8; r__3 /= 8;
         const int c0_3 = r__3;
-        const float v0_3 = kiln_uniform_f32(3ULL, (unsigned long long)(c0_3 * 8 + c1_3));
-        const float v1_3 = kiln_normal_f32(4ULL, (unsigned long long)(c0_3 * 8 + c1_3));
+        const float v0_3 = kiln_uniform_f32(p0, (unsigned long long)(c0_3 * 8 + c1_3));
+        const float v1_3 = kiln_normal_f32(p1, (unsigned long long)(c0_3 * 8 + c1_3));
         const float v2_3 = kiln_add((float)v0_3, (float)v1_3);
         a0[c0_0 * 8 + c1_0] = v2_0;
         a0[c0_1 * 8 + c1_1] = v2_1;
@@ -217,8 +226,8 @@ extern "C" __global__ void __launch_bounds__(256) k0_add(float* __restrict__ a0)
         int r_ = i_;
         const int c1 = r_ % 8; r_ /= 8;
         const int c0 = r_;
-        const float v0 = kiln_uniform_f32(3ULL, (unsigned long long)(c0 * 8 + c1));
-        const float v1 = kiln_normal_f32(4ULL, (unsigned long long)(c0 * 8 + c1));
+        const float v0 = kiln_uniform_f32(p0, (unsigned long long)(c0 * 8 + c1));
+        const float v1 = kiln_normal_f32(p1, (unsigned long long)(c0 * 8 + c1));
         const float v2 = kiln_add((float)v0, (float)v1);
         a0[c0 * 8 + c1] = v2;
     }

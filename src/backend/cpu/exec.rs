@@ -1,4 +1,4 @@
-//! Runs a [`Program`]: splits the output rows into items, spreads items over rayon's pool
+//! Runs a [`CpuKernel`]: splits the output rows into items, spreads items over rayon's pool
 //! above a size threshold, and evaluates every instruction over runs of up to [`CHUNK`]
 //! elements, so each op is one tight loop over a register. The per-task function is
 //! compiled three times (AVX-512, AVX2+FMA, baseline) and picked at run time.
@@ -12,10 +12,12 @@
 //! writes it and never borrows it.
 
 use super::ops::{self, Acc, CastTo, Src};
-use super::program::{CHUNK, PInstr, POp, Program, Strategy};
+use super::program::{CHUNK, CpuKernel, PInstr, Strategy, is_scalar};
+use crate::dtype::Scalar;
 use crate::dtype::{ComputeType, DType};
-use crate::graph::{Generator, ReduceOp};
+use crate::kernel::IrOp;
 use crate::kernel::Level;
+use crate::ops::{GenKind, ReduceOp, seed_of};
 use crate::ops::{Num, Scal};
 use crate::random;
 use half::{bf16, f16};
@@ -92,7 +94,7 @@ struct Items {
 }
 
 impl Items {
-    fn new(prog: &Program, item_len: usize, tile: Option<(usize, usize)>) -> Items {
+    fn new(prog: &CpuKernel, item_len: usize, tile: Option<(usize, usize)>) -> Items {
         let out_dims = prog.dims[..prog.n_out].to_vec();
         let last = out_dims[prog.n_out - 1];
         let item_len = item_len.clamp(1, last.max(1));
@@ -153,7 +155,7 @@ impl Items {
 
 /// Picks a tiled order for elementwise programs whose loads or stores walk the run
 /// dimension with a large stride.
-fn tiling(prog: &Program) -> Option<(usize, usize)> {
+fn tiling(prog: &CpuKernel) -> Option<(usize, usize)> {
     if prog.has_reduce || prog.n_out < 2 || prog.dims[prog.n_out - 1] < 32 {
         return None;
     }
@@ -161,7 +163,7 @@ fn tiling(prog: &Program) -> Option<(usize, usize)> {
     let mut best: Option<(usize, isize)> = None;
     for p in &prog.instrs {
         let v = match &p.op {
-            POp::Load { view, .. } | POp::Store { view, .. } => view,
+            IrOp::Load { view, .. } | IrOp::Store { view, .. } => view,
             _ => continue,
         };
         if v.strides[run].abs() < 16 {
@@ -190,8 +192,37 @@ const TILE_ROWS: usize = 64;
 /// 2-core AVX-512 machine 256 × 64 transposed 4096² f32 in 24 ms, 32 × 32 in 54 ms).
 const TILE_RUN: usize = 256;
 
-/// Runs `prog` over `args`.
-pub(crate) fn execute(prog: &Program, args: &[ArgPtr]) {
+/// What one run of a kernel binds: buffer pointers and parameter values.
+pub(crate) struct Env<'a> {
+    pub args: Vec<ArgPtr>,
+    pub params: &'a [Scalar],
+    /// Per instruction: constants' and parameters' values in their compute type.
+    pub scals: Vec<Scal>,
+}
+
+impl<'a> Env<'a> {
+    /// Binds `args` and `params` for `prog`.
+    pub(crate) fn new(prog: &CpuKernel, args: Vec<ArgPtr>, params: &'a [Scalar]) -> Env<'a> {
+        let scals = prog
+            .instrs
+            .iter()
+            .map(|p| match p.op {
+                IrOp::Param { slot } => {
+                    Scal::from_scalar(params.get(slot).copied().unwrap_or(Scalar::Int(0)), p.dtype)
+                }
+                _ => p.scal,
+            })
+            .collect();
+        Env {
+            args,
+            params,
+            scals,
+        }
+    }
+}
+
+/// Runs `prog` with `env`.
+pub(crate) fn execute(prog: &CpuKernel, env: &Env<'_>) {
     let rows = prog.rows();
     let red = prog.reduce_len().max(1);
     if rows == 0 || prog.dims.contains(&0) && !prog.has_reduce {
@@ -203,7 +234,7 @@ pub(crate) fn execute(prog: &Program, args: &[ArgPtr]) {
         && rows < 2 * threads
         && rows * red >= 1 << 16
     {
-        return run_split(prog, args, threads);
+        return run_split(prog, env, threads);
     }
     let item_len = match prog.strategy {
         Strategy::OutInner => CHUNK,
@@ -225,7 +256,7 @@ pub(crate) fn execute(prog: &Program, args: &[ArgPtr]) {
     let run = |task: usize| {
         let lo = task * per_task;
         let hi = (lo + per_task).min(n_items);
-        run_items(prog, args, &items, lo, hi);
+        run_items(prog, env, &items, lo, hi);
     };
     if n_tasks <= 1 || n_items * work_per_item < 1 << 15 {
         (0..n_tasks).for_each(run);
@@ -234,7 +265,7 @@ pub(crate) fn execute(prog: &Program, args: &[ArgPtr]) {
     }
 }
 
-fn splittable(prog: &Program) -> bool {
+fn splittable(prog: &CpuKernel) -> bool {
     prog.phases.len() == 2 && prog.phases[1].stores.is_empty() && !prog.phases[0].reduces.is_empty()
 }
 
@@ -345,17 +376,19 @@ pub fn simd_level() -> &'static str {
     "generic"
 }
 
-fn run_items(prog: &Program, args: &[ArgPtr], items: &Items, lo: usize, hi: usize) {
-    items_impl(prog, args, items, lo, hi)
+fn run_items(prog: &CpuKernel, env: &Env<'_>, items: &Items, lo: usize, hi: usize) {
+    items_impl(prog, env, items, lo, hi)
 }
 
-fn new_machine<'p>(prog: &'p Program, args: &'p [ArgPtr], mut regs: Vec<Vec<u64>>) -> Machine<'p> {
+fn new_machine<'p>(prog: &'p CpuKernel, env: &'p Env<'_>, mut regs: Vec<Vec<u64>>) -> Machine<'p> {
     if regs.len() < prog.n_regs {
         regs.resize_with(prog.n_regs, || vec![0u64; CHUNK]);
     }
     Machine {
         prog,
-        args,
+        args: &env.args,
+        params: env.params,
+        scals: &env.scals,
         loops: loops(),
         regs,
         vals: vec![Val::None; prog.instrs.len()],
@@ -367,9 +400,9 @@ fn new_machine<'p>(prog: &'p Program, args: &'p [ArgPtr], mut regs: Vec<Vec<u64>
     }
 }
 
-fn items_impl(prog: &Program, args: &[ArgPtr], items: &Items, lo: usize, hi: usize) {
+fn items_impl(prog: &CpuKernel, env: &Env<'_>, items: &Items, lo: usize, hi: usize) {
     REGS.with(|cell| {
-        let mut m = new_machine(prog, args, cell.take());
+        let mut m = new_machine(prog, env, cell.take());
         m.saved = SAVED.with(|c| c.take());
         for item in lo..hi {
             let Some(n) = items.locate(item, &mut m.coords) else {
@@ -387,8 +420,12 @@ fn items_impl(prog: &Program, args: &[ArgPtr], items: &Items, lo: usize, hi: usi
 }
 
 struct Machine<'p> {
-    prog: &'p Program,
+    prog: &'p CpuKernel,
     args: &'p [ArgPtr],
+    /// The plan's parameter values.
+    params: &'p [Scalar],
+    /// Per instruction: the value of constants and parameters in their compute type.
+    scals: &'p [Scal],
     loops: &'static Loops,
     regs: Vec<Vec<u64>>,
     vals: Vec<Val>,
@@ -612,8 +649,8 @@ impl<'p> Machine<'p> {
     #[inline(always)]
     fn fetch<T: Num>(&self, v: usize) -> Src<'_, T> {
         let p = &self.prog.instrs[v];
-        if let POp::Const(s) = p.op {
-            return Src::Scalar(T::get(s));
+        if is_scalar(&p.op) {
+            return Src::Scalar(T::get(self.scals[v]));
         }
         if p.level == Level::Row {
             let r = typed::<T>(&self.regs[p.row_reg]);
@@ -654,17 +691,12 @@ impl<'p> Machine<'p> {
         let n = self.n;
         let dtype = p.dtype;
         match &p.op {
-            POp::Const(s) => self.vals[v] = Val::Scalar(*s),
-            POp::Load {
-                arg,
-                view,
-                fill,
-                borrow,
-            } => {
+            IrOp::Const(_) | IrOp::Param { .. } => self.vals[v] = Val::Scalar(self.scals[v]),
+            IrOp::Load { arg, view, .. } => {
                 let a = self.args[*arg];
                 let (base, ok) = view.base(&self.coords, ax);
                 let stride = view.strides[ax];
-                if *borrow && ok {
+                if view.borrow && ok {
                     let sz = dtype.size_bytes() as isize;
                     // SAFETY: the view's offsets are inside the buffer (checked before the
                     // run), so the run's first element is too.
@@ -681,11 +713,13 @@ impl<'p> Machine<'p> {
                     (0, 0)
                 };
                 let mut out = std::mem::take(&mut self.regs[reg]);
-                load_run(a, dtype, base, stride, lo, hi, *fill, &mut out, n);
+                load_run(a, dtype, base, stride, lo, hi, p.scal, &mut out, n);
                 self.regs[reg] = out;
                 self.vals[v] = Val::Reg(reg);
             }
-            POp::Gen { gen_, view, fill } => {
+            IrOp::Generate {
+                kind, params, view, ..
+            } => {
                 let (base, ok) = view.base(&self.coords, ax);
                 let stride = view.strides[ax];
                 let (lo, hi) = if ok {
@@ -694,11 +728,15 @@ impl<'p> Machine<'p> {
                     (0, 0)
                 };
                 let mut out = std::mem::take(&mut self.regs[reg]);
-                gen_run(*gen_, dtype, base, stride, lo, hi, *fill, &mut out, n);
+                let p_at = |i: usize| self.params.get(i).copied().unwrap_or(Scalar::Int(0));
+                let args = [p_at(params[0]), p_at(params[1])];
+                gen_run(
+                    *kind, args, dtype, base, stride, lo, hi, p.scal, &mut out, n,
+                );
                 self.regs[reg] = out;
                 self.vals[v] = Val::Reg(reg);
             }
-            POp::Valid { view } => {
+            IrOp::Valid { view } => {
                 let (_, ok) = view.base(&self.coords, ax);
                 let (lo, hi) = if ok {
                     view.run_valid(ax, self.coords[ax], n)
@@ -713,7 +751,7 @@ impl<'p> Machine<'p> {
                 self.regs[reg] = out;
                 self.vals[v] = Val::Reg(reg);
             }
-            POp::Unary(op, a) => {
+            IrOp::Unary(op, a) => {
                 let (op, a) = (*op, *a);
                 let mut out = std::mem::take(&mut self.regs[reg]);
                 with_ct!(p.ct(), T => {
@@ -724,7 +762,7 @@ impl<'p> Machine<'p> {
                 self.regs[reg] = out;
                 self.vals[v] = Val::Reg(reg);
             }
-            POp::Binary(op, a, b) => {
+            IrOp::Binary(op, a, b) => {
                 let (op, a, b) = (*op, *a, *b);
                 let mut out = std::mem::take(&mut self.regs[reg]);
                 let in_ct = self.prog.instrs[a].ct();
@@ -743,7 +781,7 @@ impl<'p> Machine<'p> {
                 self.regs[reg] = out;
                 self.vals[v] = Val::Reg(reg);
             }
-            POp::Where(c, a, b) => {
+            IrOp::Where(c, a, b) => {
                 let (c, a, b) = (*c, *a, *b);
                 let mut out = std::mem::take(&mut self.regs[reg]);
                 with_ct!(p.ct(), T => {
@@ -754,7 +792,7 @@ impl<'p> Machine<'p> {
                 self.regs[reg] = out;
                 self.vals[v] = Val::Reg(reg);
             }
-            POp::Cast(a) => {
+            IrOp::Cast(a) => {
                 let a = *a;
                 let from = self.prog.instrs[a].ct();
                 let mut out = std::mem::take(&mut self.regs[reg]);
@@ -771,7 +809,7 @@ impl<'p> Machine<'p> {
                 self.regs[reg] = out;
                 self.vals[v] = Val::Reg(reg);
             }
-            POp::Reduce { .. } | POp::Store { .. } => {}
+            IrOp::Reduce { .. } | IrOp::Store { .. } | IrOp::MatmulResult => {}
         }
     }
 
@@ -779,7 +817,7 @@ impl<'p> Machine<'p> {
     #[inline(always)]
     fn store_impl(&mut self, s: usize, ax: usize) {
         let p = &self.prog.instrs[s];
-        let POp::Store { arg, view, src } = &p.op else {
+        let IrOp::Store { arg, view, src } = &p.op else {
             return;
         };
         let a = self.args[*arg];
@@ -798,7 +836,7 @@ impl<'p> Machine<'p> {
     #[inline(always)]
     fn reduce_parts(&self, r: usize) -> (ReduceOp, usize) {
         match self.prog.instrs[r].op {
-            POp::Reduce { op, src } => (op, src),
+            IrOp::Reduce { op, src } => (op, src),
             _ => (ReduceOp::Sum, r),
         }
     }
@@ -856,7 +894,7 @@ impl<'p> Machine<'p> {
     fn acc_finish_vec(&mut self, r: usize) {
         let p = &self.prog.instrs[r];
         let n = self.n;
-        if !matches!(p.op, POp::Reduce { op, .. } if op.is_arg()) {
+        if !matches!(p.op, IrOp::Reduce { op, .. } if op.is_arg()) {
             let rr = p.row_reg;
             round_half(p.dtype, &mut self.regs[rr], n);
         }
@@ -1060,7 +1098,8 @@ fn store_run<T: Num>(a: ArgPtr, dtype: DType, base: isize, stride: isize, v: Src
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn gen_run(
-    g: Generator,
+    g: GenKind,
+    args: [Scalar; 2],
     dtype: DType,
     base: isize,
     stride: isize,
@@ -1076,7 +1115,7 @@ fn gen_run(
         let f = T::get(fill);
         o[..lo].fill(f);
         o[hi..].fill(f);
-        gen_values::<T>(g, dtype, &mut o[lo..hi], |i| idx(i + lo));
+        gen_values::<T>(g, args, dtype, &mut o[lo..hi], |i| idx(i + lo));
     });
     if dtype.is_half() {
         ops::round_to(dtype, &mut typed_mut::<f32>(out)[lo..hi]);
@@ -1084,10 +1123,17 @@ fn gen_run(
 }
 
 #[inline(always)]
-fn gen_values<T: Num>(g: Generator, dtype: DType, o: &mut [T], idx: impl Fn(usize) -> u64) {
+fn gen_values<T: Num>(
+    g: GenKind,
+    [p0, p1]: [Scalar; 2],
+    dtype: DType,
+    o: &mut [T],
+    idx: impl Fn(usize) -> u64,
+) {
     match g {
-        Generator::Full(v) => o.fill(T::get(Scal::from_scalar(v, dtype))),
-        Generator::Arange { start, step } => {
+        GenKind::Full => o.fill(T::get(Scal::from_scalar(p0, dtype))),
+        GenKind::Arange => {
+            let (start, step) = (p0, p1);
             if dtype.is_float() {
                 let (s, st) = (start.to_f64(), step.to_f64());
                 for (i, x) in o.iter_mut().enumerate() {
@@ -1106,7 +1152,8 @@ fn gen_values<T: Num>(g: Generator, dtype: DType, o: &mut [T], idx: impl Fn(usiz
                 }
             }
         }
-        Generator::Rand { seed } => {
+        GenKind::Rand => {
+            let seed = seed_of(p0);
             for (i, x) in o.iter_mut().enumerate() {
                 *x = T::get(if dtype == DType::F64 {
                     Scal::F64(random::uniform_f64(seed, idx(i)))
@@ -1115,7 +1162,8 @@ fn gen_values<T: Num>(g: Generator, dtype: DType, o: &mut [T], idx: impl Fn(usiz
                 });
             }
         }
-        Generator::Randn { seed } => {
+        GenKind::Randn => {
+            let seed = seed_of(p0);
             for (i, x) in o.iter_mut().enumerate() {
                 *x = T::get(if dtype == DType::F64 {
                     Scal::F64(random::normal_f64(seed, idx(i)))
@@ -1131,7 +1179,7 @@ fn gen_values<T: Num>(g: Generator, dtype: DType, o: &mut [T], idx: impl Fn(usiz
 
 /// Few rows, long reductions: each task reduces a slice of the reduce space of one row;
 /// the partial results are combined in order, then the row work runs once.
-fn run_split(prog: &Program, args: &[ArgPtr], threads: usize) {
+fn run_split(prog: &CpuKernel, env: &Env<'_>, threads: usize) {
     let rows = prog.rows();
     let red = prog.reduce_len();
     let ax = prog.dims.len() - 1;
@@ -1147,14 +1195,14 @@ fn run_split(prog: &Program, args: &[ArgPtr], threads: usize) {
             let (row, part) = (task / parts, task % parts);
             let lo = red * part / parts;
             let hi = red * (part + 1) / parts;
-            split_task(prog, args, row, lo, hi)
+            split_task(prog, env, row, lo, hi)
         })
         .collect();
     // Combine and finish on this thread.
     let items = Items::new(prog, CHUNK, None);
     let last = prog.dims[prog.n_out - 1];
     REGS.with(|cell| {
-        let mut m = new_machine(prog, args, cell.take());
+        let mut m = new_machine(prog, env, cell.take());
         for item in 0..items.count() {
             let Some(n) = items.locate(item, &mut m.coords) else {
                 continue;
@@ -1198,9 +1246,9 @@ fn run_split(prog: &Program, args: &[ArgPtr], threads: usize) {
     });
 }
 
-fn split_task(prog: &Program, args: &[ArgPtr], row: usize, lo: usize, hi: usize) -> Vec<AccAny> {
+fn split_task(prog: &CpuKernel, env: &Env<'_>, row: usize, lo: usize, hi: usize) -> Vec<AccAny> {
     REGS.with(|cell| {
-        let mut m = new_machine(prog, args, cell.take());
+        let mut m = new_machine(prog, env, cell.take());
         let out = split_body(&mut m, row, lo, hi);
         cell.replace(m.regs);
         out

@@ -14,23 +14,25 @@ mod program;
 pub use exec::simd_level;
 
 use crate::device::Device;
+use crate::dtype::Scalar;
 use crate::error::{KilnError, Result};
-use crate::kernel::{IrOp, Kernel};
+use crate::kernel::{IrOp, Kernel, PlannedKernel};
 use crate::memory::Buffer;
 use exec::ArgPtr;
 
-fn check_args(kernel: &Kernel, args: &[&Buffer]) -> Result<Vec<ArgPtr>> {
-    if args.len() != kernel.args.len() {
-        return Err(KilnError::internal(format!(
-            "kernel {} takes {} buffers, got {}",
-            kernel.name,
-            kernel.args.len(),
-            args.len()
-        )));
-    }
+/// A kernel compiled for the CPU: its program (none for a bare matmul, whose product is the
+/// whole result).
+struct Compiled {
+    program: Option<program::CpuKernel>,
+}
+
+/// Validates `kernel` (views inside their buffers' declared sizes, matmul operands
+/// unmasked and in range) and compiles it. Done once per planned kernel.
+fn compile(kernel: &Kernel) -> Result<Compiled> {
     kernel
         .validate()
         .map_err(|e| KilnError::internal(format!("kernel {}: {e}", kernel.name)))?;
+    let mut in_place = vec![];
     if let Some(mm) = &kernel.matmul {
         for (arg, view) in [(mm.lhs, &mm.lhs_view), (mm.rhs, &mm.rhs_view)] {
             let a = &kernel.args[arg];
@@ -44,11 +46,35 @@ fn check_args(kernel: &Kernel, args: &[&Buffer]) -> Result<Vec<ArgPtr>> {
                 ));
             }
         }
+        let trivial = kernel.ops.len() == 2 && matches!(kernel.ops[0].op, IrOp::MatmulResult);
+        if trivial {
+            return Ok(Compiled { program: None });
+        }
+        in_place.push(mm.out);
+    }
+    Ok(Compiled {
+        program: Some(program::compile(kernel, &in_place)),
+    })
+}
+
+/// Checks that every buffer is a host buffer at least as large as its argument declares
+/// (what makes the validated views' offsets safe to dereference) and returns the pointers.
+fn bind_args(kernel: &Kernel, args: &[&Buffer]) -> Result<Vec<ArgPtr>> {
+    if args.len() != kernel.args.len() {
+        return Err(KilnError::internal(format!(
+            "kernel {} takes {} buffers, got {}",
+            kernel.name,
+            kernel.args.len(),
+            args.len()
+        )));
     }
     args.iter()
         .zip(&kernel.args)
         .map(|(b, a)| {
-            let need = a.numel * a.dtype.size_bytes();
+            let need = a
+                .numel
+                .checked_mul(a.dtype.size_bytes())
+                .ok_or_else(|| KilnError::internal("argument size overflows"))?;
             if b.device() != Device::Cpu || b.len_bytes() < need {
                 return Err(KilnError::internal(format!(
                     "kernel {}: buffer of {} bytes on {} for an argument of {need} bytes",
@@ -62,20 +88,19 @@ fn check_args(kernel: &Kernel, args: &[&Buffer]) -> Result<Vec<ArgPtr>> {
         .collect()
 }
 
-/// Runs one kernel on host buffers (`args` in the kernel's argument order).
-pub fn run_kernel(kernel: &Kernel, args: &[&Buffer]) -> Result<()> {
-    let ptrs = check_args(kernel, args)?;
-    let mut in_place = vec![];
+/// Runs one planned kernel on host buffers (`args` in the kernel's argument order) with the
+/// plan's parameter values.
+pub fn run_kernel(pk: &PlannedKernel, args: &[&Buffer], params: &[Scalar]) -> Result<()> {
+    let kernel = &pk.kernel;
+    let compiled = pk.compiled.get_or_try_init(|| compile(kernel))?;
+    let ptrs = bind_args(kernel, args)?;
     if let Some(mm) = &kernel.matmul {
         let dtype = kernel.args[mm.out].dtype;
         matmul::run(mm, &kernel.shape, dtype, &ptrs)?;
-        let trivial = kernel.ops.len() == 2 && matches!(kernel.ops[0].op, IrOp::MatmulResult);
-        if trivial {
-            return Ok(());
-        }
-        in_place.push(mm.out);
     }
-    let prog = program::compile(kernel, &in_place);
-    exec::execute(&prog, &ptrs);
+    if let Some(prog) = &compiled.program {
+        let env = exec::Env::new(prog, ptrs, params);
+        exec::execute(prog, &env);
+    }
     Ok(())
 }

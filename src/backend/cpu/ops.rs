@@ -65,6 +65,17 @@ impl<T: Num> Map<T> for Run1<'_, '_, T> {
     fn map<F: Fn(T) -> T>(&mut self, f: F) {
         map1(self.a, self.out, f)
     }
+
+    #[inline(always)]
+    fn map_runs<F: Fn(T) -> T, R: Fn(&[T], &mut [T])>(&mut self, f: F, run: R) {
+        match self.a {
+            Src::Slice(a) => {
+                let n = self.out.len();
+                run(&a[..n], self.out)
+            }
+            Src::Scalar(x) => self.out.fill(f(x)),
+        }
+    }
 }
 
 /// A binary op's run: operands and the output (values, or bools for comparisons).

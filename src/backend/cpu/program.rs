@@ -1,10 +1,10 @@
-//! Compiles a [`Kernel`] into a [`Program`] the CPU executor runs: reduce axes moved last,
+//! Compiles a [`Kernel`] into a [`CpuKernel`] the CPU executor runs: reduce axes moved last,
 //! dimensions coalesced where every view allows it, instructions split into phases (one per
 //! round of reductions, then the final stores), registers assigned, and a loop strategy
 //! chosen.
 
 use crate::dtype::{ComputeType, DType, Scalar};
-use crate::graph::{BinaryOp, Generator, ReduceOp, UnaryOp};
+
 use crate::kernel::{IrOp, Kernel, Level};
 use crate::ops::{Cost, Scal};
 use crate::shape::View;
@@ -19,6 +19,8 @@ pub(crate) struct PView {
     pub strides: Vec<isize>,
     pub offset: isize,
     pub mask: Option<Vec<(usize, usize)>>,
+    /// Loads: runs can be read in place (no mask, unit stride, no conversion).
+    pub borrow: bool,
 }
 
 impl PView {
@@ -55,43 +57,12 @@ impl PView {
     }
 }
 
-/// A program instruction (the kernel IR with views converted and constants resolved).
-#[derive(Debug, Clone)]
-pub(crate) enum POp {
-    /// `borrow`: runs can be read in place (no mask, unit stride, no conversion).
-    Load {
-        arg: usize,
-        view: PView,
-        fill: Scal,
-        borrow: bool,
-    },
-    Gen {
-        gen_: Generator,
-        view: PView,
-        fill: Scal,
-    },
-    Const(Scal),
-    Valid {
-        view: PView,
-    },
-    Unary(UnaryOp, usize),
-    Binary(BinaryOp, usize, usize),
-    Where(usize, usize, usize),
-    Cast(usize),
-    Reduce {
-        op: ReduceOp,
-        src: usize,
-    },
-    Store {
-        arg: usize,
-        view: PView,
-        src: usize,
-    },
-}
-
 #[derive(Debug, Clone)]
 pub(crate) struct PInstr {
-    pub op: POp,
+    /// The kernel IR op with views over the program's coalesced dimensions.
+    pub op: IrOp<PView>,
+    /// The op's constant (`Const`) or fill value (`Load`, `Generate`) in its compute type.
+    pub scal: Scal,
     pub dtype: DType,
     pub level: Level,
     /// Register for `Row` values (and reduce accumulators); `usize::MAX` if none.
@@ -140,7 +111,7 @@ pub(crate) enum Strategy {
 
 /// An executable program.
 #[derive(Debug, Clone)]
-pub(crate) struct Program {
+pub(crate) struct CpuKernel {
     /// Coalesced dimensions: output dimensions first, then reduce dimensions.
     pub dims: Vec<usize>,
     pub n_out: usize,
@@ -160,7 +131,7 @@ pub(crate) struct Program {
     pub n_reuse: usize,
 }
 
-impl Program {
+impl CpuKernel {
     pub fn rows(&self) -> usize {
         self.dims[..self.n_out].iter().product()
     }
@@ -170,7 +141,7 @@ impl Program {
 }
 
 /// Compiles `k`. `in_place` lists args that are read and written by the same kernel.
-pub(crate) fn compile(k: &Kernel, in_place: &[usize]) -> Program {
+pub(crate) fn compile(k: &Kernel, in_place: &[usize]) -> CpuKernel {
     let nd = k.shape.len();
     let mut out_dims: Vec<usize> = (0..nd).filter(|d| !k.reduce_axes.contains(d)).collect();
     if let Some(d) = long_run_dim(k) {
@@ -191,76 +162,62 @@ pub(crate) fn compile(k: &Kernel, in_place: &[usize]) -> Program {
                     .mask
                     .as_ref()
                     .map(|m| perm.iter().map(|&d| m[d]).collect()),
+                borrow: false,
             },
             Level::Row => PView {
                 strides: v.strides.clone(),
                 offset: v.offset,
                 mask: v.mask.clone(),
+                borrow: false,
             },
         }
     };
     let mut instrs: Vec<PInstr> = k
         .ops
         .iter()
-        .enumerate()
-        .map(|(i, ins)| {
+        .map(|ins| {
             let lv = ins.level;
-            let op = match &ins.op {
+            let conv_op = |op: &IrOp| op.map_view(|v| conv(v, lv));
+            let (op, scal) = match &ins.op {
+                // Fully masked reads are their fill value.
                 IrOp::Load { view, fill, .. } | IrOp::Generate { view, fill, .. }
                     if view.is_fully_masked() =>
                 {
-                    POp::Const(Scal::from_scalar(*fill, ins.dtype))
+                    (IrOp::Const(*fill), *fill)
                 }
-                IrOp::Load { arg, view, fill } => POp::Load {
-                    arg: *arg,
-                    view: conv(view, lv),
-                    fill: Scal::from_scalar(*fill, ins.dtype),
-                    borrow: false,
-                },
-                IrOp::Generate { gen_, view, fill } => POp::Gen {
-                    gen_: *gen_,
-                    view: conv(view, lv),
-                    fill: Scal::from_scalar(*fill, ins.dtype),
-                },
-                IrOp::Const(s) => POp::Const(Scal::from_scalar(*s, ins.dtype)),
                 IrOp::Valid { view } if view.is_fully_masked() => {
-                    POp::Const(Scal::from_scalar(Scalar::Bool(false), DType::Bool))
+                    (IrOp::Const(Scalar::Bool(false)), Scalar::Bool(false))
                 }
-                IrOp::Valid { view } => POp::Valid {
-                    view: conv(view, lv),
-                },
-                IrOp::Unary(u, a) => POp::Unary(*u, *a),
-                IrOp::Binary(b, x, y) => POp::Binary(*b, *x, *y),
-                IrOp::Where(c, x, y) => POp::Where(*c, *x, *y),
-                IrOp::Cast(a) => POp::Cast(*a),
-                IrOp::Reduce { op, src } => POp::Reduce { op: *op, src: *src },
                 IrOp::MatmulResult => {
                     // The product already sits in the output buffer: read it in place.
                     let out = k.matmul.as_ref().map(|m| m.out).unwrap_or(0);
-                    POp::Load {
-                        arg: out,
-                        view: conv(&View::contiguous(&k.shape), Level::Elem),
-                        fill: Scal::from_scalar(Scalar::Int(0), ins.dtype),
-                        borrow: false,
-                    }
+                    let view = conv(&View::contiguous(&k.shape), Level::Elem);
+                    let fill = Scalar::Int(0);
+                    (
+                        IrOp::Load {
+                            arg: out,
+                            view,
+                            fill,
+                        },
+                        fill,
+                    )
                 }
-                IrOp::Store { arg, view, src } => POp::Store {
-                    arg: *arg,
-                    view: conv(view, lv),
-                    src: *src,
-                },
+                IrOp::Load { fill, .. } | IrOp::Generate { fill, .. } => (conv_op(&ins.op), *fill),
+                IrOp::Const(s) => (IrOp::Const(*s), *s),
+                op => (conv_op(op), Scalar::Int(0)),
             };
-            let _ = i;
+            let dtype = ins.dtype;
             PInstr {
                 op,
-                dtype: ins.dtype,
+                scal: Scal::from_scalar(scal, dtype),
+                dtype,
                 level: lv,
                 row_reg: usize::MAX,
                 aux_reg: usize::MAX,
             }
         })
         .collect();
-    let has_reduce = instrs.iter().any(|p| matches!(p.op, POp::Reduce { .. }));
+    let has_reduce = instrs.iter().any(|p| matches!(p.op, IrOp::Reduce { .. }));
 
     // Coalesce dimensions.
     let mut n_out = n_out0;
@@ -272,16 +229,13 @@ pub(crate) fn compile(k: &Kernel, in_place: &[usize]) -> Program {
     for p in instrs.iter_mut() {
         let run_dim = run_dim(strategy, p.level, &dims, n_out);
         let level = p.level;
-        if let POp::Load {
-            arg, view, borrow, ..
-        } = &mut p.op
-        {
+        if let IrOp::Load { arg, view, .. } = &mut p.op {
             let same_type = matches!(
                 p.dtype,
                 DType::F32 | DType::F64 | DType::I32 | DType::I64 | DType::U8 | DType::Bool
             );
             // Row values live in their own registers (they are read across passes).
-            *borrow = view.mask.is_none()
+            view.borrow = view.mask.is_none()
                 && same_type
                 && !in_place.contains(arg)
                 && run_dim.is_some_and(|d| view.strides[d] == 1)
@@ -295,7 +249,7 @@ pub(crate) fn compile(k: &Kernel, in_place: &[usize]) -> Program {
     } else {
         (vec![usize::MAX; instrs.len()], 0)
     };
-    Program {
+    CpuKernel {
         dims,
         n_out,
         instrs,
@@ -311,10 +265,10 @@ pub(crate) fn compile(k: &Kernel, in_place: &[usize]) -> Program {
 }
 
 /// Ops worth saving rather than recomputing (polynomial evaluations).
-fn expensive(op: &POp) -> bool {
+fn expensive(op: &IrOp<PView>) -> bool {
     let cost = match op {
-        POp::Unary(u, _) => u.info().cost,
-        POp::Binary(b, ..) => b.info().cost,
+        IrOp::Unary(u, _) => u.info().cost,
+        IrOp::Binary(b, ..) => b.info().cost,
         _ => Cost::Cheap,
     };
     cost == Cost::Polynomial
@@ -428,13 +382,7 @@ pub(crate) fn run_dim(s: Strategy, level: Level, dims: &[usize], n_out: usize) -
 }
 
 fn views_mut(p: &mut PInstr) -> Option<&mut PView> {
-    match &mut p.op {
-        POp::Load { view, .. }
-        | POp::Gen { view, .. }
-        | POp::Valid { view }
-        | POp::Store { view, .. } => Some(view),
-        _ => None,
-    }
+    p.op.view_mut()
 }
 
 /// Drops size-1 dimensions and merges neighbours that every view walks as one run.
@@ -486,12 +434,8 @@ fn coalesce(dims: &mut Vec<usize>, n_out: &mut usize, instrs: &mut [PInstr]) {
 
 fn mergeable(dims: &[usize], n_out: usize, instrs: &[PInstr], a: usize, b: usize) -> bool {
     instrs.iter().all(|p| {
-        let v = match &p.op {
-            POp::Load { view, .. }
-            | POp::Gen { view, .. }
-            | POp::Valid { view }
-            | POp::Store { view, .. } => view,
-            _ => return true,
+        let Some(v) = p.op.view() else {
+            return true;
         };
         if p.level == Level::Row && b >= n_out {
             return true;
@@ -565,7 +509,7 @@ fn choose_strategy(
     // Which run dimension do the Elem loads walk with unit stride (weighted by bytes)?
     let (mut w_red, mut w_out) = (0usize, 0usize);
     for p in instrs {
-        if let (POp::Load { arg, view, .. }, Level::Elem) = (&p.op, p.level) {
+        if let (IrOp::Load { arg, view, .. }, Level::Elem) = (&p.op, p.level) {
             let bytes = k
                 .args
                 .get(*arg)
@@ -607,12 +551,15 @@ fn plan_phases(k: &Kernel, instrs: &mut [PInstr]) -> (Vec<usize>, Vec<Phase>, Ve
     let kp = k.passes();
     let mut next_reg = 0;
     for p in instrs.iter_mut() {
-        let is_row_value =
-            p.level == Level::Row && !matches!(p.op, POp::Store { .. } | POp::Const(_));
+        let is_row_value = p.level == Level::Row
+            && !matches!(
+                p.op,
+                IrOp::Store { .. } | IrOp::Const(_) | IrOp::Param { .. }
+            );
         if is_row_value {
             p.row_reg = next_reg;
             next_reg += 1;
-            if let POp::Reduce { op, .. } = p.op
+            if let IrOp::Reduce { op, .. } = p.op
                 && op.is_arg()
             {
                 p.aux_reg = next_reg;
@@ -629,7 +576,7 @@ fn plan_phases(k: &Kernel, instrs: &mut [PInstr]) -> (Vec<usize>, Vec<Phase>, Ve
             .elem
             .iter()
             .copied()
-            .filter(|&v| !matches!(instrs[v].op, POp::Const(_)))
+            .filter(|&v| !is_scalar(&instrs[v].op))
             .collect();
         let mut last_use = vec![0usize; n];
         for (pos, &v) in elem.iter().enumerate() {
@@ -646,7 +593,7 @@ fn plan_phases(k: &Kernel, instrs: &mut [PInstr]) -> (Vec<usize>, Vec<Phase>, Ve
         let mut free: Vec<usize> = vec![];
         let mut next = row_regs;
         for (pos, &v) in elem.iter().enumerate() {
-            if !matches!(instrs[v].op, POp::Load { borrow: true, .. }) {
+            if !matches!(&instrs[v].op, IrOp::Load { view, .. } if view.borrow) {
                 regs[v] = free.pop().unwrap_or_else(|| {
                     next += 1;
                     next - 1
@@ -678,20 +625,19 @@ fn plan_phases(k: &Kernel, instrs: &mut [PInstr]) -> (Vec<usize>, Vec<Phase>, Ve
         .row_first
         .iter()
         .copied()
-        .filter(|&v| !matches!(instrs[v].op, POp::Const(_)))
+        .filter(|&v| !is_scalar(&instrs[v].op))
         .collect();
     (row_first, phases, kp.row_stores, max_regs.max(1))
 }
 
 /// Operands of a program op.
-pub(crate) fn operands(op: &POp) -> Vec<usize> {
-    match op {
-        POp::Unary(_, a) | POp::Cast(a) => vec![*a],
-        POp::Reduce { src, .. } | POp::Store { src, .. } => vec![*src],
-        POp::Binary(_, a, b) => vec![*a, *b],
-        POp::Where(c, a, b) => vec![*c, *a, *b],
-        _ => vec![],
-    }
+pub(crate) fn operands(op: &IrOp<PView>) -> Vec<usize> {
+    op.operands()
+}
+
+/// Ops whose value is one scalar for the whole kernel (no register).
+pub(crate) fn is_scalar(op: &IrOp<PView>) -> bool {
+    matches!(op, IrOp::Const(_) | IrOp::Param { .. })
 }
 
 #[cfg(test)]
@@ -699,7 +645,7 @@ mod tests {
     use super::*;
     use crate::{RealizeOptions, Tensor};
 
-    fn program_of(t: &Tensor) -> Program {
+    fn program_of(t: &Tensor) -> CpuKernel {
         let plan = t.plan(&RealizeOptions::default()).expect("plans");
         let kernels: Vec<_> = plan.kernels().collect();
         assert_eq!(kernels.len(), 1, "{}", plan.dump_text());
@@ -715,7 +661,10 @@ mod tests {
         let saved = (0..p.instrs.len())
             .find(|&v| p.reuse_slot[v] != usize::MAX)
             .expect("one saved value");
-        assert!(matches!(p.instrs[saved].op, POp::Unary(UnaryOp::Exp, _)));
+        assert!(matches!(
+            p.instrs[saved].op,
+            IrOp::Unary(crate::ops::UnaryOp::Exp, _)
+        ));
         let running: Vec<&Phase> = p
             .phases
             .iter()
@@ -732,7 +681,7 @@ mod tests {
             running[2]
                 .elem_reusing
                 .iter()
-                .all(|&v| !matches!(p.instrs[v].op, POp::Load { .. }))
+                .all(|&v| !matches!(p.instrs[v].op, IrOp::Load { .. }))
         );
     }
 

@@ -5,8 +5,9 @@
 //! kernel's result.
 
 use super::nvrtc;
-use super::render::{BLOCK, Launch, RenderedKernel};
+use super::render::{BLOCK, Launch, ParamForm, RenderedKernel};
 use crate::device::Device;
+use crate::dtype::Scalar;
 use crate::error::{KilnError, Result};
 use crate::memory::{self, Buffer, CachingAllocator, DeviceMemory, RoundingPolicy};
 use cudarc::driver::{result, sys};
@@ -181,7 +182,7 @@ impl CudaDevice {
     }
 
     /// Launches a rendered kernel over buffer arguments.
-    pub fn launch(&self, k: &RenderedKernel, args: &[&Buffer]) -> Result<()> {
+    pub fn launch(&self, k: &RenderedKernel, args: &[&Buffer], values: &[Scalar]) -> Result<()> {
         let (grid, block) = match k.launch {
             Launch::Elementwise { numel } => {
                 if numel == 0 {
@@ -200,7 +201,17 @@ impl CudaDevice {
                 (rows.min(i32::MAX as u64) as u32, block)
             }
         };
-        let params: Vec<Param> = args.iter().map(|b| Param::Ptr(b.addr())).collect();
+        let mut params: Vec<Param> = args.iter().map(|b| Param::Ptr(b.addr())).collect();
+        for &(slot, form) in &k.params {
+            let v = values
+                .get(slot)
+                .copied()
+                .ok_or_else(|| KilnError::internal("kernel parameter slot out of range"))?;
+            params.push(Param::I64(match form {
+                ParamForm::Float => v.to_f64().to_bits() as i64,
+                ParamForm::Int => v.to_i64(),
+            }));
+        }
         self.launch_raw(&k.source, &k.name, grid, block, &params)
     }
 

@@ -116,7 +116,7 @@ fn operand(
         fused_ops: vec!["copy".into()],
     };
     let r = render::render(&k)?;
-    dev.launch(&r, &[buf, &packed])?;
+    dev.launch(&r, &[buf, &packed], &[])?;
     Ok(Operand {
         addr: packed.addr(),
         batch_stride: (rows * cols) as i64,

@@ -18,8 +18,9 @@ mod matmul;
 pub mod nvrtc;
 
 use crate::device::Device;
+use crate::dtype::Scalar;
 use crate::error::{KilnError, Result};
-use crate::kernel::{IrOp, Kernel};
+use crate::kernel::{IrOp, Kernel, PlannedKernel};
 use crate::memory::Buffer;
 
 /// The number of usable CUDA devices, or why there are none.
@@ -73,9 +74,6 @@ pub fn allocate(ordinal: usize, bytes: usize) -> Result<Buffer> {
 }
 
 fn check_args(ordinal: usize, kernel: &Kernel, args: &[&Buffer]) -> Result<()> {
-    kernel
-        .validate()
-        .map_err(|e| KilnError::internal(format!("kernel {}: {e}", kernel.name)))?;
     if args.len() != kernel.args.len() {
         return Err(KilnError::internal("wrong number of kernel arguments"));
     }
@@ -104,25 +102,46 @@ fn check_args(ordinal: usize, kernel: &Kernel, args: &[&Buffer]) -> Result<()> {
     Ok(())
 }
 
-/// Runs one kernel on device `ordinal` (arguments in kernel order, all on that device).
-pub fn run_kernel(ordinal: usize, kernel: &Kernel, args: &[&Buffer]) -> Result<()> {
+/// Runs one planned kernel on device `ordinal` (arguments in kernel order, all on that
+/// device) with the plan's parameter values. The kernel is validated and rendered once and
+/// kept with the planned kernel; NVRTC output is cached by source.
+pub fn run_kernel(
+    ordinal: usize,
+    pk: &PlannedKernel,
+    args: &[&Buffer],
+    params: &[Scalar],
+) -> Result<()> {
+    let kernel = &pk.kernel;
+    let rendered = pk
+        .compiled
+        .get_or_try_init(|| -> Result<Option<render::RenderedKernel>> {
+            kernel
+                .validate()
+                .map_err(|e| KilnError::internal(format!("kernel {}: {e}", kernel.name)))?;
+            let trivial = kernel.matmul.is_some()
+                && kernel.ops.len() == 2
+                && matches!(kernel.ops[0].op, IrOp::MatmulResult);
+            if trivial {
+                Ok(None)
+            } else {
+                render::render(kernel).map(Some)
+            }
+        })?;
     check_args(ordinal, kernel, args)?;
     #[cfg(feature = "cuda")]
     {
         let dev = device::get(ordinal)?;
         if let Some(mm) = &kernel.matmul {
             matmul::run(&dev, mm, kernel, args)?;
-            let trivial = kernel.ops.len() == 2 && matches!(kernel.ops[0].op, IrOp::MatmulResult);
-            if trivial {
-                return Ok(());
-            }
         }
-        let rendered = render::render(kernel)?;
-        dev.launch(&rendered, args)
+        match rendered.as_ref() {
+            Some(r) => dev.launch(r, args, params),
+            None => Ok(()),
+        }
     }
     #[cfg(not(feature = "cuda"))]
     {
-        let _ = IrOp::MatmulResult;
+        let _ = (rendered, params);
         unavailable(ordinal)
     }
 }

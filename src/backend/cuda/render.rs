@@ -15,8 +15,8 @@
 
 use crate::dtype::{ComputeType, DType, Scalar};
 use crate::error::{KilnError, Result};
-use crate::graph::{Generator, ReduceOp};
 use crate::kernel::{IrOp, Kernel, Level, ValueId};
+use crate::ops::{GenKind, ReduceOp};
 use crate::shape::View;
 use std::fmt::Write;
 
@@ -50,6 +50,55 @@ pub struct RenderedKernel {
     pub name: String,
     pub source: String,
     pub launch: Launch,
+    /// The parameter slots the kernel takes after its buffers, in order, each passed as
+    /// 64 bits in the given form.
+    pub params: Vec<(usize, ParamForm)>,
+}
+
+/// How a parameter's value is passed (always 64 bits: `unsigned long long pN`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParamForm {
+    /// The bits of an f64.
+    Float,
+    /// An i64 (integers, bools, seeds).
+    Int,
+}
+
+/// The parameter slots `k` reads and how each is passed.
+fn param_forms(k: &Kernel) -> Vec<(usize, ParamForm)> {
+    let mut out: Vec<(usize, ParamForm)> = vec![];
+    for ins in &k.ops {
+        let float = ins.dtype.is_float();
+        let form = |f: bool| if f { ParamForm::Float } else { ParamForm::Int };
+        let used: Vec<(usize, ParamForm)> = match &ins.op {
+            IrOp::Param { slot } => vec![(*slot, form(float))],
+            IrOp::Generate { kind, params, .. } => match kind {
+                GenKind::Full => vec![(params[0], form(float))],
+                GenKind::Arange => vec![(params[0], form(float)), (params[1], form(float))],
+                GenKind::Rand | GenKind::Randn => vec![(params[0], ParamForm::Int)],
+            },
+            _ => vec![],
+        };
+        for u in used {
+            if !out.iter().any(|x| x.0 == u.0) {
+                out.push(u);
+            }
+        }
+    }
+    out.sort_unstable_by_key(|x| x.0);
+    out
+}
+
+/// The C expression for parameter `slot` as a value of `dt`.
+fn param_value(slot: usize, dt: DType) -> String {
+    let ct = compute_ctype(dt);
+    if dt.is_float() {
+        format!("({ct})__longlong_as_double((long long)p{slot})")
+    } else if dt == DType::Bool {
+        format!("(unsigned char)(p{slot} != 0ULL)")
+    } else {
+        format!("({ct})(long long)p{slot}")
+    }
 }
 
 /// C type a buffer of `dt` holds.
@@ -186,7 +235,7 @@ pub fn render(k: &Kernel) -> Result<RenderedKernel> {
         matches!(
             i.op,
             IrOp::Generate {
-                gen_: Generator::Rand { .. } | Generator::Randn { .. },
+                kind: GenKind::Rand | GenKind::Randn,
                 ..
             }
         )
@@ -194,6 +243,7 @@ pub fn render(k: &Kernel) -> Result<RenderedKernel> {
     if random {
         src.push_str(RANDOM_CUH);
     }
+    let forms = param_forms(k);
     let params: Vec<String> = k
         .args
         .iter()
@@ -202,6 +252,11 @@ pub fn render(k: &Kernel) -> Result<RenderedKernel> {
             let c = if a.output { "" } else { "const " };
             format!("{c}{}* __restrict__ a{i}", storage_ctype(a.dtype))
         })
+        .chain(
+            forms
+                .iter()
+                .map(|(slot, _)| format!("const unsigned long long p{slot}")),
+        )
         .collect();
     let bound = match launch {
         Launch::Elementwise { .. } => BLOCK,
@@ -217,6 +272,7 @@ pub fn render(k: &Kernel) -> Result<RenderedKernel> {
         name,
         source: src,
         launch,
+        params: forms,
     })
 }
 
@@ -414,6 +470,7 @@ impl Renderer<'_> {
     fn value(&self, v: ValueId, _reader: Level) -> String {
         match &self.k.ops[v].op {
             IrOp::Const(s) => literal(*s, self.k.ops[v].dtype),
+            IrOp::Param { slot } => param_value(*slot, self.k.ops[v].dtype),
             _ => format!("v{v}"),
         }
     }
@@ -484,7 +541,7 @@ impl Renderer<'_> {
         let dt = ins.dtype;
         let ct = compute_ctype(dt);
         let expr = match &ins.op {
-            IrOp::Const(_) => return Ok(()),
+            IrOp::Const(_) | IrOp::Param { .. } => return Ok(()),
             IrOp::Load { arg, view, fill } => {
                 let read = load_conv(dt, &format!("a{arg}[{}]", self.offset(view, ins.level)));
                 match self.valid(view, ins.level) {
@@ -492,8 +549,13 @@ impl Renderer<'_> {
                     None => read,
                 }
             }
-            IrOp::Generate { gen_, view, fill } => {
-                let g = generate(*gen_, dt, &self.offset(view, ins.level));
+            IrOp::Generate {
+                kind,
+                params,
+                view,
+                fill,
+            } => {
+                let g = generate(*kind, *params, dt, &self.offset(view, ins.level));
                 match self.valid(view, ins.level) {
                     Some(c) => format!("({c}) ? ({g}) : {}", literal(*fill, dt)),
                     None => g,
@@ -658,42 +720,32 @@ fn store_conv(dt: DType, v: &str) -> String {
     }
 }
 
-fn generate(g: Generator, dt: DType, index: &str) -> String {
+fn generate(g: GenKind, [p0, p1]: [usize; 2], dt: DType, index: &str) -> String {
     let ct = compute_ctype(dt);
     let i = format!("(unsigned long long)({index})");
     let f64_ = dt == DType::F64;
     let raw = match g {
-        Generator::Full(v) => return literal(v, dt),
-        Generator::Arange { start, step } => {
+        GenKind::Full => return param_value(p0, dt),
+        GenKind::Arange => {
             if dt.is_float() {
                 let e = format!(
                     "({} + (double)({index}) * {})",
-                    literal(start, DType::F64),
-                    literal(step, DType::F64)
+                    param_value(p0, DType::F64),
+                    param_value(p1, DType::F64)
                 );
                 if f64_ { e } else { format!("(float){e}") }
             } else {
                 format!(
                     "({ct})kiln_add({}, kiln_mul((long long)({index}), {}))",
-                    literal(start, DType::I64),
-                    literal(step, DType::I64)
+                    param_value(p0, DType::I64),
+                    param_value(p1, DType::I64)
                 )
             }
         }
-        Generator::Rand { seed } => {
-            if f64_ {
-                format!("kiln_uniform_f64({seed}ULL, {i})")
-            } else {
-                format!("kiln_uniform_f32({seed}ULL, {i})")
-            }
-        }
-        Generator::Randn { seed } => {
-            if f64_ {
-                format!("kiln_normal_f64({seed}ULL, {i})")
-            } else {
-                format!("kiln_normal_f32({seed}ULL, {i})")
-            }
-        }
+        GenKind::Rand if f64_ => format!("kiln_uniform_f64(p{p0}, {i})"),
+        GenKind::Rand => format!("kiln_uniform_f32(p{p0}, {i})"),
+        GenKind::Randn if f64_ => format!("kiln_normal_f64(p{p0}, {i})"),
+        GenKind::Randn => format!("kiln_normal_f32(p{p0}, {i})"),
     };
     round_half(dt, raw)
 }
