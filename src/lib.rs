@@ -45,5 +45,6 @@ pub struct ReadmeDoctests;
 pub use device::Device;
 pub use dtype::{DType, Element, Scalar};
 pub use error::{KilnError, Result};
+pub use plan::cache::{CacheStats, cache_stats, clear_cache};
 pub use plan::{Plan, RealizeOptions};
 pub use tensor::{Operand, RealizeReport, Tensor, plan_all, realize_all, realize_all_with};

@@ -48,6 +48,7 @@ impl Node {
 pub struct Graph {
     dag: StableDiGraph<Node, usize>,
     keys: SlotMap<NodeKey, NodeIndex>,
+    marks: std::cell::RefCell<Marks>,
 }
 
 impl Graph {
@@ -217,40 +218,110 @@ impl Graph {
     /// Every not-yet-realized node that `targets` depend on, inputs before consumers.
     /// Realized nodes reached on the way are included as leaves.
     pub fn lazy_subgraph(&self, targets: &[NodeKey]) -> Result<Vec<NodeKey>> {
-        let mut order = Vec::new();
-        let mut state: std::collections::HashMap<NodeIndex, bool> = Default::default();
+        Ok(self.sweep(targets)?.order)
+    }
+
+    /// One depth-first sweep (iterative: deep chains need no call stack) over what
+    /// `targets` depend on: the nodes in post-order (operands in order, inputs before
+    /// consumers; realized nodes are leaves) and each node's operands as positions in that
+    /// order. The order is a function of the graph's structure alone.
+    pub fn sweep(&self, targets: &[NodeKey]) -> Result<Sweep> {
+        let mut marks = self.marks.borrow_mut();
+        marks.stamp = marks.stamp.wrapping_add(1);
+        if marks.stamp == 0 {
+            marks.pos.iter_mut().for_each(|m| *m = (0, 0));
+            marks.stamp = 1;
+        }
+        let stamp = marks.stamp;
+        let bound = petgraph::visit::NodeIndexable::node_bound(&self.dag);
+        if marks.pos.len() < bound {
+            marks.pos.resize(bound, (0, 0));
+        }
+        // marks.pos[i] = (stamp, 0) while on the stack, (stamp, position + 1) once placed.
+        let mut out = Sweep::default();
+        let mut stack: Vec<(NodeIndex, bool)> = vec![];
+        let mut ins: Vec<(usize, NodeIndex)> = vec![];
         for &t in targets {
             let root = self.index(t)?;
-            // Iterative post-order DFS (deep chains must not overflow the stack).
-            let mut stack = vec![(root, false)];
+            stack.push((root, false));
             while let Some((idx, expanded)) = stack.pop() {
+                let i = idx.index();
                 if expanded {
-                    state.insert(idx, true);
-                    order.push(self.dag[idx].key);
+                    let node = &self.dag[idx];
+                    ins.clear();
+                    if node.op != Op::Buffer {
+                        ins.extend(
+                            self.dag
+                                .edges_directed(idx, Direction::Incoming)
+                                .map(|e| (*e.weight(), e.source())),
+                        );
+                        ins.sort_unstable_by_key(|e| e.0);
+                    }
+                    for &(_, src) in &ins {
+                        let (s, p) = marks.pos[src.index()];
+                        if s != stamp || p == 0 {
+                            return Err(KilnError::internal("sweep: operand not placed first"));
+                        }
+                        out.operands.push(p as u32 - 1);
+                    }
+                    out.order.push(node.key);
+                    out.operand_end.push(out.operands.len() as u32);
+                    marks.pos[i] = (stamp, out.order.len());
                     continue;
                 }
-                if state.contains_key(&idx) {
+                if marks.pos[i].0 == stamp {
                     continue;
                 }
-                state.insert(idx, false);
+                marks.pos[i] = (stamp, 0);
                 stack.push((idx, true));
                 if self.dag[idx].op != Op::Buffer {
-                    let mut ins: Vec<(usize, NodeIndex)> = self
-                        .dag
-                        .edges_directed(idx, Direction::Incoming)
-                        .map(|e| (*e.weight(), e.source()))
-                        .collect();
-                    ins.sort_by_key(|e| std::cmp::Reverse(e.0));
-                    for (_, i) in ins {
-                        if !state.contains_key(&i) {
-                            stack.push((i, false));
+                    ins.clear();
+                    ins.extend(
+                        self.dag
+                            .edges_directed(idx, Direction::Incoming)
+                            .map(|e| (*e.weight(), e.source())),
+                    );
+                    ins.sort_unstable_by_key(|e| std::cmp::Reverse(e.0));
+                    for &(_, src) in &ins {
+                        if marks.pos[src.index()].0 != stamp {
+                            stack.push((src, false));
                         }
                     }
                 }
             }
         }
-        Ok(order)
+        Ok(out)
     }
+}
+
+/// The result of [`Graph::sweep`].
+#[derive(Debug, Clone, Default)]
+pub struct Sweep {
+    /// Nodes, inputs before consumers.
+    pub order: Vec<NodeKey>,
+    /// Operands of every node as positions in `order`, concatenated.
+    pub operands: Vec<u32>,
+    /// End of node `i`'s operands in `operands` (they start at entry `i - 1`'s end).
+    pub operand_end: Vec<u32>,
+}
+
+impl Sweep {
+    /// The operands of the node at position `i`, as positions.
+    pub fn operands_of(&self, i: usize) -> &[u32] {
+        let start = if i == 0 {
+            0
+        } else {
+            self.operand_end[i - 1] as usize
+        };
+        &self.operands[start..self.operand_end[i] as usize]
+    }
+}
+
+/// Scratch marks for [`Graph::sweep`], stamped so they need no clearing between sweeps.
+#[derive(Debug, Default)]
+struct Marks {
+    stamp: usize,
+    pos: Vec<(usize, usize)>,
 }
 
 static GRAPH: LazyLock<Mutex<Graph>> = LazyLock::new(Default::default);
@@ -264,7 +335,14 @@ fn lock_graph() -> MutexGuard<'static, Graph> {
     g
 }
 
+/// Set while `PENDING_RELEASES` may be non-empty (so the common case takes no second lock).
+static HAS_PENDING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 fn drain_pending(g: &mut Graph) {
+    use std::sync::atomic::Ordering;
+    if !HAS_PENDING.swap(false, Ordering::Acquire) {
+        return;
+    }
     let pending: Vec<NodeKey> =
         std::mem::take(&mut *PENDING_RELEASES.lock().unwrap_or_else(|e| e.into_inner()));
     for k in pending {
@@ -296,6 +374,7 @@ pub fn release_handle(key: NodeKey) {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .push(key);
+            HAS_PENDING.store(true, std::sync::atomic::Ordering::Release);
         }
     }
 }

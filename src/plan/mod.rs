@@ -15,6 +15,7 @@
 //! tensor data, so a plan can later be cached and reused for structurally equal graphs.
 
 pub mod buffers;
+pub mod cache;
 pub mod fusion;
 pub mod lower;
 pub mod schedule;
@@ -27,9 +28,16 @@ pub use views::{Edge, NodeId, PlanNode, PlanOp, ViewGraph};
 
 use crate::dtype::Scalar;
 use crate::error::{KilnError, Result};
-use crate::graph::{Graph, NodeKey};
+use crate::graph::{Graph, NodeKey, Sweep};
 use crate::kernel::{BufferRef, BufferSpec, PlannedKernel, Program, Step};
 use std::collections::HashSet;
+
+static PLANS_MADE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many plans this process has made (every run of the passes; cache hits make none).
+pub fn plans_made() -> u64 {
+    PLANS_MADE.load(std::sync::atomic::Ordering::Relaxed)
+}
 
 /// How to realize.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,7 +144,18 @@ impl Plan {
 
 /// Plans the realization of `targets`.
 pub fn plan(g: &Graph, targets: &[NodeKey], options: &RealizeOptions) -> Result<Plan> {
-    let view_graph = views::collapse_views(g, targets)?;
+    plan_swept(g, &g.sweep(targets)?, targets, options)
+}
+
+/// Plans the realization of `targets` from a sweep of their graph.
+pub fn plan_swept(
+    g: &Graph,
+    sweep: &Sweep,
+    targets: &[NodeKey],
+    options: &RealizeOptions,
+) -> Result<Plan> {
+    PLANS_MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let view_graph = views::collapse_swept(g, sweep, targets)?;
     let mut forced: HashSet<NodeId> = HashSet::new();
     let mut stored_by_lowering = vec![];
     loop {

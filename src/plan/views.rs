@@ -17,7 +17,7 @@
 use crate::device::Device;
 use crate::dtype::{DType, Scalar};
 use crate::error::{KilnError, Result};
-use crate::graph::{Graph, NodeKey, Op};
+use crate::graph::{Graph, NodeKey, Op, Sweep};
 use crate::shape::{Movement, View};
 use std::collections::HashMap;
 
@@ -169,19 +169,25 @@ impl ViewGraph {
 
 /// Runs the pass over the lazy subgraph of `targets`.
 pub fn collapse_views(g: &Graph, targets: &[NodeKey]) -> Result<ViewGraph> {
-    let order = g.lazy_subgraph(targets)?;
+    collapse_swept(g, &g.sweep(targets)?, targets)
+}
+
+/// Runs the pass over a sweep of the lazy subgraph of `targets`.
+pub fn collapse_swept(g: &Graph, sweep: &Sweep, targets: &[NodeKey]) -> Result<ViewGraph> {
     let mut vg = ViewGraph::default();
-    // Every lazy node maps to (producer in the view graph, chain from it).
-    let mut map: HashMap<NodeKey, (NodeId, Vec<Movement>)> = HashMap::new();
-    for key in order {
+    // Every lazy node (by sweep position) maps to (producer in the view graph, chain from it).
+    let mut map: Vec<(NodeId, Vec<Movement>)> = Vec::with_capacity(sweep.order.len());
+    let mut by_key: HashMap<NodeKey, usize> = HashMap::new();
+    for (pos, &key) in sweep.order.iter().enumerate() {
         let node = g.node(key)?;
         let keep = node.handles() > 0;
-        let inputs = g.inputs(key)?;
-        let lookup = |k: &NodeKey| {
-            map.get(k)
+        let inputs = sweep.operands_of(pos);
+        let lookup = |i: &u32| {
+            map.get(*i as usize)
                 .cloned()
                 .ok_or_else(|| KilnError::internal("views pass: input visited out of order"))
         };
+        by_key.insert(key, pos);
         let op = match &node.op {
             Op::Movement(m) => {
                 let (src, mut chain) = lookup(&inputs[0])?;
@@ -192,7 +198,7 @@ pub fn collapse_views(g: &Graph, targets: &[NodeKey]) -> Result<ViewGraph> {
                 {
                     vg.aliases.push((key, src));
                 }
-                map.insert(key, (src, chain));
+                map.push((src, chain));
                 continue;
             }
             Op::Buffer => {
@@ -215,7 +221,7 @@ pub fn collapse_views(g: &Graph, targets: &[NodeKey]) -> Result<ViewGraph> {
         };
         let needs_buffer = op.is_matmul() || op.is_transfer();
         let mut edges = Vec::with_capacity(inputs.len());
-        for k in &inputs {
+        for k in inputs {
             let (src, chain) = lookup(k)?;
             edges.push(fold_edge(&mut vg, src, chain, needs_buffer));
         }
@@ -229,11 +235,12 @@ pub fn collapse_views(g: &Graph, targets: &[NodeKey]) -> Result<ViewGraph> {
             keep,
             param,
         });
-        map.insert(key, (vg.nodes.len() - 1, vec![]));
+        map.push((vg.nodes.len() - 1, vec![]));
     }
     for &t in targets {
-        let (src, chain) = map
+        let (src, chain) = by_key
             .get(&t)
+            .and_then(|&p| map.get(p))
             .cloned()
             .ok_or_else(|| KilnError::internal("views pass: target not visited"))?;
         let target_shape = g.node(t)?.shape.clone();

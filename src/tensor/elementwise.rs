@@ -5,6 +5,7 @@ use crate::dtype::{DType, Scalar};
 use crate::error::{KilnError, Result};
 use crate::graph::{BinaryOp, Op, UnaryOp};
 use crate::shape::broadcast_shapes;
+use std::borrow::Cow;
 
 /// The right-hand side of a binary op: a tensor or a plain number.
 pub enum Operand<'a> {
@@ -49,12 +50,13 @@ impl Operand<'_> {
     }
 }
 
-/// Resolves two operands (at least one a tensor) into same-dtype, same-shape tensors.
-fn align(
+/// Resolves two operands (at least one a tensor) into same-dtype, same-shape tensors
+/// (borrowing an operand that already has the dtype and shape).
+fn align<'o>(
     op: &'static str,
-    a: &Operand<'_>,
-    b: &Operand<'_>,
-) -> Result<(Tensor, Tensor, DType, Vec<usize>)> {
+    a: &'o Operand<'_>,
+    b: &'o Operand<'_>,
+) -> Result<(Cow<'o, Tensor>, Cow<'o, Tensor>, DType, Vec<usize>)> {
     let (ta, tb) = (a.tensor(), b.tensor());
     let (dtype, shape, device) = match (ta, tb) {
         (Some(x), Some(y)) => {
@@ -93,12 +95,16 @@ fn align(
             )));
         }
     };
-    let lift = |o: &Operand<'_>| -> Result<Tensor> {
+    let lift = |o: &'o Operand<'_>| -> Result<Cow<'o, Tensor>> {
         match o {
-            Operand::Scalar(s) => Tensor::try_full_on(&shape, *s, dtype, device),
+            Operand::Scalar(s) => Tensor::try_full_on(&shape, *s, dtype, device).map(Cow::Owned),
             _ => {
                 let t = o.tensor().ok_or_else(|| KilnError::internal("operand"))?;
-                t.try_cast(dtype)?.try_broadcast_to(&shape)
+                if t.dtype == dtype && t.shape == shape {
+                    Ok(Cow::Borrowed(t))
+                } else {
+                    t.try_cast(dtype)?.try_broadcast_to(&shape).map(Cow::Owned)
+                }
             }
         }
     };
@@ -128,8 +134,8 @@ impl Tensor {
         }
         if op == BinaryOp::Div && !dtype.is_float() {
             dtype = DType::default_float();
-            x = x.try_cast(dtype)?;
-            y = y.try_cast(dtype)?;
+            x = Cow::Owned(x.try_cast(dtype)?);
+            y = Cow::Owned(y.try_cast(dtype)?);
         }
         let out_dtype = if op.is_comparison() {
             DType::Bool
@@ -208,8 +214,8 @@ impl Tensor {
             };
             let dt = DType::promote(sa.natural_dtype(), sb.natural_dtype());
             (
-                Tensor::try_full_on(&c.shape, sa, dt, c.device)?,
-                Tensor::try_full_on(&c.shape, sb, dt, c.device)?,
+                Cow::Owned(Tensor::try_full_on(&c.shape, sa, dt, c.device)?),
+                Cow::Owned(Tensor::try_full_on(&c.shape, sb, dt, c.device)?),
                 dt,
                 c.shape.clone(),
             )

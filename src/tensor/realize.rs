@@ -7,6 +7,7 @@ use crate::dump;
 use crate::error::{KilnError, Result};
 use crate::graph::{self, NodeKey, Op};
 use crate::kernel::BufferRef;
+use crate::plan::cache::{self, CachedPlan};
 use crate::plan::{self, Plan, RealizeOptions};
 use std::sync::Arc;
 
@@ -21,6 +22,8 @@ pub struct RealizeReport {
     pub planned_peak_bytes: usize,
     /// Nodes stored because a view chain did not compose through them.
     pub stored_by_lowering: usize,
+    /// The plan came from the plan cache (no planning, no compiling).
+    pub cache_hit: bool,
 }
 
 impl Tensor {
@@ -67,51 +70,76 @@ pub fn realize_all(tensors: &[&Tensor]) -> Result<()> {
     realize_all_with(tensors, &RealizeOptions::default()).map(|_| ())
 }
 
+/// A realize's plan, bound to this graph's inputs and parameters.
+struct Prepared {
+    plan: Arc<CachedPlan>,
+    inputs: Vec<Arc<crate::memory::Buffer>>,
+    params: Vec<crate::dtype::Scalar>,
+    /// The swept nodes (installs name them by position).
+    order: Vec<NodeKey>,
+    cache_hit: bool,
+}
+
 /// Realizes several tensors in one plan with explicit options.
 pub fn realize_all_with(tensors: &[&Tensor], options: &RealizeOptions) -> Result<RealizeReport> {
     let keys: Vec<NodeKey> = tensors.iter().map(|t| t.key).collect();
-    let planned = graph::with_graph(
-        |g| -> Result<Option<(Plan, Vec<Arc<crate::memory::Buffer>>)>> {
-            let mut pending = vec![];
-            for &k in &keys {
-                if g.node(k)?.op != Op::Buffer && !pending.contains(&k) {
-                    pending.push(k);
-                }
+    let prepared = graph::with_graph(|g| -> Result<Option<Prepared>> {
+        let mut pending = vec![];
+        for &k in &keys {
+            if g.node(k)?.op != Op::Buffer && !pending.contains(&k) {
+                pending.push(k);
             }
-            if pending.is_empty() {
-                return Ok(None);
+        }
+        if pending.is_empty() {
+            return Ok(None);
+        }
+        let sweep = g.sweep(&pending)?;
+        let (sig, binds) = cache::signature(g, &sweep, &pending, options)?;
+        let (plan, cache_hit) = match cache::with_cache(|c| c.get(&sig)) {
+            Some(p) => (p, true),
+            None => {
+                let plan = plan::plan_swept(g, &sweep, &pending, options)?;
+                let cached = Arc::new(CachedPlan::new(plan, &sweep));
+                cache::with_cache(|c| c.insert(sig, Arc::clone(&cached)));
+                (cached, false)
             }
-            let plan = plan::plan(g, &pending, options)?;
-            let inputs = plan
-                .view_graph
-                .inputs
-                .iter()
-                .map(|&k| {
-                    g.node(k)?
-                        .buffer
-                        .clone()
-                        .ok_or_else(|| KilnError::internal("input node without a buffer"))
-                })
-                .collect::<Result<Vec<_>>>()?;
-            Ok(Some((plan, inputs)))
-        },
-    )?;
-    let Some((plan, inputs)) = planned else {
+        };
+        let inputs = binds
+            .inputs
+            .iter()
+            .map(|&pos| {
+                g.node(sweep.order[pos])?
+                    .buffer
+                    .clone()
+                    .ok_or_else(|| KilnError::internal("input node without a buffer"))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Some(Prepared {
+            plan,
+            inputs,
+            params: binds.params,
+            order: sweep.order,
+            cache_hit,
+        }))
+    })?;
+    let Some(p) = prepared else {
         return Ok(RealizeReport::default());
     };
-    let outputs = backend::run_program(&plan.program, &inputs, plan.params())?;
-    let installs: Vec<(NodeKey, Arc<crate::memory::Buffer>)> = plan
-        .target_buffers()
-        .into_iter()
-        .chain(plan.kept_buffers())
-        .filter_map(|(k, r)| match r {
-            BufferRef::Planned(g) => outputs.get(g).and_then(|b| b.clone()).map(|b| (k, b)),
-            // A target that reshapes a realized tensor shares its buffer.
-            BufferRef::Input(i) => inputs.get(i).cloned().map(|b| (k, b)),
+    let outputs = backend::run_program(&p.plan.program, &p.inputs, &p.params)?;
+    let installs: Vec<(NodeKey, Arc<crate::memory::Buffer>)> = p
+        .plan
+        .installs
+        .iter()
+        .filter_map(|&(pos, r)| {
+            let buf = match r {
+                BufferRef::Planned(g) => outputs.get(g).and_then(|b| b.clone()),
+                // A target that reshapes a realized tensor shares its buffer.
+                BufferRef::Input(i) => p.inputs.get(i).cloned(),
+            };
+            Some((*p.order.get(pos)?, buf?))
         })
         .collect();
     drop(outputs);
-    drop(inputs);
     graph::with_graph(|g| {
         for (k, buf) in installs {
             // The node may be gone if every handle was dropped meanwhile.
@@ -122,9 +150,10 @@ pub fn realize_all_with(tensors: &[&Tensor], options: &RealizeOptions) -> Result
         Ok::<(), KilnError>(())
     })?;
     Ok(RealizeReport {
-        kernels: plan.kernel_count(),
-        copies: plan.copy_count(),
-        planned_peak_bytes: plan.buffers.peak_bytes,
-        stored_by_lowering: plan.stored_by_lowering.len(),
+        kernels: p.plan.kernels,
+        copies: p.plan.copies,
+        planned_peak_bytes: p.plan.planned_peak_bytes,
+        stored_by_lowering: p.plan.stored_by_lowering,
+        cache_hit: p.cache_hit,
     })
 }

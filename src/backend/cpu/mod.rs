@@ -26,9 +26,17 @@ struct Compiled {
     program: Option<program::CpuKernel>,
 }
 
+static COMPILED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many kernels the CPU backend has compiled (a cached plan's kernels compile once).
+pub fn kernels_compiled() -> u64 {
+    COMPILED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Validates `kernel` (views inside their buffers' declared sizes, matmul operands
 /// unmasked and in range) and compiles it. Done once per planned kernel.
 fn compile(kernel: &Kernel) -> Result<Compiled> {
+    COMPILED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     kernel
         .validate()
         .map_err(|e| KilnError::internal(format!("kernel {}: {e}", kernel.name)))?;
