@@ -76,6 +76,15 @@ pub enum KilnError {
         shape: Vec<usize>,
         numel: usize,
     },
+    /// A shape whose element count or byte size cannot be represented (or exceeds the
+    /// per-tensor limit), caught when the op is recorded.
+    #[error("{op}: a tensor of shape {shape:?} and dtype {dtype} is too large: {detail}")]
+    TooLarge {
+        op: &'static str,
+        shape: Vec<usize>,
+        dtype: DType,
+        detail: String,
+    },
     /// An allocation failed even after the cache was trimmed.
     #[error(
         "out of memory on {device}: requested {requested} bytes, {reserved} bytes reserved by kiln, {free} bytes free on the device"

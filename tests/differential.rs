@@ -3568,7 +3568,15 @@ fn emit_step(v: &[Tensor], s: &Step, opts: Option<&RealizeOptions>) -> kiln::Res
             B::Sub => *x - &v[*a],
             _ => *x / &v[*a],
         },
-        Step::Where(c, a, b) => Tensor::try_where(&v[*c], operand(v, a), operand(v, b))?,
+        Step::Where(c, a, b) => {
+            // `where` takes a bool condition; a value of another dtype is compared with zero.
+            let cond = if v[*c].dtype() == DType::Bool {
+                v[*c].clone()
+            } else {
+                v[*c].try_ne(0)?
+            };
+            Tensor::try_where(&cond, operand(v, a), operand(v, b))?
+        }
         Step::Cast(a, d) => v[*a].try_cast(*d)?,
         Step::Reshape(a, s) => v[*a].try_reshape(s)?,
         Step::Permute(a, p) => v[*a].try_permute(p)?,
@@ -3738,7 +3746,7 @@ fn render_step(s: &Step) -> String {
         Step::Unary(a, u) => format!("v{a}.{}()", u.name()),
         Step::Binary(a, op, rhs) => format!("v{a}.{}({})", op.name(), src(rhs)),
         Step::RScalar(x, op, a) => format!("{x:?} {} &v{a}", if *op == B::Sub { "-" } else { "/" }),
-        Step::Where(c, a, b) => format!("Tensor::where_(&v{c}, {}, {})", src(a), src(b)),
+        Step::Where(c, a, b) => format!("Tensor::where_(&v{c}.ne(0), {}, {})", src(a), src(b)),
         Step::Cast(a, d) => format!("v{a}.cast({})", dt(*d)),
         Step::Reshape(a, s) => format!("v{a}.reshape(&{s:?})"),
         Step::Permute(a, p) => format!("v{a}.permute(&{p:?})"),
@@ -4803,7 +4811,7 @@ fn bug_matmul_epilogue_changing_dtype() {
     );
     let ai = || Tensor::from_vec(vec![1i32, -2, 3, 0], &[2, 2]);
     agree(
-        || Tensor::where_(&ai().matmul(&ai()), 1.0f64, -1.0f64),
+        || Tensor::where_(&ai().matmul(&ai()).ne(0), 1.0f64, -1.0f64),
         None,
         0.0,
     );

@@ -16,6 +16,24 @@ use std::sync::Arc;
 /// Buffers left alive after a program ran, by planned buffer.
 pub type ProgramOutputs = Vec<Option<Arc<Buffer>>>;
 
+/// `Ok` when `device` can run kernels here, else [`KilnError::DeviceUnavailable`] saying why.
+pub fn check_device(device: Device) -> Result<()> {
+    match device {
+        Device::Cpu => Ok(()),
+        Device::Cuda(n) => match cuda::availability() {
+            Ok(count) if n < count => Ok(()),
+            Ok(count) => Err(KilnError::DeviceUnavailable {
+                device: device.to_string(),
+                reason: format!("this machine has {count} CUDA device(s)"),
+            }),
+            Err(reason) => Err(KilnError::DeviceUnavailable {
+                device: device.to_string(),
+                reason,
+            }),
+        },
+    }
+}
+
 fn allocate(device: Device, bytes: usize) -> Result<Buffer> {
     match device {
         Device::Cpu => memory::alloc_host(bytes),

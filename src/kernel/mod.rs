@@ -294,6 +294,14 @@ impl Kernel {
                         v.shape, s
                     ));
                 }
+                // Every coordinate's offset, in bytes, must fit an isize, so backends'
+                // address arithmetic cannot wrap (masked coordinates included).
+                let limit = (isize::MAX as usize / 8) as i128;
+                if let Some((lo, hi)) = v.box_bounds()
+                    && (lo < -limit || hi > limit)
+                {
+                    return Err(format!("op {i}: view offsets {lo}..={hi} are out of range"));
+                }
                 Ok(())
             };
             match &ins.op {

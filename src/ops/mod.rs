@@ -179,6 +179,23 @@ impl Op {
         }
     }
 
+    /// The op's name without arguments (for errors).
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            Op::Buffer => "buffer",
+            Op::Generate(g) => g.name(),
+            Op::Unary(u) => u.name(),
+            Op::Binary(b) => b.name(),
+            Op::Where => "where",
+            Op::Cast => "cast",
+            Op::Reduce { op, .. } => op.name(),
+            Op::Matmul => "matmul",
+            Op::Movement(m) => m.name(),
+            Op::Contiguous => "contiguous",
+            Op::ToDevice(_) => "to",
+        }
+    }
+
     /// Elementwise ops (including casts): the ones fusion chains together.
     pub fn is_elementwise(&self) -> bool {
         match self {

@@ -5,11 +5,49 @@ mod view;
 
 pub use view::{Movement, SliceRange, View};
 
+use crate::dtype::DType;
 use crate::error::{KilnError, Result};
 
-/// Number of elements of a shape (1 for a scalar shape `[]`).
+/// Number of elements of a shape (1 for a scalar shape `[]`). Only for shapes that passed
+/// [`check_shape`] (every tensor's shape did); use [`checked_numel`] for anything else.
 pub fn numel(shape: &[usize]) -> usize {
     shape.iter().product()
+}
+
+/// Number of elements, or `None` when the product overflows `usize`.
+pub fn checked_numel(shape: &[usize]) -> Option<usize> {
+    shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
+}
+
+/// The largest byte size of one tensor: every byte offset into it (and every element offset
+/// of any view of it) fits an `isize`, so address arithmetic on a valid view never wraps.
+pub const MAX_TENSOR_BYTES: usize = isize::MAX as usize / 2;
+
+/// Checks that a tensor of `shape` and `dtype` can exist: its element count and byte size
+/// are computable without overflow and at most [`MAX_TENSOR_BYTES`]. Every recorded node's
+/// shape passes through here, so nothing downstream sees a size that could have wrapped.
+///
+/// ```
+/// use kiln::DType;
+/// assert!(kiln::shape::check_shape("zeros", &[1 << 20, 1 << 20], DType::F32).is_ok());
+/// assert!(kiln::shape::check_shape("zeros", &[1 << 40, 1 << 40, 1 << 40], DType::F32).is_err());
+/// ```
+pub fn check_shape(op: &'static str, shape: &[usize], dtype: DType) -> Result<usize> {
+    let too_large = |detail: String| KilnError::TooLarge {
+        op,
+        shape: shape.to_vec(),
+        dtype,
+        detail,
+    };
+    let n = checked_numel(shape)
+        .ok_or_else(|| too_large("the element count overflows a 64-bit integer".into()))?;
+    match n.checked_mul(dtype.size_bytes()) {
+        Some(bytes) if bytes <= MAX_TENSOR_BYTES => Ok(n),
+        _ => Err(too_large(format!(
+            "{n} elements of {} bytes exceed the {MAX_TENSOR_BYTES}-byte limit of one tensor",
+            dtype.size_bytes()
+        ))),
+    }
 }
 
 /// Row-major strides, in elements, for a contiguous tensor of `shape`.
@@ -18,7 +56,7 @@ pub fn contiguous_strides(shape: &[usize]) -> Vec<isize> {
     let mut acc = 1isize;
     for (s, &n) in strides.iter_mut().zip(shape).rev() {
         *s = acc;
-        acc *= n.max(1) as isize;
+        acc = acc.saturating_mul(n.max(1).min(isize::MAX as usize) as isize);
     }
     strides
 }

@@ -69,19 +69,36 @@ impl Movement {
         }
     }
 
-    /// The shape this movement produces from `input`.
+    /// The shape this movement produces from `input` (a movement that was recorded, so
+    /// its sizes were checked; see [`Movement::checked_output_shape`]).
     pub fn output_shape(&self, input: &[usize]) -> Vec<usize> {
         match self {
+            Movement::Pad { pads, .. } => input
+                .iter()
+                .zip(pads)
+                .map(|(&n, &(b, a))| n.saturating_add(b).saturating_add(a))
+                .collect(),
+            _ => self.checked_output_shape(input).unwrap_or_default(),
+        }
+    }
+
+    /// The shape this movement produces from `input`, or `None` when a padded extent
+    /// overflows or an argument does not fit `input`.
+    pub fn checked_output_shape(&self, input: &[usize]) -> Option<Vec<usize>> {
+        Some(match self {
             Movement::Reshape(s) | Movement::Expand(s) => s.clone(),
-            Movement::Permute(p) => p.iter().map(|&i| input[i]).collect(),
+            Movement::Permute(p) => p
+                .iter()
+                .map(|&i| input.get(i).copied())
+                .collect::<Option<_>>()?,
             Movement::Slice(r) => r.iter().map(|r| r.len()).collect(),
             Movement::Pad { pads, .. } => input
                 .iter()
                 .zip(pads)
-                .map(|(&n, &(b, a))| n + b + a)
-                .collect(),
+                .map(|(&n, &(b, a))| n.checked_add(b)?.checked_add(a))
+                .collect::<Option<_>>()?,
             Movement::Flip(_) => input.to_vec(),
-        }
+        })
     }
 }
 
@@ -159,33 +176,50 @@ impl View {
         {
             return None;
         }
-        Some(
-            self.offset
-                + coords
-                    .iter()
-                    .zip(&self.strides)
-                    .map(|(&c, &s)| c as isize * s)
-                    .sum::<isize>(),
-        )
+        let off = coords
+            .iter()
+            .zip(&self.strides)
+            .fold(self.offset as i128, |acc, (&c, &s)| {
+                acc + c as i128 * s as i128
+            });
+        isize::try_from(off).ok()
     }
 
     /// Smallest and largest buffer offsets any valid coordinate reads, or `None` if nothing is
-    /// read. The backends check `0 <= min` and `max < buffer length` before running a kernel,
-    /// which is what makes their unchecked inner loops sound.
+    /// read. Computed in 128-bit arithmetic and saturated to `isize`, so a view whose offsets
+    /// do not fit reports bounds no buffer satisfies. The backends check `0 <= min` and
+    /// `max < buffer length` before running a kernel, which is what makes their unchecked
+    /// inner loops sound.
     pub fn offset_bounds(&self) -> Option<(isize, isize)> {
-        if self.numel() == 0 || self.is_fully_masked() {
+        if self.shape.contains(&0) || self.is_fully_masked() {
             return None;
         }
-        let (mut lo_off, mut hi_off) = (self.offset, self.offset);
+        let (mut lo_off, mut hi_off) = (self.offset as i128, self.offset as i128);
         for d in 0..self.ndim() {
             let (lo, hi) = self.valid_range(d);
-            let s = self.strides[d];
-            let a = lo as isize * s;
-            let b = (hi as isize - 1) * s;
+            let s = self.strides[d] as i128;
+            let a = lo as i128 * s;
+            let b = (hi as i128 - 1) * s;
             lo_off += a.min(b);
             hi_off += a.max(b);
         }
-        Some((lo_off, hi_off))
+        let sat = |x: i128| x.clamp(isize::MIN as i128, isize::MAX as i128) as isize;
+        Some((sat(lo_off), sat(hi_off)))
+    }
+
+    /// Smallest and largest offsets of any coordinate of the shape, masked or not (what a
+    /// backend may compute, though it never reads masked ones), in 128-bit arithmetic.
+    pub fn box_bounds(&self) -> Option<(i128, i128)> {
+        if self.shape.contains(&0) {
+            return None;
+        }
+        let (mut lo, mut hi) = (self.offset as i128, self.offset as i128);
+        for (&n, &s) in self.shape.iter().zip(&self.strides) {
+            let far = (n as i128 - 1) * s as i128;
+            lo += far.min(0);
+            hi += far.max(0);
+        }
+        Some((lo, hi))
     }
 
     /// Applies one movement; `None` when a reshape cannot be expressed with strides.
@@ -254,9 +288,9 @@ impl View {
                 };
             }
             if n_new > 0 {
-                v.offset += start * v.strides[d];
+                v.offset = v.offset.saturating_add(start.saturating_mul(v.strides[d]));
             }
-            v.strides[d] *= step;
+            v.strides[d] = v.strides[d].saturating_mul(step);
             v.shape[d] = n_new;
         }
         v.normalized()
@@ -270,9 +304,14 @@ impl View {
         let mut v = self.clone();
         for (d, &(b, a)) in pads.iter().enumerate() {
             let (lo, hi) = mask[d];
-            mask[d] = if lo < hi { (lo + b, hi + b) } else { (0, 0) };
-            v.offset -= b as isize * v.strides[d];
-            v.shape[d] += b + a;
+            mask[d] = if lo < hi {
+                (lo.saturating_add(b), hi.saturating_add(b))
+            } else {
+                (0, 0)
+            };
+            let shift = (b.min(isize::MAX as usize) as isize).saturating_mul(v.strides[d]);
+            v.offset = v.offset.saturating_sub(shift);
+            v.shape[d] = v.shape[d].saturating_add(b).saturating_add(a);
         }
         v.mask = Some(mask);
         v.normalized()
@@ -283,7 +322,8 @@ impl View {
         for &d in axes {
             let n = v.shape[d];
             if n > 0 {
-                v.offset += (n as isize - 1) * v.strides[d];
+                let far = (n as isize - 1).saturating_mul(v.strides[d]);
+                v.offset = v.offset.saturating_add(far);
             }
             v.strides[d] = -v.strides[d];
             if let Some(m) = &mut v.mask {
@@ -352,7 +392,7 @@ impl View {
             let mut s = self.strides[*g_old.last()?];
             for &d in g_new.iter().rev() {
                 strides[d] = s;
-                s *= new_shape[d] as isize;
+                s = s.saturating_mul(new_shape[d] as isize);
             }
         }
         Some(

@@ -7,7 +7,7 @@ use crate::dtype::{DType, Element, Scalar};
 use crate::error::{KilnError, Result};
 use crate::graph::{self, Generator, Op};
 use crate::memory;
-use crate::shape::numel;
+use crate::shape::check_shape;
 use std::sync::Arc;
 
 impl Tensor {
@@ -35,7 +35,7 @@ impl Tensor {
 
     /// Like [`Tensor::from_slice`], returning an error when `data` does not fill `shape`.
     pub fn try_from_slice<T: Element>(data: &[T], shape: &[usize]) -> Result<Tensor> {
-        let n = numel(shape);
+        let n = check_shape("from_vec", shape, T::DTYPE)?;
         if data.len() != n {
             return Err(KilnError::DataLength {
                 op: "from_vec",
@@ -50,7 +50,7 @@ impl Tensor {
 
     /// A tensor from raw little-endian bytes of `dtype`, row-major.
     pub fn try_from_bytes(bytes: &[u8], shape: &[usize], dtype: DType) -> Result<Tensor> {
-        let n = numel(shape);
+        let n = check_shape("from_bytes", shape, dtype)?;
         if bytes.len() != n * dtype.size_bytes() {
             return Err(KilnError::DataLength {
                 op: "from_bytes",

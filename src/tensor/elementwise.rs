@@ -177,7 +177,7 @@ impl Tensor {
     }
 
     /// `where(cond, a, b)`: `a` where `cond` is true, else `b`, all broadcast together.
-    /// A non-bool `cond` is compared with zero.
+    /// `cond` must be a bool tensor (compare first, e.g. `x.ne(0)`), as in PyTorch.
     ///
     /// ```
     /// use kiln::Tensor;
@@ -201,11 +201,14 @@ impl Tensor {
         b: impl Into<Operand<'b>>,
     ) -> Result<Tensor> {
         let (a, b) = (a.into(), b.into());
-        let c = if cond.dtype == DType::Bool {
-            cond.clone()
-        } else {
-            cond.try_ne(Scalar::Int(0))?
-        };
+        if cond.dtype != DType::Bool {
+            return Err(KilnError::UnsupportedDType {
+                op: "where",
+                dtype: cond.dtype,
+                detail: ": the condition must be bool (compare first, e.g. cond.ne(0))".into(),
+            });
+        }
+        let c = cond.clone();
         let (x, y, dtype, shape) = if a.tensor().is_none() && b.tensor().is_none() {
             // Both scalars: take the dtype they promote to and the condition's shape.
             let (sa, sb) = match (&a, &b) {
@@ -263,8 +266,9 @@ impl Tensor {
     }
 
     /// `self ** exponent`, with an integer-power fast path: `pow(2)` records a multiply,
-    /// `pow(0.5)` a square root. Integer tensors raised to negative integer powers give the
-    /// truncated real result (0 unless the base is ±1).
+    /// `pow(0.5)` a square root. An integer tensor raised to a negative integer scalar is an
+    /// error, as in PyTorch; with a tensor exponent, negative exponents give the truncated
+    /// real result (0 unless the base is ±1; see `docs/semantics.md`).
     #[track_caller]
     pub fn pow<'a>(&self, exponent: impl Into<Operand<'a>>) -> Tensor {
         unwrap_or_panic(self.try_pow(exponent))
@@ -275,6 +279,16 @@ impl Tensor {
         let e = exponent.into();
         if let Operand::Scalar(s) = e {
             let f = s.to_f64();
+            if !self.dtype.is_float() && matches!(s, Scalar::Int(i) if i < 0) {
+                return Err(KilnError::InvalidArgument {
+                    op: "pow",
+                    shape: self.shape.clone(),
+                    reason: format!(
+                        "integers to negative integer powers are not allowed ({} ** {s}); cast to a float dtype first",
+                        self.dtype
+                    ),
+                });
+            }
             let base = if DType::promote_scalar(self.dtype, s) != self.dtype {
                 self.try_cast(DType::promote_scalar(self.dtype, s))?
             } else {

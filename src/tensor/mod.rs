@@ -59,6 +59,7 @@ impl Tensor {
         dtype: DType,
         device: Device,
     ) -> Result<Tensor> {
+        crate::shape::check_shape(op.kind_name(), &shape, dtype)?;
         let keys: Vec<NodeKey> = inputs.iter().map(|t| t.key).collect();
         let key = graph::with_graph(|g| g.add_node(op, &keys, shape.clone(), dtype, device))?;
         Ok(Tensor::from_node(key, shape, dtype, device))

@@ -9,7 +9,13 @@ use crate::shape::{Movement, SliceRange, normalize_axes, normalize_axis, numel};
 
 impl Tensor {
     fn movement(&self, m: Movement) -> Result<Tensor> {
-        let shape = m.output_shape(&self.shape);
+        let shape =
+            m.checked_output_shape(&self.shape)
+                .ok_or_else(|| KilnError::InvalidArgument {
+                    op: m.name(),
+                    shape: self.shape.clone(),
+                    reason: "padding makes a dimension larger than 2^64 - 1".into(),
+                })?;
         Tensor::record(Op::Movement(m), &[self], shape, self.dtype, self.device)
     }
 

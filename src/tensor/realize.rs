@@ -94,6 +94,15 @@ pub fn realize_all_with(tensors: &[&Tensor], options: &RealizeOptions) -> Result
             return Ok(None);
         }
         let sweep = g.sweep(&pending)?;
+        // A tensor on a device that is not usable fails here, before anything runs.
+        let mut devices = vec![crate::Device::Cpu];
+        for &k in &sweep.order {
+            let d = g.node(k)?.device;
+            if !devices.contains(&d) {
+                backend::check_device(d)?;
+                devices.push(d);
+            }
+        }
         let (sig, binds) = cache::signature(g, &sweep, &pending, options)?;
         let (plan, cache_hit) = match cache::with_cache(|c| c.get(&sig)) {
             Some(p) => (p, true),

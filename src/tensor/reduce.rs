@@ -11,18 +11,26 @@ use crate::shape::{normalize_axes, normalize_axis, numel};
 impl Tensor {
     fn reduce(&self, op: ReduceOp, axes: &[isize], keepdim: bool) -> Result<Tensor> {
         let name = op.name();
+        if self.ndim() == 0 && !axes.is_empty() {
+            // As in PyTorch, a 0-d tensor reduces over "dimension 0 or -1" as if it had one
+            // dimension of size 1: the result is the value itself (0-d, keepdim or not).
+            normalize_axes(name, axes, &[1])?;
+            return self.try_reshape(&[1])?.reduce(op, &[0], false);
+        }
         let axes: Vec<usize> = if axes.is_empty() {
             (0..self.ndim()).collect()
         } else {
             normalize_axes(name, axes, &self.shape)?
         };
-        let reduced: usize = axes.iter().map(|&a| self.shape[a]).product();
-        if reduced == 0 && !matches!(op, ReduceOp::Sum | ReduceOp::Prod) {
-            return Err(KilnError::InvalidShape {
+        if !op.has_identity()
+            && let Some(&d) = axes.iter().find(|&&a| self.shape[a] == 0)
+        {
+            return Err(KilnError::InvalidArgument {
                 op: name,
                 shape: self.shape.clone(),
-                requested: axes.iter().map(|&a| a as isize).collect(),
-                reason: "cannot reduce over zero elements (no identity)".into(),
+                reason: format!(
+                    "dimension {d} has size 0, and {name} of no elements is undefined (it has no identity; sum and prod do)"
+                ),
             });
         }
         let x = match op {
@@ -134,6 +142,7 @@ impl Tensor {
 
     fn arg_reduce(&self, op: ReduceOp, dim: Option<isize>, keepdim: bool) -> Result<Tensor> {
         match dim {
+            Some(d) if self.ndim() == 0 => self.reduce(op, &[d], keepdim),
             Some(d) => {
                 let d = normalize_axis(op.name(), d, &self.shape)?;
                 self.reduce(op, &[d as isize], keepdim)
@@ -160,11 +169,12 @@ impl Tensor {
     pub fn try_mean(&self, axes: &[isize], keepdim: bool) -> Result<Tensor> {
         self.float_only("mean")?;
         let n = self.reduced_count("mean", axes)?;
-        self.try_sum(axes, keepdim)?.try_mul(1.0 / n.max(1) as f64)
+        // The mean of no elements is 0 / 0 = NaN, as in PyTorch.
+        self.try_sum(axes, keepdim)?.try_div(n as f64)
     }
 
     fn reduced_count(&self, op: &'static str, axes: &[isize]) -> Result<usize> {
-        if axes.is_empty() {
+        if axes.is_empty() || self.ndim() == 0 {
             return Ok(self.numel());
         }
         let a = normalize_axes(op, axes, &self.shape)?;
@@ -197,6 +207,10 @@ impl Tensor {
 
     /// Fallible [`Tensor::softmax`].
     pub fn try_softmax(&self, dim: isize) -> Result<Tensor> {
+        if self.ndim() == 0 {
+            normalize_axis("softmax", dim, &[1])?;
+            return self.try_reshape(&[1])?.try_softmax(0)?.try_reshape(&[]);
+        }
         let x = self.float_input("softmax")?;
         let d = normalize_axis("softmax", dim, &x.shape)? as isize;
         if x.shape[d as usize] == 0 {
@@ -214,6 +228,10 @@ impl Tensor {
 
     /// Fallible [`Tensor::log_softmax`].
     pub fn try_log_softmax(&self, dim: isize) -> Result<Tensor> {
+        if self.ndim() == 0 {
+            normalize_axis("log_softmax", dim, &[1])?;
+            return self.try_reshape(&[1])?.try_log_softmax(0)?.try_reshape(&[]);
+        }
         let x = self.float_input("log_softmax")?;
         let d = normalize_axis("log_softmax", dim, &x.shape)? as isize;
         if x.shape[d as usize] == 0 {

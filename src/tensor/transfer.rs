@@ -2,6 +2,7 @@
 //! plans it (and the work before it runs on the source device).
 
 use super::{Tensor, unwrap_or_panic};
+use crate::backend;
 use crate::device::Device;
 use crate::error::Result;
 use crate::graph::{self, Op};
@@ -19,11 +20,15 @@ impl Tensor {
         if device == self.device {
             return Ok(self.clone());
         }
+        // Re-recording a generator is only a shortcut between devices that both exist: a
+        // tensor on a missing device must fail when realized, not be computed elsewhere.
+        let both_usable =
+            backend::check_device(self.device).is_ok() && backend::check_device(device).is_ok();
         let generator = graph::with_graph(|g| match g.node(self.key).map(|n| n.op.clone()) {
             Ok(Op::Generate(gen_)) => Some(gen_),
             _ => None,
         });
-        if let Some(gen_) = generator {
+        if let Some(gen_) = generator.filter(|_| both_usable) {
             return Tensor::generate(gen_, &self.shape, self.dtype, device);
         }
         Tensor::record(

@@ -1,12 +1,18 @@
-//! Matrix products on the CPU. f32, f64 and f16 go through the `gemm` crate, which reads
-//! both operands through arbitrary row and column strides (a transposed view costs nothing);
-//! bf16 is widened to f32 first; integer products use a plain wrapping loop.
+//! Matrix products on the CPU. f32 and f64 go through the `gemm` crate, which reads both
+//! operands through arbitrary row and column strides (a transposed or strided view costs no
+//! copy). gemm is built with its `x86-v4` feature: it checks `is_x86_feature_detected!` once
+//! and runs AVX-512 kernels where the CPU has them, AVX2+FMA or scalar kernels elsewhere, so
+//! one binary runs on any x86-64. f16 and bf16 are widened to f32 copies in parallel,
+//! multiplied by the f32 kernels and rounded once at the end (gemm's own f16 path was
+//! slower here and rounds partial sums to f16 between blocks); integer products use a plain
+//! wrapping loop.
 
 use super::exec::ArgPtr;
 use crate::dtype::DType;
 use crate::error::{KilnError, Result};
 use crate::kernel::MatmulSpec;
 use crate::shape::View;
+use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 use rayon::prelude::*;
 
@@ -81,8 +87,8 @@ pub(crate) fn run(mm: &MatmulSpec, shape: &[usize], dtype: DType, args: &[ArgPtr
             match dtype {
                 DType::F32 => gemm_typed::<f32>(g, inner_par),
                 DType::F64 => gemm_typed::<f64>(g, inner_par),
-                DType::F16 => gemm_typed::<f16>(g, inner_par),
-                DType::BF16 => bf16_gemm(g, inner_par),
+                DType::F16 => half_gemm::<f16>(g, inner_par),
+                DType::BF16 => half_gemm::<bf16>(g, inner_par),
                 DType::I32 => int_gemm::<i32>(g),
                 DType::I64 => int_gemm::<i64>(g),
                 DType::U8 => int_gemm::<u8>(g),
@@ -115,10 +121,6 @@ impl GemmScalar for f32 {
 impl GemmScalar for f64 {
     const ZERO: Self = 0.0;
     const ONE: Self = 1.0;
-}
-impl GemmScalar for f16 {
-    const ZERO: Self = f16::ZERO;
-    const ONE: Self = f16::ONE;
 }
 
 /// # Safety
@@ -171,27 +173,104 @@ unsafe fn gemm_typed<T: GemmScalar>(g: Gemm, par: gemm::Parallelism) {
     }
 }
 
+/// A 16-bit float type whose products run through the f32 kernels.
+trait HalfFloat: Copy + Send + Sync + 'static {
+    fn widen(src: &[Self], dst: &mut [f32]);
+    fn narrow(src: &[f32], dst: &mut [Self]);
+    fn to_f32(self) -> f32;
+}
+impl HalfFloat for f16 {
+    fn widen(src: &[Self], dst: &mut [f32]) {
+        src.convert_to_f32_slice(dst);
+    }
+    fn narrow(src: &[f32], dst: &mut [Self]) {
+        dst.convert_from_f32_slice(src);
+    }
+    fn to_f32(self) -> f32 {
+        f16::to_f32(self)
+    }
+}
+impl HalfFloat for bf16 {
+    fn widen(src: &[Self], dst: &mut [f32]) {
+        src.convert_to_f32_slice(dst);
+    }
+    fn narrow(src: &[f32], dst: &mut [Self]) {
+        dst.convert_from_f32_slice(src);
+    }
+    fn to_f32(self) -> f32 {
+        bf16::to_f32(self)
+    }
+}
+
+/// Elements converted per rayon task, at least.
+const CONVERT_GRAIN: usize = 1 << 14;
+
+/// The address of element `i` of the buffer behind `p`.
+fn elem<T>(p: ArgPtr, i: isize) -> *mut T {
+    (p.ptr as *mut T).wrapping_offset(i)
+}
+
+/// A contiguous f32 copy of the `rows × cols` operand at element `off` of `p` with strides
+/// `(rs, cs)`, returned with its own (row, column) strides. The copy keeps the operand's
+/// major order (row-major unless the column stride is the larger), so a transposed view is
+/// read and written along memory and reaches gemm with the same orientation it had.
+///
+/// # Safety
+/// Every element the view describes lies inside `p`'s buffer.
+unsafe fn widen<H: HalfFloat>(
+    p: ArgPtr,
+    off: isize,
+    rs: isize,
+    cs: isize,
+    rows: usize,
+    cols: usize,
+) -> (Vec<f32>, isize, isize) {
+    let col_major = cs.unsigned_abs() > rs.unsigned_abs();
+    let (len, line_stride, step) = if col_major {
+        (rows, cs, rs)
+    } else {
+        (cols, rs, cs)
+    };
+    let mut v = vec![0f32; rows * cols];
+    if len > 0 {
+        let min_lines = (CONVERT_GRAIN / len).max(1);
+        v.par_chunks_mut(len)
+            .with_min_len(min_lines)
+            .enumerate()
+            .for_each(|(l, dst)| {
+                let start = off + l as isize * line_stride;
+                if step == 1 {
+                    // SAFETY: the line's `len` elements are consecutive and in bounds.
+                    let src = unsafe { std::slice::from_raw_parts(elem::<H>(p, start), len) };
+                    H::widen(src, dst);
+                } else {
+                    for (i, d) in dst.iter_mut().enumerate() {
+                        // SAFETY: in bounds per the caller's contract.
+                        *d = unsafe { *elem::<H>(p, start + i as isize * step) }.to_f32();
+                    }
+                }
+            });
+    }
+    if col_major {
+        (v, 1, rows as isize)
+    } else {
+        (v, cols as isize, 1)
+    }
+}
+
+/// f16 and bf16 products: both operands are widened to f32 copies (in parallel, each in its
+/// own major order), multiplied by the f32 kernels, and the result is rounded back.
+///
 /// # Safety
 /// As for [`gemm_typed`].
-unsafe fn bf16_gemm(g: Gemm, par: gemm::Parallelism) {
-    // Widen both operands to contiguous f32, multiply, round back.
-    let read =
-        |p: ArgPtr, off: isize, rs: isize, cs: isize, rows: usize, cols: usize| -> Vec<f32> {
-            let mut v = Vec::with_capacity(rows * cols);
-            for i in 0..rows {
-                for j in 0..cols {
-                    // SAFETY: in bounds per the caller's contract.
-                    let x = unsafe {
-                        *(p.ptr as *const bf16).offset(off + i as isize * rs + j as isize * cs)
-                    };
-                    v.push(x.to_f32());
-                }
-            }
-            v
-        };
+unsafe fn half_gemm<H: HalfFloat>(g: Gemm, par: gemm::Parallelism) {
     let (m, n, k) = (g.m, g.n, g.k);
-    let mut a = read(g.lhs, g.lo, g.l_rs, g.l_cs, m, k);
-    let mut b = read(g.rhs, g.ro, g.r_rs, g.r_cs, k, n);
+    if m == 0 || n == 0 {
+        return;
+    }
+    // SAFETY: the operand views are in bounds per the caller's contract.
+    let (mut a, a_rs, a_cs) = unsafe { widen::<H>(g.lhs, g.lo, g.l_rs, g.l_cs, m, k) };
+    let (mut b, b_rs, b_cs) = unsafe { widen::<H>(g.rhs, g.ro, g.r_rs, g.r_cs, k, n) };
     let mut c = vec![0f32; m * n];
     let local = |v: &mut Vec<f32>| ArgPtr {
         ptr: v.as_mut_ptr().cast::<u8>(),
@@ -201,25 +280,26 @@ unsafe fn bf16_gemm(g: Gemm, par: gemm::Parallelism) {
         oo: 0,
         lhs: local(&mut a),
         lo: 0,
-        l_rs: k as isize,
-        l_cs: 1,
+        l_rs: a_rs,
+        l_cs: a_cs,
         rhs: local(&mut b),
         ro: 0,
-        r_rs: n as isize,
-        r_cs: 1,
+        r_rs: b_rs,
+        r_cs: b_cs,
         m,
         n,
         k,
     };
-    // SAFETY: the three local row-major vectors have exactly the sizes `widened` describes,
-    // and `c` is aliased by nothing else.
+    // SAFETY: the three local vectors have exactly the sizes and layouts `widened`
+    // describes, and `c` is aliased by nothing else.
     unsafe { gemm_typed::<f32>(widened, par) };
     // SAFETY: the output block is in bounds and written only here.
-    let dst =
-        unsafe { std::slice::from_raw_parts_mut((g.out.ptr as *mut bf16).offset(g.oo), m * n) };
-    for (d, &x) in dst.iter_mut().zip(&c) {
-        *d = bf16::from_f32(x);
-    }
+    let dst = unsafe { std::slice::from_raw_parts_mut(elem::<H>(g.out, g.oo), m * n) };
+    let rows_per_task = (CONVERT_GRAIN / n).max(1);
+    dst.par_chunks_mut(n)
+        .zip(c.par_chunks(n))
+        .with_min_len(rows_per_task)
+        .for_each(|(d, s)| H::narrow(s, d));
 }
 
 trait IntScalar: Copy + Send + Sync + 'static {

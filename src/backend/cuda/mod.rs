@@ -23,16 +23,22 @@ use crate::error::{KilnError, Result};
 use crate::kernel::{IrOp, Kernel, PlannedKernel};
 use crate::memory::Buffer;
 
-/// The number of usable CUDA devices, or why there are none.
+/// The number of usable CUDA devices, or why there are none (probed once per process).
 pub fn availability() -> std::result::Result<usize, String> {
-    #[cfg(feature = "cuda")]
-    {
-        device::availability()
-    }
-    #[cfg(not(feature = "cuda"))]
-    {
-        Err("kiln was built without the `cuda` feature".into())
-    }
+    static PROBE: std::sync::OnceLock<std::result::Result<usize, String>> =
+        std::sync::OnceLock::new();
+    PROBE
+        .get_or_init(|| {
+            #[cfg(feature = "cuda")]
+            {
+                device::availability()
+            }
+            #[cfg(not(feature = "cuda"))]
+            {
+                Err("kiln was built without the `cuda` feature".into())
+            }
+        })
+        .clone()
 }
 
 /// True when at least one CUDA device can run kernels.
