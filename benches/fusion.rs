@@ -1,5 +1,7 @@
 //! Fused against unfused execution, side by side in one run. Each iteration builds the
-//! expression (untimed) and times `realize` (planning plus kernels).
+//! expression (untimed) and times `realize`: after the first iteration the plan comes from
+//! the plan cache, so this is kernel time plus replay overhead (`benches/planning.rs`
+//! measures planning itself).
 //!
 //! `cargo bench --bench fusion` (add `-- chain` etc. to filter).
 

@@ -63,6 +63,7 @@ pub fn plan_buffers(vg: &ViewGraph, fusion: &FusionPlan, sched: &Schedule) -> Bu
         })
         .collect();
     for (gi, reads) in sched.reads.iter().enumerate() {
+        super::tick(reads.len() + 1);
         for &v in reads {
             if let Some(src) = fusion.group_of_root(v) {
                 buffers[src].last = buffers[src].last.max(step_of[gi]);

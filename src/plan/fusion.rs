@@ -137,6 +137,7 @@ pub fn fuse(vg: &ViewGraph, fuse: bool, forced: &HashSet<NodeId>) -> FusionPlan 
     // Total op weight inlined into each kernel so far.
     let mut size: Vec<usize> = vec![];
     for v in (0..n).rev() {
+        super::tick(1);
         let node = &vg.nodes[v];
         let is_target = vg.is_target(v);
         match node.op {
@@ -234,6 +235,7 @@ fn gather_uses(
         }
     };
     for &(c, i) in &consumers[v] {
+        super::tick(1);
         let chain = &vg.nodes[c].inputs[i].chain;
         let cnode = &vg.nodes[c];
         let reduce = cnode.op.is_reduce();
@@ -254,6 +256,7 @@ fn gather_uses(
             }
             Placement::Inlined => {
                 for u in &uses[c] {
+                    super::tick(u.chain.len() + 1);
                     let mut ch = chain.clone();
                     ch.extend(u.chain.iter().cloned());
                     push(Use {
@@ -276,6 +279,7 @@ fn is_cheap(vg: &ViewGraph, forced: &HashSet<NodeId>, v: NodeId) -> bool {
     let mut stack = vec![v];
     let (mut ops, mut leaves) = (0, 0);
     while let Some(x) = stack.pop() {
+        super::tick(1);
         if !seen.insert(x) {
             continue;
         }

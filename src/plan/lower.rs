@@ -324,6 +324,7 @@ impl<'a> Lowerer<'a> {
         let mut view = View::contiguous(&self.vg.nodes[v].shape);
         let mut seg = path.as_deref();
         while let Some(s) = seg {
+            super::tick(s.chain.len());
             view = match view.apply_all(&s.chain) {
                 Some(nv) => nv,
                 None if s.producer != v
@@ -379,6 +380,7 @@ impl<'a> Lowerer<'a> {
         let root_key = root.key();
         let mut stack = vec![Frame::Enter(root)];
         while let Some(frame) = stack.pop() {
+            super::tick(1);
             match frame {
                 Frame::Enter(t) => self.enter(t, &mut stack)?,
                 Frame::Exit { task, kids } => {

@@ -32,6 +32,20 @@ use crate::graph::{Graph, NodeKey, Sweep};
 use crate::kernel::{BufferRef, BufferSpec, PlannedKernel, Program, Step};
 use std::collections::HashSet;
 
+thread_local! {
+    static WORK: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Counts `n` units of planning work (a node, edge, use or view step visited): the passes
+/// call this in their loops, so [`Plan::work`] measures how planning scales without timing.
+pub(crate) fn tick(n: usize) {
+    WORK.with(|w| w.set(w.get().wrapping_add(n as u64)));
+}
+
+fn work_so_far() -> u64 {
+    WORK.with(|w| w.get())
+}
+
 static PLANS_MADE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// How many plans this process has made (every run of the passes; cache hits make none).
@@ -71,6 +85,8 @@ pub struct Plan {
     pub program: Program,
     /// Nodes the lowering pass sent back to be stored.
     pub stored_by_lowering: Vec<NodeId>,
+    /// Units of planning work done (see [`tick`]): linear in the graph's size.
+    pub work: u64,
 }
 
 impl Plan {
@@ -155,6 +171,8 @@ pub fn plan_swept(
     options: &RealizeOptions,
 ) -> Result<Plan> {
     PLANS_MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let work0 = work_so_far();
+    tick(sweep.order.len());
     let view_graph = views::collapse_swept(g, sweep, targets)?;
     let mut forced: HashSet<NodeId> = HashSet::new();
     let mut stored_by_lowering = vec![];
@@ -187,6 +205,7 @@ pub fn plan_swept(
                     buffers,
                     program,
                     stored_by_lowering,
+                    work: work_so_far().wrapping_sub(work0),
                 });
             }
             Err(lower::LowerError::Store(n)) => {

@@ -28,6 +28,7 @@ pub fn schedule(vg: &ViewGraph, fusion: &FusionPlan) -> Result<Schedule> {
         let mut out = BTreeSet::new();
         let mut stack: Vec<NodeId> = vg.nodes[g.root].inputs.iter().map(|e| e.src).collect();
         while let Some(v) = stack.pop() {
+            super::tick(1);
             if !seen.insert(v) {
                 continue;
             }
@@ -63,6 +64,7 @@ pub fn schedule(vg: &ViewGraph, fusion: &FusionPlan) -> Result<Schedule> {
         .collect();
     let mut order = Vec::with_capacity(ng);
     while let Some(first) = ready.pop_first() {
+        super::tick(users[first.1].len() + 1);
         let g = first.1;
         order.push(g);
         for &u in &users[g] {

@@ -179,6 +179,7 @@ pub fn collapse_swept(g: &Graph, sweep: &Sweep, targets: &[NodeKey]) -> Result<V
     let mut map: Vec<(NodeId, Vec<Movement>)> = Vec::with_capacity(sweep.order.len());
     let mut by_key: HashMap<NodeKey, usize> = HashMap::new();
     for (pos, &key) in sweep.order.iter().enumerate() {
+        super::tick(1);
         let node = g.node(key)?;
         let keep = node.handles() > 0;
         let inputs = sweep.operands_of(pos);
@@ -279,6 +280,7 @@ fn fold_edge(vg: &mut ViewGraph, src: NodeId, chain: Vec<Movement>, needs_buffer
     let mut view = View::contiguous(&vg.nodes[src].shape);
     let mut start = 0;
     let mut pad: Option<Scalar> = None;
+    super::tick(chain.len() + 1);
     for (i, m) in chain.iter().enumerate() {
         let conflict = match m {
             Movement::Pad { value, .. } => pad.is_some_and(|p| p != *value),

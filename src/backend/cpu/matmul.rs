@@ -232,8 +232,8 @@ unsafe fn widen<H: HalfFloat>(
         (cols, rs, cs)
     };
     let mut v = vec![0f32; rows * cols];
-    if len > 0 {
-        let min_lines = (CONVERT_GRAIN / len).max(1);
+    if let Some(per_task) = CONVERT_GRAIN.checked_div(len) {
+        let min_lines = per_task.max(1);
         v.par_chunks_mut(len)
             .with_min_len(min_lines)
             .enumerate()
@@ -351,6 +351,77 @@ unsafe fn int_gemm<T: IntScalar>(g: Gemm) {
                 acc = T::mul_add(acc, x, y);
             }
             dst[i * n + j] = acc;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{DType, Tensor};
+
+    /// Largest |half product − f32 product rounded to the half type|, over the largest
+    /// |f32 product|.
+    fn half_vs_f32(a: &Tensor, b: &Tensor, dtype: DType) -> f32 {
+        let got = a.matmul(b).cast(DType::F32).to_vec::<f32>().unwrap();
+        let want = a
+            .cast(DType::F32)
+            .matmul(&b.cast(DType::F32))
+            .cast(dtype)
+            .cast(DType::F32)
+            .to_vec::<f32>()
+            .unwrap();
+        assert_eq!(got.len(), want.len());
+        let scale = want.iter().fold(0f32, |m, x| m.max(x.abs()));
+        let worst = got
+            .iter()
+            .zip(&want)
+            .fold(0f32, |m, (g, w)| m.max((g - w).abs()));
+        worst / scale
+    }
+
+    #[test]
+    fn half_products_match_the_rounded_f32_product_for_every_layout() {
+        for (dtype, ulp) in [(DType::F16, 2f32.powi(-10)), (DType::BF16, 2f32.powi(-7))] {
+            let a = Tensor::try_randn(&[37, 53], 1, dtype).unwrap();
+            let b = Tensor::try_randn(&[53, 29], 2, dtype).unwrap();
+            let at = Tensor::try_randn(&[53, 37], 3, dtype).unwrap();
+            let bt = Tensor::try_randn(&[29, 53], 4, dtype).unwrap();
+            let wide = Tensor::try_randn(&[37, 106], 5, dtype).unwrap();
+            let batch = Tensor::try_randn(&[3, 37, 53], 6, dtype).unwrap();
+            // Realized first, so the products read them through strided views.
+            for t in [&a, &b, &at, &bt, &wide, &batch] {
+                t.realize().unwrap();
+            }
+            let cases: [(&str, Tensor, Tensor); 6] = [
+                ("a@b", a.clone(), b.clone()),
+                ("a.t()@b", at.t(), b.clone()),
+                ("a@b.t()", a.clone(), bt.t()),
+                ("a.t()@b.t()", at.t(), bt.t()),
+                (
+                    "a[:, ::2]@flip(b)",
+                    wide.slice(&[(0, 37, 1), (0, 106, 2)]),
+                    b.flip(&[0]),
+                ),
+                ("batched", batch, b.clone()),
+            ];
+            for (name, x, y) in cases {
+                let err = half_vs_f32(&x, &y, dtype);
+                // Both sides round the same f32 sums; only the f32 summation order may
+                // differ between layouts, which moves a result by at most one half ulp.
+                assert!(err <= ulp, "{dtype:?} {name}: error {err:e} > {ulp:e}");
+            }
+        }
+    }
+
+    #[test]
+    fn empty_and_zero_depth_half_products() {
+        for dtype in [DType::F16, DType::BF16] {
+            let a = Tensor::zeros(&[4, 0], dtype);
+            let b = Tensor::zeros(&[0, 3], dtype);
+            let c = a.matmul(&b).cast(DType::F32).to_vec::<f32>().unwrap();
+            assert_eq!(c, vec![0.0; 12]);
+            let e = Tensor::zeros(&[0, 5], dtype).matmul(&Tensor::zeros(&[5, 3], dtype));
+            assert!(e.cast(DType::F32).to_vec::<f32>().unwrap().is_empty());
         }
     }
 }
