@@ -60,14 +60,20 @@ fn hundred_thousand_op_chain() {
     let x = input();
     let y = chain(&x, 100_000);
     let plan = y.plan(&RealizeOptions::default()).expect("plans");
-    assert!(plan.kernel_count() > 1, "a long chain is split into bounded kernels");
+    assert!(
+        plan.kernel_count() > 1,
+        "a long chain is split into bounded kernels"
+    );
     let want = reference::evaluate(&y).expect("reference").to_f64();
     let got = y.to_vec::<f32>().expect("realizes");
     for (g, w) in got.iter().zip(&want) {
         assert!((*g as f64 - w).abs() <= 1e-4, "{g} vs {w}");
     }
     drop(y);
-    assert!(kiln::graph::live_nodes() <= 2, "the chain is gone after drop");
+    assert!(
+        kiln::graph::live_nodes() <= 2,
+        "the chain is gone after drop"
+    );
 }
 
 /// Plans a chain of `n` ops; returns (planning work units, peak bytes allocated while
@@ -95,7 +101,10 @@ fn linear_planning() {
 
 fn main() {
     let checks: [(&str, fn()); 3] = [
-        ("100k-op chain on the main thread", hundred_thousand_op_chain),
+        (
+            "100k-op chain on the main thread",
+            hundred_thousand_op_chain,
+        ),
         ("linear planning", linear_planning),
         ("100k-op chain on a 2 MiB stack", || {
             std::thread::Builder::new()

@@ -20,14 +20,25 @@ fn too_large(r: kiln::Result<Tensor>, op: &str) {
 #[test]
 fn shapes_whose_element_count_overflows_are_rejected_when_recorded() {
     let s = [1usize << 40, 1 << 40, 1 << 40];
-    too_large(Tensor::try_full_on(&s, 0.0, DType::F32, Device::Cpu), "full");
+    too_large(
+        Tensor::try_full_on(&s, 0.0, DType::F32, Device::Cpu),
+        "full",
+    );
     too_large(Tensor::try_rand(&s, 1, DType::F32), "rand");
     too_large(Tensor::try_randn(&s, 1, DType::F64), "randn");
     too_large(Tensor::try_from_vec(vec![1.0f32; 4], &s), "from_vec");
-    too_large(Tensor::try_from_bytes(&[0u8; 8], &s, DType::U8), "from_bytes");
+    too_large(
+        Tensor::try_from_bytes(&[0u8; 8], &s, DType::U8),
+        "from_bytes",
+    );
     // The message names the shape.
-    let e = Tensor::try_full_on(&s, 0.0, DType::F32, Device::Cpu).err().unwrap();
-    assert!(e.to_string().contains("[1099511627776, 1099511627776, 1099511627776]"));
+    let e = Tensor::try_full_on(&s, 0.0, DType::F32, Device::Cpu)
+        .err()
+        .unwrap();
+    assert!(
+        e.to_string()
+            .contains("[1099511627776, 1099511627776, 1099511627776]")
+    );
 }
 
 #[test]
@@ -60,7 +71,11 @@ fn a_sum_over_a_wrapping_shape_is_an_error_not_zero() {
 fn padding_that_overflows_a_dimension_is_an_error() {
     let x = Tensor::from_vec(vec![1.0f32, 2.0], &[2]);
     match x.try_pad(&[(usize::MAX, 1)], 0.0) {
-        Err(KilnError::InvalidArgument { op: "pad", shape, reason }) => {
+        Err(KilnError::InvalidArgument {
+            op: "pad",
+            shape,
+            reason,
+        }) => {
             assert_eq!(shape, vec![2]);
             assert!(reason.contains("padding"), "{reason}");
         }
@@ -78,13 +93,28 @@ fn sin_and_cos_are_right_for_huge_arguments() {
     let c = t.cos().to_vec::<f32>().unwrap();
     for (i, &x) in xs.iter().enumerate() {
         let (ws, wc) = ((x as f64).sin(), (x as f64).cos());
-        assert!((s[i] as f64 - ws).abs() <= 2.0 * f32::EPSILON as f64, "sin({x}) = {}, want {ws}", s[i]);
-        assert!((c[i] as f64 - wc).abs() <= 2.0 * f32::EPSILON as f64, "cos({x}) = {}, want {wc}", c[i]);
+        assert!(
+            (s[i] as f64 - ws).abs() <= 2.0 * f32::EPSILON as f64,
+            "sin({x}) = {}, want {ws}",
+            s[i]
+        );
+        assert!(
+            (c[i] as f64 - wc).abs() <= 2.0 * f32::EPSILON as f64,
+            "cos({x}) = {}, want {wc}",
+            c[i]
+        );
     }
     // sin(1e8) used to be a constant 0.9979 (the argument was clamped).
     assert!((s[0] - 0.931_639_5).abs() < 1e-6, "{}", s[0]);
     let special = Tensor::from_vec(vec![f32::NAN, f32::INFINITY, f32::NEG_INFINITY], &[3]);
-    assert!(special.sin().to_vec::<f32>().unwrap().iter().all(|v| v.is_nan()));
+    assert!(
+        special
+            .sin()
+            .to_vec::<f32>()
+            .unwrap()
+            .iter()
+            .all(|v| v.is_nan())
+    );
 }
 
 #[test]
@@ -104,7 +134,9 @@ fn mean_over_an_empty_axis_is_nan() {
 fn integer_pow_with_a_negative_exponent_is_an_error() {
     let x = Tensor::from_vec(vec![2i64, 3], &[2]);
     match x.try_pow(-1i64) {
-        Err(KilnError::InvalidArgument { op: "pow", reason, .. }) => {
+        Err(KilnError::InvalidArgument {
+            op: "pow", reason, ..
+        }) => {
             assert!(reason.contains("negative integer powers"), "{reason}");
         }
         other => panic!("expected an error, got {other:?}"),
@@ -119,7 +151,11 @@ fn integer_pow_with_a_negative_exponent_is_an_error() {
 fn where_needs_a_bool_condition() {
     let c = Tensor::from_vec(vec![1.0f32, 0.0], &[2]);
     match Tensor::try_where(&c, 1.0, 2.0) {
-        Err(KilnError::UnsupportedDType { op: "where", dtype, detail }) => {
+        Err(KilnError::UnsupportedDType {
+            op: "where",
+            dtype,
+            detail,
+        }) => {
             assert_eq!(dtype, DType::F32);
             assert!(detail.contains("bool"), "{detail}");
         }
@@ -171,7 +207,10 @@ fn a_tensor_on_a_missing_device_fails_at_realize() {
             }
             other => panic!("expected DeviceUnavailable, got {other:?}"),
         }
-        assert!(matches!(t.realize(), Err(KilnError::DeviceUnavailable { .. })));
+        assert!(matches!(
+            t.realize(),
+            Err(KilnError::DeviceUnavailable { .. })
+        ));
     }
 }
 
@@ -186,7 +225,10 @@ fn reducing_an_empty_axis_without_identity_names_the_dimension() {
         let e = r.err().unwrap_or_else(|| panic!("{name} succeeded"));
         let text = e.to_string();
         assert!(text.starts_with(name), "{text}");
-        assert!(text.contains("[0, 3]") && text.contains("dimension 0 has size 0"), "{text}");
+        assert!(
+            text.contains("[0, 3]") && text.contains("dimension 0 has size 0"),
+            "{text}"
+        );
         assert!(!text.contains("cannot turn shape"), "{text}");
     }
     // Over the non-empty axis it is fine (three empty rows... of zero rows).

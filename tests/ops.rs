@@ -469,6 +469,13 @@ fn unary_cases() -> Vec<UnaryCase> {
             vec![0.0, 1.0, -std::f64::consts::LN_2, -inf, nan, inf],
         ),
         (
+            // PyTorch documents log2(8) = 3 style exact results for powers of two.
+            "log2",
+            Tensor::log2,
+            vec![1.0, 2.0, 8.0, 0.25, 10.0, 0.0, -1.0, inf],
+            vec![0.0, 1.0, 3.0, -2.0, 10f64.log2(), -inf, nan, inf],
+        ),
+        (
             "sqrt",
             Tensor::sqrt,
             vec![4.0, 2.0, 0.0, -1.0, inf],

@@ -380,6 +380,7 @@ unary_methods! {
     abs, try_abs, Abs, "Elementwise absolute value.";
     exp, try_exp, Exp, "Elementwise `e^x` (integers become f32).";
     log, try_log, Log, "Elementwise natural logarithm.";
+    log2, try_log2, Log2, "Elementwise base-2 logarithm (exact for powers of two).";
     sqrt, try_sqrt, Sqrt, "Elementwise square root.";
     recip, try_recip, Recip, "Elementwise `1/x`.";
     sin, try_sin, Sin, "Elementwise sine.";
