@@ -50,13 +50,12 @@ impl Operand<'_> {
     }
 }
 
+/// Two operands made alike: both tensors of one dtype and shape.
+type Aligned<'o> = (Cow<'o, Tensor>, Cow<'o, Tensor>, DType, Vec<usize>);
+
 /// Resolves two operands (at least one a tensor) into same-dtype, same-shape tensors
 /// (borrowing an operand that already has the dtype and shape).
-fn align<'o>(
-    op: &'static str,
-    a: &'o Operand<'_>,
-    b: &'o Operand<'_>,
-) -> Result<(Cow<'o, Tensor>, Cow<'o, Tensor>, DType, Vec<usize>)> {
+fn align<'o>(op: &'static str, a: &'o Operand<'_>, b: &'o Operand<'_>) -> Result<Aligned<'o>> {
     let (ta, tb) = (a.tensor(), b.tensor());
     let (dtype, shape, device) = match (ta, tb) {
         (Some(x), Some(y)) => {
