@@ -85,6 +85,17 @@ pub enum KilnError {
         dtype: DType,
         detail: String,
     },
+    /// A computation reads a value that an in-place update has overwritten since it was
+    /// recorded.
+    #[error(
+        "a tensor of shape {shape:?} ({dtype}) that this computation reads was overwritten in place (buffer version {recorded} -> {now}); realize the computation before updating in place, or clone the value first"
+    )]
+    Overwritten {
+        shape: Vec<usize>,
+        dtype: DType,
+        recorded: u64,
+        now: u64,
+    },
     /// An allocation failed even after the cache was trimmed.
     #[error(
         "out of memory on {device}: requested {requested} bytes, {reserved} bytes reserved by kiln, {free} bytes free on the device"

@@ -21,6 +21,7 @@
 //! views, fusion, schedule, memory plan, lowering) → [`kernel`] (IR) → [`backend`] →
 //! [`memory`] (buffers, allocators).
 
+pub mod autograd;
 pub mod backend;
 pub mod device;
 pub mod dtype;
@@ -42,6 +43,7 @@ pub mod tensor;
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
 
+pub use autograd::{NoGradGuard, no_grad};
 pub use device::Device;
 pub use dtype::{DType, Element, Scalar};
 pub use error::{KilnError, Result};

@@ -65,7 +65,13 @@ pub fn run_program(
                     .buffers
                     .get(pk.out)
                     .ok_or_else(|| KilnError::internal("kernel output is not a planned buffer"))?;
-                let out = Arc::new(allocate(spec.device, spec.bytes)?);
+                let out = match spec.input {
+                    Some(slot) => inputs
+                        .get(slot)
+                        .cloned()
+                        .ok_or_else(|| KilnError::internal("in-place write to a missing input"))?,
+                    None => Arc::new(allocate(spec.device, spec.bytes)?),
+                };
                 bufs[pk.out] = Some(out);
                 let args: Vec<Arc<Buffer>> = pk
                     .args
@@ -76,6 +82,12 @@ pub fn run_program(
                 match pk.device {
                     Device::Cpu => cpu::run_kernel(pk, &refs, params)?,
                     Device::Cuda(n) => cuda::run_kernel(n, pk, &refs, params)?,
+                }
+                if spec.input.is_some()
+                    && let Some(b) = &bufs[pk.out]
+                {
+                    // Readers that recorded the previous version now read a stale value.
+                    b.bump_version();
                 }
             }
             Step::Transfer {

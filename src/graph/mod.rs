@@ -31,9 +31,36 @@ pub struct Node {
     pub shape: Vec<usize>,
     pub dtype: DType,
     pub device: Device,
-    /// The data, once realized (`op == Op::Buffer`).
+    /// The data, once realized (`op == Op::Buffer`); for an `Assign`, the buffer it writes.
     pub buffer: Option<Arc<Buffer>>,
+    /// The buffer's version when this node took it: reading the node once an in-place
+    /// write bumped the buffer past it is refused (the value is gone).
+    pub version: u64,
+    /// Gradient tracking, when the node requires grad.
+    pub autograd: Option<Box<Autograd>>,
     handles: usize,
+}
+
+/// A node's gradient-tracking state.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Autograd {
+    /// The op that computed the value, kept (with the input edges) until a backward pass
+    /// consumes it; `None` for a leaf.
+    pub grad_fn: Option<Op>,
+    /// The accumulated gradient of a leaf (a node key the graph holds a handle to).
+    pub grad: Option<NodeKey>,
+    /// Gradients that reach this leaf accumulate into that node's `grad` instead (the old
+    /// value of a parameter updated in place).
+    pub accumulate_into: Option<NodeKey>,
+    /// A backward pass used (and dropped) this node's history.
+    pub released: bool,
+}
+
+impl Autograd {
+    /// True for a leaf: a value that was not computed from tensors requiring grad.
+    pub fn is_leaf(&self) -> bool {
+        self.grad_fn.is_none() && !self.released
+    }
 }
 
 impl Node {
@@ -76,6 +103,16 @@ impl Graph {
         dtype: DType,
         device: Device,
     ) -> NodeKey {
+        let tracked = grad_enabled()
+            && dtype.is_float()
+            && op.is_differentiable()
+            && input_idx.iter().any(|&i| self.dag[i].autograd.is_some());
+        let autograd = tracked.then(|| {
+            Box::new(Autograd {
+                grad_fn: Some(op.clone()),
+                ..Default::default()
+            })
+        });
         let key = self.keys.insert(NodeIndex::end());
         let idx = self.dag.add_node(Node {
             key,
@@ -84,6 +121,8 @@ impl Graph {
             dtype,
             device,
             buffer: None,
+            version: 0,
+            autograd,
             handles: 1,
         });
         self.keys[key] = idx;
@@ -102,7 +141,9 @@ impl Graph {
         device: Device,
     ) -> NodeKey {
         let key = self.insert(Op::Buffer, &[], shape, dtype, device);
-        self.dag[self.keys[key]].buffer = Some(buffer);
+        let n = &mut self.dag[self.keys[key]];
+        n.version = buffer.version();
+        n.buffer = Some(buffer);
         key
     }
 
@@ -166,9 +207,23 @@ impl Graph {
     }
 
     /// Turns a node into a realized leaf: it keeps its key, shape and dtype, holds `buffer`,
-    /// and its input edges go (pruning inputs nobody else needs).
+    /// and its input edges go (pruning inputs nobody else needs) — unless a backward pass
+    /// still needs them (the node has a `grad_fn`), in which case they stay until it ran.
     pub fn set_realized(&mut self, key: NodeKey, buffer: Arc<Buffer>) -> Result<()> {
         let idx = self.index(key)?;
+        let n = &mut self.dag[idx];
+        n.op = Op::Buffer;
+        n.version = buffer.version();
+        n.buffer = Some(buffer);
+        let keeps_history = n.autograd.as_ref().is_some_and(|a| a.grad_fn.is_some());
+        if !keeps_history {
+            self.cut_inputs(idx);
+        }
+        Ok(())
+    }
+
+    /// Removes a node's input edges and prunes inputs nobody else needs.
+    fn cut_inputs(&mut self, idx: NodeIndex) {
         let inputs: Vec<NodeIndex> = self
             .dag
             .neighbors_directed(idx, Direction::Incoming)
@@ -181,11 +236,164 @@ impl Graph {
         for e in edges {
             self.dag.remove_edge(e);
         }
-        let n = &mut self.dag[idx];
-        n.op = Op::Buffer;
-        n.buffer = Some(buffer);
         for i in inputs {
             self.prune_from(i);
+        }
+    }
+
+    /// The unrealized nodes with live tensor handles that read `value` (directly or through
+    /// other unrealized nodes), not counting the way through `except`.
+    pub fn live_readers(&self, value: NodeKey, except: NodeKey) -> Result<Vec<NodeKey>> {
+        let (start, skip) = (self.index(value)?, self.index(except)?);
+        let mut out = vec![];
+        let mut seen = std::collections::HashSet::new();
+        let mut stack: Vec<NodeIndex> = self
+            .dag
+            .neighbors_directed(start, Direction::Outgoing)
+            .filter(|&c| c != skip)
+            .collect();
+        while let Some(i) = stack.pop() {
+            if !seen.insert(i) {
+                continue;
+            }
+            let n = &self.dag[i];
+            if n.op == Op::Buffer {
+                continue;
+            }
+            if n.handles > 0 {
+                out.push(n.key);
+            }
+            stack.extend(self.dag.neighbors_directed(i, Direction::Outgoing));
+        }
+        Ok(out)
+    }
+
+    /// Mutable access to a node's gradient-tracking state.
+    pub fn autograd_mut(&mut self, key: NodeKey) -> Result<&mut Option<Box<Autograd>>> {
+        let idx = self.index(key)?;
+        Ok(&mut self.dag[idx].autograd)
+    }
+
+    /// Sets a leaf's accumulated gradient (`None` clears it), taking a handle to `grad` and
+    /// dropping the one held on the previous gradient.
+    pub fn set_grad(&mut self, key: NodeKey, grad: Option<NodeKey>) -> Result<()> {
+        let idx = self.index(key)?;
+        if let Some(g) = grad {
+            self.retain(g);
+        }
+        let old = match &mut self.dag[idx].autograd {
+            Some(a) => std::mem::replace(&mut a.grad, grad),
+            None => {
+                if let Some(g) = grad {
+                    self.release(g);
+                }
+                return Err(KilnError::internal("set_grad on a node without autograd"));
+            }
+        };
+        if let Some(o) = old {
+            self.release(o);
+        }
+        Ok(())
+    }
+
+    /// Forgets how a node was computed (after a backward pass used it): drops its
+    /// `grad_fn` and, for a realized node, the input edges that only history kept.
+    pub fn release_history(&mut self, key: NodeKey) -> Result<()> {
+        let idx = self.index(key)?;
+        let n = &mut self.dag[idx];
+        let had = match &mut n.autograd {
+            Some(a) => {
+                a.released = true;
+                a.grad_fn.take().is_some()
+            }
+            None => false,
+        };
+        if had && n.op == Op::Buffer {
+            self.cut_inputs(idx);
+        }
+        Ok(())
+    }
+
+    /// First half of an in-place update of `key`: moves the node's current value into a
+    /// new node (its op, inputs, buffer and version), points every existing consumer at
+    /// that new node — so computations recorded before the update keep reading the old
+    /// value — and returns it with one handle. `key` keeps its handles and gradient slot;
+    /// [`Graph::finish_inplace`] gives it its new value.
+    pub fn begin_inplace(&mut self, key: NodeKey) -> Result<NodeKey> {
+        let idx = self.index(key)?;
+        let (op, shape, dtype, device, buffer, version, leaf_grad) = {
+            let n = &self.dag[idx];
+            let leaf = n.autograd.as_ref().is_some_and(|a| a.is_leaf());
+            (
+                n.op.clone(),
+                n.shape.clone(),
+                n.dtype,
+                n.device,
+                n.buffer.clone(),
+                n.version,
+                leaf,
+            )
+        };
+        let old = self.insert(op, &[], shape, dtype, device);
+        let old_idx = self.keys[old];
+        {
+            let o = &mut self.dag[old_idx];
+            o.buffer = buffer;
+            o.version = version;
+            // The old value's gradient still belongs to the parameter.
+            o.autograd = leaf_grad.then(|| {
+                Box::new(Autograd {
+                    accumulate_into: Some(key),
+                    ..Default::default()
+                })
+            });
+        }
+        if let Some(a) = self.dag[idx].autograd.as_mut()
+            && a.grad_fn.is_some()
+        {
+            let grad_fn = a.grad_fn.take();
+            self.dag[old_idx].autograd = Some(Box::new(Autograd {
+                grad_fn,
+                ..Default::default()
+            }));
+        }
+        let moves: Vec<_> = self
+            .dag
+            .edges_directed(idx, Direction::Outgoing)
+            .map(|e| (e.id(), e.target(), *e.weight(), true))
+            .chain(
+                self.dag
+                    .edges_directed(idx, Direction::Incoming)
+                    .map(|e| (e.id(), e.source(), *e.weight(), false)),
+            )
+            .collect();
+        for (edge, other, pos, outgoing) in moves {
+            self.dag.remove_edge(edge);
+            if outgoing {
+                self.dag.add_edge(old_idx, other, pos);
+            } else {
+                self.dag.add_edge(other, old_idx, pos);
+            }
+        }
+        Ok(old)
+    }
+
+    /// Second half of an in-place update: `key` becomes `value`. If the old value had a
+    /// buffer (or was itself an in-place write), `key` becomes an `Assign` that writes
+    /// `value` into that same buffer when realized; otherwise `key` is simply `value`.
+    pub fn finish_inplace(&mut self, key: NodeKey, old: NodeKey, value: NodeKey) -> Result<()> {
+        let (idx, old_idx, value_idx) = (self.index(key)?, self.index(old)?, self.index(value)?);
+        let dest = self.dag[old_idx].buffer.clone();
+        let n = &mut self.dag[idx];
+        if let Some(b) = dest {
+            n.op = Op::Assign;
+            n.buffer = Some(b);
+            self.dag.add_edge(old_idx, idx, 0);
+            self.dag.add_edge(value_idx, idx, 1);
+        } else {
+            n.op = Op::Movement(crate::shape::Movement::Reshape(n.shape.clone()));
+            n.buffer = None;
+            self.dag.add_edge(value_idx, idx, 0);
         }
         Ok(())
     }
@@ -210,6 +418,14 @@ impl Graph {
                 .collect();
             if let Some(node) = self.dag.remove_node(idx) {
                 self.keys.remove(node.key);
+                // The graph's handle on a gradient goes with the node.
+                if let Some(g) = node.autograd.and_then(|a| a.grad)
+                    && let Some(&gi) = self.keys.get(g)
+                {
+                    let gn = &mut self.dag[gi];
+                    gn.handles = gn.handles.saturating_sub(1);
+                    stack.push(gi);
+                }
             }
             stack.extend(inputs);
         }
@@ -322,6 +538,20 @@ impl Sweep {
 struct Marks {
     stamp: usize,
     pos: Vec<(usize, usize)>,
+}
+
+thread_local! {
+    static GRAD_ENABLED: std::cell::Cell<bool> = const { std::cell::Cell::new(true) };
+}
+
+/// Whether ops recorded on this thread now track gradients.
+pub fn grad_enabled() -> bool {
+    GRAD_ENABLED.with(|g| g.get())
+}
+
+/// Turns gradient tracking on this thread on or off; returns the previous setting.
+pub fn set_grad_enabled(on: bool) -> bool {
+    GRAD_ENABLED.with(|g| g.replace(on))
 }
 
 static GRAPH: LazyLock<Mutex<Graph>> = LazyLock::new(Default::default);

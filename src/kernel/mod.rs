@@ -187,6 +187,9 @@ pub struct KernelArg {
     pub numel: usize,
     /// True for outputs.
     pub output: bool,
+    /// An input that is the output's own memory (an in-place write reading the value it
+    /// overwrites): backends must read it element by element before writing, never alias it.
+    pub in_place: bool,
 }
 
 /// The matrix product a matmul kernel computes before its epilogue. Views have shape

@@ -105,6 +105,9 @@ impl Step {
 pub struct BufferSpec {
     pub bytes: usize,
     pub device: Device,
+    /// An in-place write: the buffer is input slot `i`'s (nothing is allocated, and the
+    /// buffer's version is bumped once the step ran).
+    pub input: Option<usize>,
 }
 
 /// A runnable program.

@@ -35,6 +35,9 @@ pub struct Buffer {
     /// Always `Some` until `drop` takes it.
     block: Option<Block>,
     owner: Arc<dyn BlockOwner>,
+    /// Bumped by every in-place write: a reader that recorded an older version reads a value
+    /// that no longer exists (and is refused).
+    version: std::sync::atomic::AtomicU64,
 }
 
 impl Buffer {
@@ -43,7 +46,20 @@ impl Buffer {
         Self {
             block: Some(block),
             owner,
+            version: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    /// How many in-place writes the buffer has seen.
+    pub fn version(&self) -> u64 {
+        self.version.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Records an in-place write; returns the new version.
+    pub fn bump_version(&self) -> u64 {
+        self.version
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel)
+            + 1
     }
 
     /// The device the memory lives on.

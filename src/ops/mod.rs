@@ -159,6 +159,10 @@ pub enum Op {
     Contiguous,
     /// Move to another device.
     ToDevice(Device),
+    /// An in-place write: the value of input 1, stored into the buffer that input 0 (a
+    /// realized tensor, or an earlier `Assign` to it) holds. The node keeps that buffer in
+    /// its `buffer` field as the destination.
+    Assign,
 }
 
 impl Op {
@@ -176,6 +180,7 @@ impl Op {
             Op::Movement(m) => m.name().into(),
             Op::Contiguous => "contiguous".into(),
             Op::ToDevice(d) => format!("to({d})"),
+            Op::Assign => "assign".into(),
         }
     }
 
@@ -193,6 +198,23 @@ impl Op {
             Op::Movement(m) => m.name(),
             Op::Contiguous => "contiguous",
             Op::ToDevice(_) => "to",
+            Op::Assign => "assign",
+        }
+    }
+
+    /// Ops whose result can carry a gradient back to their inputs.
+    pub fn is_differentiable(&self) -> bool {
+        match self {
+            Op::Binary(b) => !b.is_comparison(),
+            Op::Reduce { op, .. } => !op.is_arg(),
+            Op::Unary(_)
+            | Op::Where
+            | Op::Cast
+            | Op::Matmul
+            | Op::Movement(_)
+            | Op::Contiguous
+            | Op::ToDevice(_) => true,
+            Op::Buffer | Op::Generate(_) | Op::Assign => false,
         }
     }
 
@@ -206,7 +228,8 @@ impl Op {
             | Op::Matmul
             | Op::Movement(_)
             | Op::Contiguous
-            | Op::ToDevice(_) => false,
+            | Op::ToDevice(_)
+            | Op::Assign => false,
         }
     }
 

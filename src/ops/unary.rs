@@ -24,6 +24,7 @@ pub enum UnaryOp {
     Tanh,
     Sigmoid,
     Gelu,
+    Erf,
 }
 
 /// Which input dtypes an op takes.
@@ -107,6 +108,7 @@ impl UnaryOp {
         UnaryOp::Tanh,
         UnaryOp::Sigmoid,
         UnaryOp::Gelu,
+        UnaryOp::Erf,
     ];
 
     /// The op's facts.
@@ -128,6 +130,7 @@ impl UnaryOp {
             UnaryOp::Tanh => info("tanh", Float, Polynomial, false, All, 2.0),
             UnaryOp::Sigmoid => info("sigmoid", Float, Polynomial, false, All, 2.0),
             UnaryOp::Gelu => info("gelu", Float, Polynomial, false, All, 5.0),
+            UnaryOp::Erf => info("erf", Float, Polynomial, false, All, 1.5),
         }
     }
 
@@ -165,6 +168,7 @@ impl UnaryOp {
             UnaryOp::Tanh => m.map(|x: T| x.float(m32::tanh_f32, f64::tanh)),
             UnaryOp::Sigmoid => m.map(|x: T| x.float(m32::sigmoid_f32, m64::sigmoid)),
             UnaryOp::Gelu => m.map(|x: T| x.float(m32::gelu_f32, m64::gelu)),
+            UnaryOp::Erf => m.map(|x: T| x.float(m32::erf_f32, m64::erf)),
         }
     }
 
@@ -206,6 +210,7 @@ impl UnaryOp {
             UnaryOp::Tanh => call("tanhf", "tanh"),
             UnaryOp::Sigmoid => format!("kiln_sigmoid({a})"),
             UnaryOp::Gelu => format!("kiln_gelu({a})"),
+            UnaryOp::Erf => call("erff", "erf"),
         }
     }
 }

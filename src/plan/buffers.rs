@@ -55,7 +55,12 @@ pub fn plan_buffers(vg: &ViewGraph, fusion: &FusionPlan, sched: &Schedule) -> Bu
             let node = &vg.nodes[g.root];
             PlannedBuffer {
                 node: g.root,
-                bytes: numel(&node.shape) * node.dtype.size_bytes(),
+                // An in-place write uses its input's buffer.
+                bytes: if node.writes_input.is_some() {
+                    0
+                } else {
+                    numel(&node.shape) * node.dtype.size_bytes()
+                },
                 first: step_of[gi],
                 last: step_of[gi],
                 kept: node.keep || vg.is_target(g.root) || vg.is_aliased(g.root),

@@ -125,6 +125,7 @@ fn encode_op(op: &Op, w: &mut Vec<u64>) {
         Op::Movement(m) => encode_movement(m, w),
         Op::Contiguous => w.push(10),
         Op::ToDevice(d) => w.extend([11, device_code(*d)]),
+        Op::Assign => w.push(12),
     }
 }
 

@@ -158,7 +158,7 @@ pub fn fuse(vg: &ViewGraph, fuse: bool, forced: &HashSet<NodeId>) -> FusionPlan 
             || forced.contains(&v)
             || !fuse
             || operand_of_buffer_op
-            || matches!(node.op, PlanOp::Copy { .. })
+            || matches!(node.op, PlanOp::Copy { .. } | PlanOp::Op(Op::Assign))
             || node.op.is_transfer()
             || node.op.is_generator();
         if must_store || consumers[v].is_empty() {
@@ -287,7 +287,7 @@ fn is_cheap(vg: &ViewGraph, forced: &HashSet<NodeId>, v: NodeId) -> bool {
         let stored = x != v
             && (forced.contains(&x)
                 || vg.is_target(x)
-                || matches!(node.op, PlanOp::Copy { .. })
+                || matches!(node.op, PlanOp::Copy { .. } | PlanOp::Op(Op::Assign))
                 || node.op.is_transfer());
         if stored || matches!(node.op, PlanOp::Input { .. }) || node.op.is_generator() {
             leaves += 1;

@@ -37,6 +37,9 @@ use std::rc::Rc;
 pub enum LowerError {
     /// Store this inlined node and plan again.
     Store(NodeId),
+    /// Copy input `input` of node `node` into a buffer of its own and plan again (an
+    /// in-place write whose value reads the destination through another view).
+    CopyInput { node: NodeId, input: usize },
     /// A real error (a planner bug, reported rather than run).
     Fatal(KilnError),
 }
@@ -230,8 +233,19 @@ impl<'a> Lowerer<'a> {
             dtype: rnode.dtype,
             numel: numel(&rnode.shape),
             output: true,
+            in_place: false,
         });
-        self.refs.push(BufferRef::Planned(self.group));
+        let dest = match rnode.writes_input {
+            Some(slot) => {
+                self.check_in_place(slot, &store_view)?;
+                for i in 0..self.refs.len() {
+                    self.args[i].in_place = self.aliases(slot, self.refs[i]);
+                }
+                BufferRef::Input(slot)
+            }
+            None => BufferRef::Planned(self.group),
+        };
+        self.refs.push(dest);
         let matmul = matmul.map(|mut m: MatmulSpec| {
             m.out = out;
             m
@@ -264,6 +278,43 @@ impl<'a> Lowerer<'a> {
             fused_ops: self.fused,
         };
         Ok((kernel, self.refs))
+    }
+
+    /// An in-place write may read its destination only at the element it writes (a load
+    /// through the store's own view, in an elementwise kernel): each element is then read
+    /// before it is overwritten. Otherwise the value is computed into a buffer of its own
+    /// first.
+    fn check_in_place(&self, slot: usize, store_view: &View) -> Result<(), LowerError> {
+        let aliases = |r: BufferRef| self.aliases(slot, r);
+        let bad = !self.axes.is_empty()
+            || self.fusion.groups[self.group].matmul.is_some()
+            || self.ops.iter().any(|i| match &i.op {
+                IrOp::Load { arg, view, .. } => aliases(self.refs[*arg]) && view != store_view,
+                _ => false,
+            });
+        if !bad {
+            return Ok(());
+        }
+        let e = &self.vg.nodes[self.root].inputs[1];
+        if self.fusion.placement[e.src] == Placement::Inlined {
+            Err(LowerError::Store(e.src))
+        } else {
+            Err(LowerError::CopyInput {
+                node: self.root,
+                input: 1,
+            })
+        }
+    }
+
+    /// True when `r` is the memory of input slot `slot` (the slot itself, or an earlier
+    /// in-place write to it).
+    fn aliases(&self, slot: usize, r: BufferRef) -> bool {
+        match r {
+            BufferRef::Input(s) => s == slot,
+            BufferRef::Planned(g) => {
+                self.vg.nodes[self.fusion.groups[g].root].writes_input == Some(slot)
+            }
+        }
     }
 
     fn matmul_spec(&mut self, m: NodeId) -> Result<MatmulSpec, LowerError> {
@@ -314,6 +365,7 @@ impl<'a> Lowerer<'a> {
             dtype: n.dtype,
             numel: numel(&n.shape),
             output: false,
+            in_place: false,
         });
         self.refs.push(r);
         Ok(self.refs.len() - 1)
@@ -473,6 +525,8 @@ impl<'a> Lowerer<'a> {
             | PlanOp::Copy { .. } => (0..node.inputs.len())
                 .map(|i| self.input_task(&t, i, t.level))
                 .collect::<Result<_, _>>()?,
+            // The written value (input 0 only names the destination).
+            PlanOp::Op(Op::Assign) => vec![self.input_task(&t, 1, t.level)?],
             PlanOp::Input { .. }
             | PlanOp::Op(Op::Buffer | Op::ToDevice(_) | Op::Movement(_) | Op::Contiguous) => {
                 return Err(fatal(format!(
@@ -512,7 +566,7 @@ impl<'a> Lowerer<'a> {
                 self.push(IrOp::Where(c, x, y), dtype, self.join(&[c, x, y]))
             }
             (PlanOp::Op(Op::Cast), &[a]) => self.push(IrOp::Cast(a), dtype, self.ops[a].level),
-            (PlanOp::Copy { .. }, &[a]) => a,
+            (PlanOp::Copy { .. } | PlanOp::Op(Op::Assign), &[a]) => a,
             (PlanOp::Op(Op::Reduce { op, .. }), &[src]) => {
                 self.push(IrOp::Reduce { op: *op, src }, dtype, Level::Row)
             }

@@ -173,7 +173,8 @@ pub fn plan_swept(
     PLANS_MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let work0 = work_so_far();
     tick(sweep.order.len());
-    let view_graph = views::collapse_swept(g, sweep, targets)?;
+    let mut view_graph = views::collapse_swept(g, sweep, targets)?;
+    let mut copied: HashSet<(NodeId, usize)> = HashSet::new();
     let mut forced: HashSet<NodeId> = HashSet::new();
     let mut stored_by_lowering = vec![];
     loop {
@@ -191,6 +192,7 @@ pub fn plan_swept(
                         .map(|(g, b)| BufferSpec {
                             bytes: b.bytes,
                             device: view_graph.nodes[g.root].device,
+                            input: view_graph.nodes[g.root].writes_input,
                         })
                         .collect(),
                     release_after: buffers.release_after.clone(),
@@ -207,6 +209,14 @@ pub fn plan_swept(
                     stored_by_lowering,
                     work: work_so_far().wrapping_sub(work0),
                 });
+            }
+            Err(lower::LowerError::CopyInput { node, input }) => {
+                if !copied.insert((node, input)) {
+                    return Err(KilnError::internal(
+                        "planner: copying an in-place value did not separate it",
+                    ));
+                }
+                views::copy_input(&mut view_graph, node, input);
             }
             Err(lower::LowerError::Store(n)) => {
                 if !forced.insert(n) {

@@ -58,6 +58,15 @@ pub fn schedule(vg: &ViewGraph, fusion: &FusionPlan) -> Result<Schedule> {
             }
         }
     }
+    // In-place writes: an `Assign` overwrites a buffer, so every kernel that reads the value
+    // the buffer held before (the input itself, or an earlier assign to it) runs first.
+    for (before, writer) in overwrites(vg, fusion) {
+        for gi in 0..ng {
+            if gi != writer && reads[gi].contains(&before) && deps[writer].insert(gi) {
+                users[gi].push(writer);
+            }
+        }
+    }
     let mut ready: BTreeSet<(NodeId, usize)> = (0..ng)
         .filter(|&g| deps[g].is_empty())
         .map(|g| (fusion.groups[g].root, g))
@@ -80,6 +89,17 @@ pub fn schedule(vg: &ViewGraph, fusion: &FusionPlan) -> Result<Schedule> {
         ));
     }
     Ok(Schedule { order, reads })
+}
+
+/// `(value, writer group)` pairs: the value a buffer holds right before an in-place write,
+/// and the group that overwrites it.
+fn overwrites(vg: &ViewGraph, fusion: &FusionPlan) -> Vec<(NodeId, usize)> {
+    vg.nodes
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| n.writes_input.is_some())
+        .filter_map(|(id, n)| Some((n.inputs.first()?.src, fusion.group_of_root(id)?)))
+        .collect()
 }
 
 #[cfg(test)]

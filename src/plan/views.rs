@@ -113,6 +113,8 @@ pub struct PlanNode {
     pub keep: bool,
     /// Generators: the first of their parameter slots in [`ViewGraph::params`].
     pub param: usize,
+    /// `Assign`s: the input slot whose buffer the node writes in place.
+    pub writes_input: Option<usize>,
 }
 
 /// The graph the later passes work on.
@@ -221,6 +223,20 @@ pub fn collapse_swept(g: &Graph, sweep: &Sweep, targets: &[NodeKey]) -> Result<V
             _ => usize::MAX,
         };
         let needs_buffer = op.is_matmul() || op.is_transfer();
+        let writes_input = match &node.op {
+            // The destination is the buffer of the assigned-to value: an input, or the
+            // destination of an earlier assign to it.
+            Op::Assign => {
+                let (dst, _) = lookup(&inputs[0])?;
+                match &vg.nodes[dst].op {
+                    PlanOp::Input { slot } => Some(*slot),
+                    _ => vg.nodes[dst].writes_input,
+                }
+                .ok_or_else(|| KilnError::internal("assign without a destination buffer"))
+                .map(Some)?
+            }
+            _ => None,
+        };
         let mut edges = Vec::with_capacity(inputs.len());
         for k in inputs {
             let (src, chain) = lookup(k)?;
@@ -235,6 +251,7 @@ pub fn collapse_swept(g: &Graph, sweep: &Sweep, targets: &[NodeKey]) -> Result<V
             origin: Some(key),
             keep,
             param,
+            writes_input,
         });
         map.push((vg.nodes.len() - 1, vec![]));
     }
@@ -264,6 +281,7 @@ pub fn collapse_swept(g: &Graph, sweep: &Sweep, targets: &[NodeKey]) -> Result<V
                 origin: Some(t),
                 keep: true,
                 param: usize::MAX,
+                writes_input: None,
             });
             vg.nodes.len() - 1
         };
@@ -318,6 +336,19 @@ fn fold_edge(vg: &mut ViewGraph, src: NodeId, chain: Vec<Movement>, needs_buffer
     edge
 }
 
+/// Reads input `input` of `node` through a copy of its own. The copy is appended, so its
+/// id comes after its consumer's: that is harmless because a copy is always stored (the
+/// fusion pass makes it a root, and the schedule orders kernels by what they read, not by
+/// id), and the lowering pass only asks for it for an in-place write's value.
+pub fn copy_input(vg: &mut ViewGraph, node: NodeId, input: usize) {
+    let e = vg.nodes[node].inputs[input].clone();
+    let c = insert_copy(vg, e.src, e.chain);
+    vg.nodes[node].inputs[input] = Edge {
+        src: c,
+        chain: vec![],
+    };
+}
+
 fn insert_copy(vg: &mut ViewGraph, src: NodeId, chain: Vec<Movement>) -> NodeId {
     let e = Edge { src, chain };
     let shape = vg.edge_shape(&e);
@@ -331,6 +362,7 @@ fn insert_copy(vg: &mut ViewGraph, src: NodeId, chain: Vec<Movement>) -> NodeId 
         origin: None,
         keep: false,
         param: usize::MAX,
+        writes_input: None,
     });
     vg.nodes.len() - 1
 }

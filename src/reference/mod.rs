@@ -133,6 +133,7 @@ fn evaluate_in(g: &Graph, target: NodeKey) -> Result<RefTensor> {
             Op::Reduce { op, axes } => reduce(ins[0], *op, axes, &shape, dt),
             Op::Matmul => matmul(ins[0], ins[1], &shape, dt),
             Op::Contiguous | Op::ToDevice(_) => ins[0].clone(),
+            Op::Assign => ins[1].clone(),
         };
         vals.insert(k, out);
     }

@@ -161,6 +161,32 @@ impl Tensor {
         Tensor::record(Op::Unary(op), &[&x], x.shape.clone(), x.dtype, x.device)
     }
 
+    /// Applies any unary op of the op table (`x.unary_op(UnaryOp::Exp)` is `x.exp()`): for
+    /// code that is generic over ops.
+    #[track_caller]
+    pub fn unary_op(&self, op: UnaryOp) -> Tensor {
+        unwrap_or_panic(self.unary(op))
+    }
+
+    /// Fallible [`Tensor::unary_op`].
+    pub fn try_unary_op(&self, op: UnaryOp) -> Result<Tensor> {
+        self.unary(op)
+    }
+
+    /// Applies any binary op of the op table (`x.binary_op(BinaryOp::Add, y)` is `x + y`).
+    #[track_caller]
+    pub fn binary_op<'a>(&self, op: BinaryOp, rhs: impl Into<Operand<'a>>) -> Tensor {
+        unwrap_or_panic(self.try_binary_op(op, rhs))
+    }
+
+    /// Fallible [`Tensor::binary_op`].
+    pub fn try_binary_op<'a>(&self, op: BinaryOp, rhs: impl Into<Operand<'a>>) -> Result<Tensor> {
+        match op {
+            BinaryOp::Pow => self.try_pow(rhs),
+            _ => Tensor::binary(Operand::Ref(self), rhs.into(), op),
+        }
+    }
+
     /// Converts to `dtype` (float → int truncates toward zero, saturating; NaN → 0).
     #[track_caller]
     pub fn cast(&self, dtype: DType) -> Tensor {
@@ -388,4 +414,5 @@ unary_methods! {
     sigmoid, try_sigmoid, Sigmoid, "Elementwise logistic function `1/(1+e^-x)`.";
     relu, try_relu, Relu, "Elementwise `max(x, 0)` (NaN stays NaN).";
     gelu, try_gelu, Gelu, "Elementwise GELU, the exact erf form `x·Φ(x)`.";
+    erf, try_erf, Erf, "Elementwise error function.";
 }

@@ -7,6 +7,7 @@
 mod creation;
 mod display;
 mod elementwise;
+mod inplace;
 mod matmul;
 mod movement;
 mod operators;
@@ -49,6 +50,19 @@ impl Tensor {
             dtype,
             device,
         }
+    }
+
+    /// Wraps a key that already carries one handle for this tensor.
+    pub(crate) fn wrap(key: NodeKey, shape: Vec<usize>, dtype: DType, device: Device) -> Self {
+        Tensor::from_node(key, shape, dtype, device)
+    }
+
+    /// A new handle to the node behind `key` (inside a `with_graph` section).
+    pub(crate) fn retained(g: &mut graph::Graph, key: NodeKey) -> Result<Tensor> {
+        let n = g.node(key)?;
+        let (shape, dtype, device) = (n.shape.clone(), n.dtype, n.device);
+        g.retain(key);
+        Ok(Tensor::from_node(key, shape, dtype, device))
     }
 
     /// Records `op` over `inputs` (which must already agree on device).

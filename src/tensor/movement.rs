@@ -8,6 +8,11 @@ use crate::graph::Op;
 use crate::shape::{Movement, SliceRange, normalize_axes, normalize_axis, numel};
 
 impl Tensor {
+    /// Records one movement op (shape checked).
+    pub(crate) fn record_movement(&self, m: Movement) -> Result<Tensor> {
+        self.movement(m)
+    }
+
     fn movement(&self, m: Movement) -> Result<Tensor> {
         let shape =
             m.checked_output_shape(&self.shape)

@@ -70,6 +70,47 @@ pub fn realize_all(tensors: &[&Tensor]) -> Result<()> {
     realize_all_with(tensors, &RealizeOptions::default()).map(|_| ())
 }
 
+/// Sweeps the graph of `targets`, adding to them every live tensor that reads a value an
+/// in-place write in that graph overwrites: those readers must run in the same plan, before
+/// the write, or their input would be gone.
+fn sweep_with_readers(g: &graph::Graph, targets: &mut Vec<NodeKey>) -> Result<graph::Sweep> {
+    loop {
+        let sweep = g.sweep(targets)?;
+        let mut added = false;
+        for &k in &sweep.order {
+            if g.node(k)?.op != Op::Assign {
+                continue;
+            }
+            for r in g.live_readers(g.inputs(k)?[0], k)? {
+                if !targets.contains(&r) {
+                    targets.push(r);
+                    added = true;
+                }
+            }
+        }
+        if !added {
+            return Ok(sweep);
+        }
+    }
+}
+
+/// A realized node whose buffer an in-place write has changed since holds a value that no
+/// longer exists: reading it is an error.
+fn check_version(g: &graph::Graph, k: NodeKey) -> Result<()> {
+    let n = g.node(k)?;
+    if let (Op::Buffer, Some(b)) = (&n.op, &n.buffer)
+        && b.version() != n.version
+    {
+        return Err(KilnError::Overwritten {
+            shape: n.shape.clone(),
+            dtype: n.dtype,
+            recorded: n.version,
+            now: b.version(),
+        });
+    }
+    Ok(())
+}
+
 /// A realize's plan, bound to this graph's inputs and parameters.
 struct Prepared {
     plan: Arc<CachedPlan>,
@@ -93,15 +134,16 @@ pub fn realize_all_with(tensors: &[&Tensor], options: &RealizeOptions) -> Result
         if pending.is_empty() {
             return Ok(None);
         }
-        let sweep = g.sweep(&pending)?;
+        let sweep = sweep_with_readers(g, &mut pending)?;
         // A tensor on a device that is not usable fails here, before anything runs.
         let mut devices = vec![crate::Device::Cpu];
         for &k in &sweep.order {
-            let d = g.node(k)?.device;
-            if !devices.contains(&d) {
-                backend::check_device(d)?;
-                devices.push(d);
+            let n = g.node(k)?;
+            if !devices.contains(&n.device) {
+                backend::check_device(n.device)?;
+                devices.push(n.device);
             }
+            check_version(g, k)?;
         }
         let (sig, binds) = cache::signature(g, &sweep, &pending, options)?;
         let (plan, cache_hit) = match cache::with_cache(|c| c.get(&sig)) {

@@ -40,7 +40,9 @@ fn compile(kernel: &Kernel) -> Result<Compiled> {
     kernel
         .validate()
         .map_err(|e| KilnError::internal(format!("kernel {}: {e}", kernel.name)))?;
-    let mut in_place = vec![];
+    let mut in_place: Vec<usize> = (0..kernel.args.len())
+        .filter(|&i| kernel.args[i].in_place)
+        .collect();
     if let Some(mm) = &kernel.matmul {
         for (arg, view) in [(mm.lhs, &mm.lhs_view), (mm.rhs, &mm.rhs_view)] {
             let a = &kernel.args[arg];

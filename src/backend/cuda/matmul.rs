@@ -85,11 +85,13 @@ fn operand(
                 dtype,
                 numel: buf.len_bytes() / dtype.size_bytes(),
                 output: false,
+                in_place: false,
             },
             KernelArg {
                 dtype,
                 numel: numel(&shape),
                 output: true,
+                in_place: false,
             },
         ],
         ops: vec![

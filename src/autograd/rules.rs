@@ -1,0 +1,278 @@
+//! One derivative rule per primitive op: given the op's inputs, its output and the gradient
+//! of the output, the gradients of the inputs (vector-Jacobian products), written as kiln
+//! ops so the backward pass fuses like the forward one. Every match is exhaustive: an op
+//! added to the op table without a rule does not compile.
+//!
+//! Inputs of elementwise ops already have the output's shape (the tensor API records
+//! broadcasts as `expand` movements, whose rule sums the gradient back).
+
+use crate::error::{KilnError, Result};
+use crate::graph::{BinaryOp, Op, ReduceOp, UnaryOp};
+use crate::shape::{Movement, SliceRange};
+use crate::tensor::Tensor;
+
+/// Gradients of `op`'s inputs (`None` where none flows or `needs` says it is not wanted).
+pub(super) fn vjp(
+    op: &Op,
+    inputs: &[Tensor],
+    out: &Tensor,
+    g: &Tensor,
+    needs: &[bool],
+) -> Result<Vec<Option<Tensor>>> {
+    let need = |i: usize| needs.get(i).copied().unwrap_or(false);
+    let x = |i: usize| -> Result<&Tensor> {
+        inputs
+            .get(i)
+            .ok_or_else(|| KilnError::internal("autograd: missing input"))
+    };
+    Ok(match op {
+        Op::Unary(u) => vec![Some(unary(*u, x(0)?, out, g)?)],
+        Op::Binary(b) => {
+            let (a, bb) = binary(*b, x(0)?, x(1)?, out, g, need(0), need(1))?;
+            vec![a, bb]
+        }
+        Op::Where => {
+            let c = x(0)?;
+            let zero = Tensor::try_full_on(&[], 0, g.dtype(), g.device())?;
+            vec![
+                None,
+                need(1)
+                    .then(|| Tensor::try_where(c, g, &zero))
+                    .transpose()?,
+                need(2)
+                    .then(|| Tensor::try_where(c, &zero, g))
+                    .transpose()?,
+            ]
+        }
+        Op::Cast => vec![Some(g.try_cast(x(0)?.dtype())?)],
+        Op::Reduce { op, axes } => vec![reduce(*op, axes, x(0)?, out, g)?],
+        Op::Matmul => {
+            let (a, b) = (x(0)?, x(1)?);
+            vec![
+                need(0)
+                    .then(|| g.try_matmul(&b.try_transpose(-2, -1)?))
+                    .transpose()?,
+                need(1)
+                    .then(|| a.try_transpose(-2, -1)?.try_matmul(g))
+                    .transpose()?,
+            ]
+        }
+        Op::Movement(m) => vec![Some(movement(m, x(0)?, g)?)],
+        Op::Contiguous => vec![Some(g.clone())],
+        Op::ToDevice(_) => vec![Some(g.try_to(x(0)?.device())?)],
+        Op::Buffer | Op::Generate(_) | Op::Assign => vec![None; inputs.len()],
+    })
+}
+
+fn unary(u: UnaryOp, x: &Tensor, y: &Tensor, g: &Tensor) -> Result<Tensor> {
+    match u {
+        UnaryOp::Neg => g.try_neg(),
+        // abs'(0) = 0, as PyTorch.
+        UnaryOp::Abs => g.try_mul(&sign(x)?),
+        // relu'(0) = 0, as PyTorch.
+        UnaryOp::Relu => Tensor::try_where(&x.try_gt(0)?, g, 0),
+        UnaryOp::Exp => g.try_mul(y),
+        UnaryOp::Log => g.try_div(x),
+        UnaryOp::Log2 => g.try_div(&x.try_mul(std::f64::consts::LN_2)?),
+        UnaryOp::Sqrt => g.try_div(&y.try_mul(2.0)?),
+        UnaryOp::Recip => g.try_mul(&y.try_mul(y)?)?.try_neg(),
+        UnaryOp::Sin => g.try_mul(&x.try_cos()?),
+        UnaryOp::Cos => g.try_mul(&x.try_sin()?)?.try_neg(),
+        UnaryOp::Tanh => g.try_mul(&y.try_mul(y)?.try_rsub(1.0)?),
+        UnaryOp::Sigmoid => g.try_mul(&y.try_mul(&y.try_rsub(1.0)?)?),
+        UnaryOp::Gelu => {
+            // d/dx x·Φ(x) = Φ(x) + x·φ(x).
+            let cdf = x
+                .try_mul(std::f64::consts::FRAC_1_SQRT_2)?
+                .try_erf()?
+                .try_add(1.0)?
+                .try_mul(0.5)?;
+            let pdf = x.try_mul(x)?.try_mul(-0.5)?.try_exp()?.try_mul(
+                0.5 * std::f64::consts::FRAC_2_SQRT_PI * std::f64::consts::FRAC_1_SQRT_2,
+            )?;
+            g.try_mul(&cdf.try_add(&x.try_mul(&pdf)?)?)
+        }
+        // erf'(x) = 2/√π · e^(-x²)
+        UnaryOp::Erf => g.try_mul(
+            &x.try_mul(x)?
+                .try_neg()?
+                .try_exp()?
+                .try_mul(std::f64::consts::FRAC_2_SQRT_PI)?,
+        ),
+    }
+}
+
+/// `sign(x)` as x's dtype: -1, 0 or 1.
+fn sign(x: &Tensor) -> Result<Tensor> {
+    x.try_gt(0)?
+        .try_cast(x.dtype())?
+        .try_sub(&x.try_lt(0)?.try_cast(x.dtype())?)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn binary(
+    b: BinaryOp,
+    x: &Tensor,
+    y: &Tensor,
+    out: &Tensor,
+    g: &Tensor,
+    need_x: bool,
+    need_y: bool,
+) -> Result<(Option<Tensor>, Option<Tensor>)> {
+    let both = |a: Result<Tensor>, b: Result<Tensor>| -> Result<(Option<Tensor>, Option<Tensor>)> {
+        Ok((
+            if need_x { Some(a?) } else { None },
+            if need_y { Some(b?) } else { None },
+        ))
+    };
+    match b {
+        BinaryOp::Add => Ok((need_x.then(|| g.clone()), need_y.then(|| g.clone()))),
+        BinaryOp::Sub => both(Ok(g.clone()), g.try_neg()),
+        BinaryOp::Mul => both(
+            if need_x { g.try_mul(y) } else { Ok(g.clone()) },
+            if need_y { g.try_mul(x) } else { Ok(g.clone()) },
+        ),
+        BinaryOp::Div => both(
+            if need_x { g.try_div(y) } else { Ok(g.clone()) },
+            if need_y {
+                g.try_mul(out)?.try_div(y)?.try_neg()
+            } else {
+                Ok(g.clone())
+            },
+        ),
+        BinaryOp::Pow => both(
+            // d/dx x^y = y·x^(y-1)
+            if need_x {
+                g.try_mul(&y.try_mul(&x.try_pow(&y.try_sub(1.0)?)?)?)
+            } else {
+                Ok(g.clone())
+            },
+            // d/dy x^y = x^y·ln x (0 where x <= 0, as PyTorch's masked form)
+            if need_y {
+                let ln = Tensor::try_where(&x.try_gt(0)?, &x.try_log()?, 0)?;
+                g.try_mul(&out.try_mul(&ln)?)
+            } else {
+                Ok(g.clone())
+            },
+        ),
+        // Ties split the gradient evenly (PyTorch's maximum/minimum rule).
+        BinaryOp::Max | BinaryOp::Min => {
+            let wins = if b == BinaryOp::Max {
+                x.try_gt(y)?
+            } else {
+                x.try_lt(y)?
+            };
+            let tie = x.try_eq(y)?;
+            let half = g.try_mul(0.5)?;
+            let share = |win: &Tensor| -> Result<Tensor> {
+                Tensor::try_where(&tie, &half, &Tensor::try_where(win, g, 0)?)
+            };
+            let loses = if b == BinaryOp::Max {
+                x.try_lt(y)?
+            } else {
+                x.try_gt(y)?
+            };
+            both(share(&wins), share(&loses))
+        }
+        BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge | BinaryOp::Eq | BinaryOp::Ne => {
+            Ok((None, None))
+        }
+    }
+}
+
+fn reduce(
+    op: ReduceOp,
+    axes: &[usize],
+    x: &Tensor,
+    out: &Tensor,
+    g: &Tensor,
+) -> Result<Option<Tensor>> {
+    let shape = x.shape().to_vec();
+    Ok(match op {
+        ReduceOp::Sum => Some(g.try_broadcast_to(&shape)?),
+        // ∂/∂x_i Π x = Π x / x_i (where x_i ≠ 0).
+        ReduceOp::Prod => Some(g.try_mul(out)?.try_broadcast_to(&shape)?.try_div(x)?),
+        // PyTorch's amax/amin rule: the gradient is split evenly among the maxima.
+        ReduceOp::Max | ReduceOp::Min => {
+            let hit = x
+                .try_eq(&out.try_broadcast_to(&shape)?)?
+                .try_cast(g.dtype())?;
+            let axes: Vec<isize> = axes.iter().map(|&a| a as isize).collect();
+            let count = hit.try_sum(&axes, true)?;
+            Some(g.try_div(&count)?.try_broadcast_to(&shape)?.try_mul(&hit)?)
+        }
+        ReduceOp::ArgMax | ReduceOp::ArgMin => None,
+    })
+}
+
+fn movement(m: &Movement, x: &Tensor, g: &Tensor) -> Result<Tensor> {
+    let shape = x.shape();
+    match m {
+        Movement::Reshape(_) => {
+            g.try_reshape(&shape.iter().map(|&d| d as isize).collect::<Vec<_>>())
+        }
+        Movement::Permute(p) => {
+            let mut inv = vec![0isize; p.len()];
+            for (i, &d) in p.iter().enumerate() {
+                inv[d] = i as isize;
+            }
+            g.try_permute(&inv)
+        }
+        Movement::Expand(to) => {
+            let axes: Vec<isize> = (0..to.len())
+                .filter(|&d| shape[d] == 1 && to[d] != 1)
+                .map(|d| d as isize)
+                .collect();
+            if axes.is_empty() {
+                Ok(g.clone())
+            } else {
+                g.try_sum(&axes, true)
+            }
+        }
+        Movement::Pad { pads, .. } => {
+            let ranges: Vec<(isize, isize, isize)> = pads
+                .iter()
+                .zip(shape)
+                .map(|(&(b, _), &n)| (b as isize, (b + n) as isize, 1))
+                .collect();
+            g.try_slice(&ranges)
+        }
+        Movement::Flip(axes) => g.try_flip(&axes.iter().map(|&a| a as isize).collect::<Vec<_>>()),
+        Movement::Slice(ranges) => unslice(g, ranges, shape),
+    }
+}
+
+/// The gradient of a slice: `g` scattered into zeros of the input's shape, built from
+/// movement ops only (pads, and for a step `s` a pad of `s - 1` zeros after every element).
+fn unslice(g: &Tensor, ranges: &[SliceRange], shape: &[usize]) -> Result<Tensor> {
+    let nd = shape.len();
+    if ranges.iter().any(|r| r.is_empty()) {
+        // Nothing was selected: the gradient is all zeros.
+        return Tensor::try_full_on(shape, 0, g.dtype(), g.device());
+    }
+    let mut t = g.clone();
+    for (d, r) in ranges.iter().enumerate() {
+        let n = r.len();
+        let full = shape[d];
+        if r.step > 1 {
+            // [.., n, ..] -> [.., n, step, ..] (zeros after each element) -> [.., n*step, ..]
+            let mut s: Vec<isize> = t.shape().iter().map(|&v| v as isize).collect();
+            s.insert(d + 1, 1);
+            let mut pads = vec![(0usize, 0usize); nd + 1];
+            pads[d + 1] = (0, r.step - 1);
+            let mut merged: Vec<isize> = t.shape().iter().map(|&v| v as isize).collect();
+            merged[d] = (n * r.step) as isize;
+            t = t.try_reshape(&s)?.try_pad(&pads, 0)?.try_reshape(&merged)?;
+            // Keep the positions that exist in the input.
+            let keep = (full - r.start).min(n * r.step);
+            let mut ranges_d = vec![(0isize, isize::MAX, 1isize); nd];
+            ranges_d[d] = (0, keep as isize, 1);
+            t = t.try_slice(&ranges_d)?;
+        }
+        let len = t.shape()[d];
+        let mut pads = vec![(0usize, 0usize); nd];
+        pads[d] = (r.start, full - r.start - len);
+        t = t.try_pad(&pads, 0)?;
+    }
+    Ok(t)
+}

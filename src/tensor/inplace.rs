@@ -1,0 +1,179 @@
+//! In-place updates in PyTorch's trailing-underscore style (`add_`, `sub_`, `mul_`,
+//! `div_`, `zero_`, `fill_`, `copy_`). They are lazy like every op: the tensor keeps its
+//! identity (every handle to it sees the new value), computations recorded before the
+//! update keep reading the old value, and when the tensor is realized the new value is
+//! written into the tensor's own buffer — after every pending reader of the old value, which
+//! the planner orders first. A value overwritten this way cannot be read afterwards: a
+//! computation that still needs it fails when realized (the buffer's version counter), as
+//! PyTorch's autograd does.
+
+use super::{Operand, Tensor, unwrap_or_panic};
+use crate::dtype::{DType, Scalar};
+use crate::error::{KilnError, Result};
+use crate::graph;
+
+impl Tensor {
+    /// Replaces this tensor's value with `f(self)` in place (see the module documentation).
+    fn update(
+        &self,
+        op: &'static str,
+        f: impl FnOnce(&Tensor) -> Result<Tensor>,
+    ) -> Result<&Tensor> {
+        if graph::grad_enabled() && self.requires_grad() {
+            return Err(KilnError::InvalidArgument {
+                op,
+                shape: self.shape.clone(),
+                reason: "in-place update of a tensor that requires grad; do it inside kiln::no_grad (as optimizers do)".into(),
+            });
+        }
+        let value = f(self)?;
+        if value.shape != self.shape {
+            return Err(KilnError::ShapeMismatch {
+                op,
+                lhs: self.shape.clone(),
+                rhs: value.shape.clone(),
+                detail: ": an in-place result must keep the tensor's shape".into(),
+            });
+        }
+        if value.device != self.device {
+            return Err(KilnError::DeviceMismatch {
+                op,
+                lhs: self.device,
+                rhs: value.device,
+            });
+        }
+        if !can_store(value.dtype, self.dtype) {
+            return Err(KilnError::UnsupportedDType {
+                op,
+                dtype: value.dtype,
+                detail: format!(
+                    ": the result cannot be stored in place into a {} tensor",
+                    self.dtype
+                ),
+            });
+        }
+        let value = value.try_cast(self.dtype)?;
+        graph::with_graph(|g| {
+            let old = g.begin_inplace(self.key)?;
+            let done = g.finish_inplace(self.key, old, value.key);
+            g.release(old);
+            done
+        })?;
+        Ok(self)
+    }
+
+    /// `self += rhs` in place (broadcasting `rhs` to this tensor's shape).
+    #[track_caller]
+    pub fn add_<'a>(&self, rhs: impl Into<Operand<'a>>) -> &Tensor {
+        unwrap_or_panic(self.try_add_(rhs))
+    }
+
+    /// Fallible [`Tensor::add_`].
+    pub fn try_add_<'a>(&self, rhs: impl Into<Operand<'a>>) -> Result<&Tensor> {
+        let rhs = rhs.into();
+        self.update("add_", |x| x.try_add(rhs))
+    }
+
+    /// `self -= rhs` in place.
+    #[track_caller]
+    pub fn sub_<'a>(&self, rhs: impl Into<Operand<'a>>) -> &Tensor {
+        unwrap_or_panic(self.try_sub_(rhs))
+    }
+
+    /// Fallible [`Tensor::sub_`].
+    pub fn try_sub_<'a>(&self, rhs: impl Into<Operand<'a>>) -> Result<&Tensor> {
+        let rhs = rhs.into();
+        self.update("sub_", |x| x.try_sub(rhs))
+    }
+
+    /// `self *= rhs` in place.
+    #[track_caller]
+    pub fn mul_<'a>(&self, rhs: impl Into<Operand<'a>>) -> &Tensor {
+        unwrap_or_panic(self.try_mul_(rhs))
+    }
+
+    /// Fallible [`Tensor::mul_`].
+    pub fn try_mul_<'a>(&self, rhs: impl Into<Operand<'a>>) -> Result<&Tensor> {
+        let rhs = rhs.into();
+        self.update("mul_", |x| x.try_mul(rhs))
+    }
+
+    /// `self /= rhs` in place (float tensors).
+    #[track_caller]
+    pub fn div_<'a>(&self, rhs: impl Into<Operand<'a>>) -> &Tensor {
+        unwrap_or_panic(self.try_div_(rhs))
+    }
+
+    /// Fallible [`Tensor::div_`].
+    pub fn try_div_<'a>(&self, rhs: impl Into<Operand<'a>>) -> Result<&Tensor> {
+        let rhs = rhs.into();
+        self.update("div_", |x| x.try_div(rhs))
+    }
+
+    /// Sets every element to zero in place.
+    #[track_caller]
+    pub fn zero_(&self) -> &Tensor {
+        unwrap_or_panic(self.try_fill_(0))
+    }
+
+    /// Sets every element to `value` in place.
+    #[track_caller]
+    pub fn fill_(&self, value: impl Into<Scalar>) -> &Tensor {
+        unwrap_or_panic(self.try_fill_(value))
+    }
+
+    /// Fallible [`Tensor::fill_`].
+    pub fn try_fill_(&self, value: impl Into<Scalar>) -> Result<&Tensor> {
+        let v = value.into();
+        self.update("fill_", |x| {
+            Tensor::try_full_on(&x.shape, v, x.dtype, x.device)
+        })
+    }
+
+    /// Copies `src` (broadcast to this tensor's shape, converted to its dtype) into this
+    /// tensor in place.
+    ///
+    /// ```
+    /// use kiln::Tensor;
+    /// let p = Tensor::zeros(&[3], kiln::DType::F32);
+    /// p.realize().unwrap();
+    /// let before = &p + 1.0; // recorded before the update: reads the old value
+    /// p.copy_(&Tensor::from_vec(vec![1.0f32, 2.0, 3.0], &[3]));
+    /// // Realizing `p` also runs `before` (a live reader of the old value) first.
+    /// assert_eq!(p.to_vec::<f32>().unwrap(), vec![1.0, 2.0, 3.0]);
+    /// assert_eq!(before.to_vec::<f32>().unwrap(), vec![1.0, 1.0, 1.0]);
+    /// ```
+    #[track_caller]
+    pub fn copy_(&self, src: &Tensor) -> &Tensor {
+        unwrap_or_panic(self.try_copy_(src))
+    }
+
+    /// Fallible [`Tensor::copy_`].
+    pub fn try_copy_(&self, src: &Tensor) -> Result<&Tensor> {
+        self.update("copy_", |x| {
+            if src.device != x.device {
+                return Err(KilnError::DeviceMismatch {
+                    op: "copy_",
+                    lhs: x.device,
+                    rhs: src.device,
+                });
+            }
+            src.try_cast(x.dtype)?.try_broadcast_to(&x.shape)
+        })
+    }
+}
+
+/// Whether a result of dtype `from` may be stored in place into a `to` tensor (PyTorch's
+/// rule: not from a higher category — float into integer, integer into bool).
+fn can_store(from: DType, to: DType) -> bool {
+    let cat = |d: DType| {
+        if d == DType::Bool {
+            0
+        } else if d.is_float() {
+            2
+        } else {
+            1
+        }
+    };
+    cat(from) <= cat(to)
+}

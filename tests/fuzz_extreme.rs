@@ -1,0 +1,1 @@
+//! Extreme sizes (work in progress).

@@ -1,0 +1,282 @@
+//! Gradient checks: for every differentiable op, the gradient kiln's backward pass records
+//! (realized through the fused planner) matches central finite differences in f64 on
+//! random inputs — including inputs reached through permuted, sliced (with steps),
+//! expanded, padded and flipped views.
+//!
+//! Each check builds `loss = Σ w ⊙ f(inputs)` with fixed random weights `w`, runs
+//! `loss.backward()`, and compares every input's gradient element with
+//! `(loss(x + h) - loss(x - h)) / 2h`, `h = 1e-6`.
+
+use kiln::ops::{BinaryOp, Domain, UnaryOp};
+use kiln::{DType, Tensor, no_grad};
+
+/// Deterministic values in `[lo, hi)`.
+fn values(n: usize, seed: u64, lo: f64, hi: f64) -> Vec<f64> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            lo + (hi - lo) * ((s >> 11) as f64 / (1u64 << 53) as f64)
+        })
+        .collect()
+}
+
+fn leaf(data: &[f64], shape: &[usize]) -> Tensor {
+    let t = Tensor::from_vec(data.to_vec(), shape).requires_grad_(true);
+    t.realize().unwrap();
+    t
+}
+
+/// Checks `f` at `inputs` (each `(data, shape)`); `f` may apply views to its inputs.
+fn check(name: &str, inputs: &[(Vec<f64>, Vec<usize>)], f: impl Fn(&[Tensor]) -> Tensor) {
+    check_tol(name, inputs, 1e-6, 1e-6, f)
+}
+
+/// [`check`] with a step `h` (relative to the input's magnitude) and tolerance.
+fn check_tol(
+    name: &str,
+    inputs: &[(Vec<f64>, Vec<usize>)],
+    step: f64,
+    tol: f64,
+    f: impl Fn(&[Tensor]) -> Tensor,
+) {
+    let loss_of = |xs: &[Tensor], w: &Tensor| (f(xs) * w).sum(&[], false);
+    let leaves: Vec<Tensor> = inputs.iter().map(|(d, s)| leaf(d, s)).collect();
+    let out = f(&leaves);
+    let w = Tensor::from_vec(values(out.numel(), 99, -1.0, 1.0), out.shape());
+    let loss = loss_of(&leaves, &w);
+    loss.backward()
+        .unwrap_or_else(|e| panic!("{name}: backward failed: {e}"));
+    for (i, (data, shape)) in inputs.iter().enumerate() {
+        let grad = leaves[i]
+            .grad()
+            .unwrap_or_else(|| panic!("{name}: input {i} got no gradient"));
+        assert_eq!(grad.shape(), &shape[..], "{name}: gradient shape");
+        let got = grad.to_vec::<f64>().unwrap();
+        for j in 0..data.len() {
+            let h = step * data[j].abs().max(1.0);
+            let at = |delta: f64| -> f64 {
+                no_grad(|| {
+                    let xs: Vec<Tensor> = inputs
+                        .iter()
+                        .enumerate()
+                        .map(|(k, (d, s))| {
+                            let mut d = d.clone();
+                            if k == i {
+                                d[j] += delta;
+                            }
+                            Tensor::from_vec(d, s)
+                        })
+                        .collect();
+                    loss_of(&xs, &w).item::<f64>().unwrap()
+                })
+            };
+            let numeric = (at(h) - at(-h)) / (2.0 * h);
+            let err = (got[j] - numeric).abs();
+            assert!(
+                err <= tol * (1.0 + numeric.abs()),
+                "{name}: d/dx{i}[{j}] = {} but finite differences give {numeric} (|diff| {err:e})",
+                got[j]
+            );
+        }
+    }
+}
+
+/// An input interval where `u` is smooth and defined.
+fn domain(u: UnaryOp) -> (f64, f64) {
+    match u.info().domain {
+        Domain::All => (-2.0, 2.0),
+        Domain::NonNegative | Domain::Positive => (0.2, 3.0),
+        Domain::NonZero => (0.3, 2.0),
+    }
+}
+
+#[test]
+fn every_unary_op() {
+    for (k, &u) in UnaryOp::ALL.iter().enumerate() {
+        let (lo, hi) = domain(u);
+        let mut x = values(12, 10 + k as u64, lo, hi);
+        // Keep kinks (abs, relu at 0) away from the finite-difference stencil.
+        for v in &mut x {
+            if v.abs() < 0.05 {
+                *v += 0.2;
+            }
+        }
+        check(u.name(), &[(x, vec![3, 4])], |t| t[0].unary_op(u));
+    }
+}
+
+#[test]
+fn every_binary_op() {
+    for (k, &b) in BinaryOp::ALL.iter().enumerate() {
+        if b.is_comparison() {
+            continue;
+        }
+        let x = values(12, 20 + k as u64, 0.5, 2.0);
+        let mut y = values(12, 40 + k as u64, 0.5, 2.0);
+        if matches!(b, BinaryOp::Max | BinaryOp::Min) {
+            // No ties (the finite difference is not defined there).
+            for (a, c) in x.iter().zip(y.iter_mut()) {
+                if (a - *c).abs() < 0.05 {
+                    *c += 0.2;
+                }
+            }
+        }
+        check(b.name(), &[(x, vec![3, 4]), (y, vec![3, 4])], |t| {
+            t[0].binary_op(b, &t[1])
+        });
+    }
+}
+
+#[test]
+fn ties_split_the_gradient_evenly() {
+    // maximum/minimum: half to each side; max reduction (amax): even split among maxima.
+    let a = leaf(&[1.0, 2.0, 3.0], &[3]);
+    let b = leaf(&[1.0, 5.0, 0.0], &[3]);
+    a.maximum(&b).sum(&[], false).backward().unwrap();
+    assert_eq!(
+        a.grad().unwrap().to_vec::<f64>().unwrap(),
+        vec![0.5, 0.0, 1.0]
+    );
+    assert_eq!(
+        b.grad().unwrap().to_vec::<f64>().unwrap(),
+        vec![0.5, 1.0, 0.0]
+    );
+    let x = leaf(&[3.0, 1.0, 3.0, 3.0], &[4]);
+    x.max(&[0], false).backward().unwrap();
+    let third = 1.0 / 3.0;
+    assert_eq!(
+        x.grad().unwrap().to_vec::<f64>().unwrap(),
+        vec![third, 0.0, third, third]
+    );
+}
+
+#[test]
+fn reductions_and_composites() {
+    let x = || vec![(values(24, 5, 0.5, 2.0), vec![2, 3, 4])];
+    check("sum", &x(), |t| t[0].sum(&[1], false));
+    check("sum all", &x(), |t| t[0].sum(&[], true));
+    check("prod", &x(), |t| t[0].prod(&[2], false));
+    check("max", &x(), |t| t[0].max(&[0, 2], false));
+    check("min", &x(), |t| t[0].min(&[1], true));
+    check("mean", &x(), |t| t[0].mean(&[0, 1], false));
+    check("var", &x(), |t| t[0].var(&[2], false, 1));
+    check("softmax", &x(), |t| t[0].softmax(-1));
+    check("log_softmax", &x(), |t| t[0].log_softmax(1));
+    check(
+        "layer_norm",
+        &[
+            (values(24, 6, -2.0, 2.0), vec![2, 3, 4]),
+            (values(4, 7, 0.5, 1.5), vec![4]),
+            (values(4, 8, -0.5, 0.5), vec![4]),
+        ],
+        |t| t[0].layer_norm(&[4], Some(&t[1]), Some(&t[2]), 1e-5),
+    );
+}
+
+#[test]
+fn matmul_where_and_cast() {
+    check(
+        "matmul",
+        &[
+            (values(12, 1, -1.0, 1.0), vec![3, 4]),
+            (values(8, 2, -1.0, 1.0), vec![4, 2]),
+        ],
+        |t| t[0].matmul(&t[1]),
+    );
+    check(
+        "batched matmul with a broadcast batch",
+        &[
+            (values(24, 3, -1.0, 1.0), vec![2, 3, 4]),
+            (values(8, 4, -1.0, 1.0), vec![4, 2]),
+        ],
+        |t| t[0].matmul(&t[1]),
+    );
+    check(
+        "matrix-vector",
+        &[
+            (values(12, 5, -1.0, 1.0), vec![3, 4]),
+            (values(4, 6, -1.0, 1.0), vec![4]),
+        ],
+        |t| t[0].matmul(&t[1]),
+    );
+    check(
+        "where",
+        &[
+            (values(6, 7, -1.0, 1.0), vec![2, 3]),
+            (values(6, 8, -1.0, 1.0), vec![2, 3]),
+        ],
+        |t| Tensor::where_(&t[0].gt(0.0), &t[0], &t[1].exp()),
+    );
+    // f64 -> f32 -> f64 rounds to f32: a larger step and a looser tolerance.
+    check_tol(
+        "cast",
+        &[(values(6, 9, -1.0, 1.0), vec![6])],
+        1e-3,
+        1e-3,
+        |t| t[0].cast(DType::F32).exp().cast(DType::F64),
+    );
+}
+
+#[test]
+fn inputs_reached_through_views() {
+    let x = || vec![(values(24, 11, 0.5, 2.0), vec![4, 6])];
+    check("permute", &x(), |t| t[0].t().exp());
+    check("reshape", &x(), |t| t[0].reshape(&[2, 12]).sin());
+    check("reshape of a transpose (copy)", &x(), |t| {
+        t[0].t().reshape(&[-1]).log()
+    });
+    check("slice with steps", &x(), |t| {
+        t[0].slice(&[(1, 4, 2), (0, 6, 3)]).exp()
+    });
+    check("slice with a step and offset", &x(), |t| {
+        t[0].slice(&[(0, 4, 1), (1, 6, 2)]) * 3.0
+    });
+    check("pad", &x(), |t| t[0].pad(&[(1, 2), (0, 1)], 0.5).tanh());
+    check("flip", &x(), |t| t[0].flip(&[0, 1]).sqrt());
+    check("expand", &[(values(4, 12, 0.5, 2.0), vec![4, 1])], |t| {
+        t[0].expand(&[4, 5]).log()
+    });
+    check(
+        "broadcast in a binary op",
+        &[
+            (values(4, 13, 0.5, 2.0), vec![4, 1]),
+            (values(6, 14, 0.5, 2.0), vec![6]),
+        ],
+        |t| &t[0] * &t[1],
+    );
+    check("views composed", &x(), |t| {
+        t[0].t()
+            .slice(&[(1, 6, 2)])
+            .flip(&[1])
+            .pad(&[(1, 1)], 0.0)
+            .exp()
+            .sum(&[1], false)
+    });
+    check("contiguous", &x(), |t| t[0].t().contiguous() * 2.0);
+}
+
+#[test]
+fn gradients_accumulate_until_zeroed_and_detach_stops_them() {
+    let w = leaf(&[1.0, 2.0], &[2]);
+    (&w * 3.0).sum(&[], false).backward().unwrap();
+    (&w * &w).sum(&[], false).backward().unwrap();
+    assert_eq!(w.grad().unwrap().to_vec::<f64>().unwrap(), vec![5.0, 7.0]);
+    w.zero_grad();
+    assert!(w.grad().is_none());
+    let d = w.detach();
+    assert!(!d.requires_grad());
+    let y = (&d * &w).sum(&[], false);
+    y.backward().unwrap();
+    assert_eq!(w.grad().unwrap().to_vec::<f64>().unwrap(), vec![1.0, 2.0]);
+    // A second backward through the same (released) history is an error, not a silent 0.
+    let z = (&w * 2.0).exp();
+    let s = z.sum(&[], false);
+    s.backward().unwrap();
+    assert!(s.backward().is_err());
+    // no_grad records no history.
+    let n = no_grad(|| &w * 2.0);
+    assert!(!n.requires_grad());
+}
