@@ -154,6 +154,18 @@ fn instr_text(k: &Kernel, i: usize, args: &[String], params: &[Scalar]) -> Strin
                 .collect();
             format!("{}({}) [{}]", kind.name(), vals.join(", "), fmt_view(view))
         }
+        IrOp::Gather {
+            arg,
+            view,
+            stride,
+            len,
+            index,
+            ..
+        } => format!(
+            "gather {} [{}] + %{index}·{stride} (index < {len})",
+            args[*arg],
+            fmt_view(view)
+        ),
         IrOp::Const(c) => format!("const {c}"),
         IrOp::Param { slot } => format!("param {}", param_text(params, *slot)),
         IrOp::Valid { view } => format!("valid [{}]", fmt_view(view)),

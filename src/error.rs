@@ -96,6 +96,14 @@ pub enum KilnError {
         recorded: u64,
         now: u64,
     },
+    /// An index tensor held a value outside the indexed dimension (found when the kernel
+    /// ran).
+    #[error("{op}: index {index} is out of range for a dimension of size {size}")]
+    IndexOutOfRange {
+        op: &'static str,
+        index: i64,
+        size: usize,
+    },
     /// An allocation failed even after the cache was trimmed.
     #[error(
         "out of memory on {device}: requested {requested} bytes, {reserved} bytes reserved by kiln, {free} bytes free on the device"

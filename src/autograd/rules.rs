@@ -60,6 +60,9 @@ pub(super) fn vjp(
         Op::Movement(m) => vec![Some(movement(m, x(0)?, g)?)],
         Op::Contiguous => vec![Some(g.clone())],
         Op::ToDevice(_) => vec![Some(g.try_to(x(0)?.device())?)],
+        // The gradient of an indexed load sums back into the table's places.
+        Op::Gather { axis } => vec![Some(x(0)?.scattered(*axis, x(1)?, g)?), None],
+        Op::ScatterAdd { axis } => vec![None, Some(g.try_gather(*axis as isize, x(0)?)?)],
         Op::Buffer | Op::Generate(_) | Op::Assign => vec![None; inputs.len()],
     })
 }

@@ -55,6 +55,18 @@ pub enum IrOp<V = View> {
         view: V,
         fill: Scalar,
     },
+    /// An indexed load: buffer argument `arg` at `view`'s offset plus `index · stride`,
+    /// where `index` is an i64 value of this kernel that must lie in `0..len` (checked when
+    /// the kernel runs; an index outside is an error, never a read outside the buffer).
+    /// Masked-out coordinates give `fill`.
+    Gather {
+        arg: usize,
+        view: V,
+        stride: isize,
+        len: usize,
+        index: ValueId,
+        fill: Scalar,
+    },
     /// A constant that is part of the plan's structure (a pad value).
     Const(Scalar),
     /// A run-time parameter (a `full` generator's value), converted to the instruction's
@@ -94,6 +106,7 @@ impl<V> IrOp<V> {
         match self {
             IrOp::Unary(_, a) | IrOp::Cast(a) => vec![*a],
             IrOp::Reduce { src, .. } | IrOp::Store { src, .. } => vec![*src],
+            IrOp::Gather { index, .. } => vec![*index],
             IrOp::Binary(_, a, b) => vec![*a, *b],
             IrOp::Where(c, a, b) => vec![*c, *a, *b],
             IrOp::Load { .. }
@@ -109,6 +122,7 @@ impl<V> IrOp<V> {
     pub fn view(&self) -> Option<&V> {
         match self {
             IrOp::Load { view, .. }
+            | IrOp::Gather { view, .. }
             | IrOp::Generate { view, .. }
             | IrOp::Valid { view }
             | IrOp::Store { view, .. } => Some(view),
@@ -120,6 +134,7 @@ impl<V> IrOp<V> {
     pub fn view_mut(&mut self) -> Option<&mut V> {
         match self {
             IrOp::Load { view, .. }
+            | IrOp::Gather { view, .. }
             | IrOp::Generate { view, .. }
             | IrOp::Valid { view }
             | IrOp::Store { view, .. } => Some(view),
@@ -144,6 +159,21 @@ impl<V> IrOp<V> {
                 kind: *kind,
                 params: *params,
                 view: f(view),
+                fill: *fill,
+            },
+            IrOp::Gather {
+                arg,
+                view,
+                stride,
+                len,
+                index,
+                fill,
+            } => IrOp::Gather {
+                arg: *arg,
+                view: f(view),
+                stride: *stride,
+                len: *len,
+                index: *index,
                 fill: *fill,
             },
             IrOp::Const(s) => IrOp::Const(*s),
@@ -203,6 +233,19 @@ pub struct MatmulSpec {
     pub out: usize,
 }
 
+/// The sums a scatter kernel computes: over every position `p` of the index's shape,
+/// `out[p with p[axis] = index[p]] += values[p]`, into a zeroed output. Views have the
+/// index's shape; the output is `out`, row-major over the kernel's shape.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScatterSpec {
+    pub index: usize,
+    pub index_view: View,
+    pub values: usize,
+    pub values_view: View,
+    pub axis: usize,
+    pub out: usize,
+}
+
 /// One fused kernel.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Kernel {
@@ -215,6 +258,8 @@ pub struct Kernel {
     pub args: Vec<KernelArg>,
     pub ops: Vec<Instr>,
     pub matmul: Option<MatmulSpec>,
+    /// Scatter kernels: what they sum (they have no instructions).
+    pub scatter: Option<ScatterSpec>,
     /// The graph ops this kernel computes, in order (for dumps).
     pub fused_ops: Vec<String>,
 }
@@ -264,10 +309,39 @@ impl Kernel {
             && matches!(self.ops[1].op, IrOp::Store { .. })
     }
 
+    /// A scatter's views lie inside their buffers, its index is i64, and every position's
+    /// off-axis coordinates lie inside the output.
+    fn validate_scatter(&self, s: &ScatterSpec) -> Result<(), String> {
+        let arg = |i: usize| self.args.get(i).ok_or(format!("scatter: bad arg {i}"));
+        let (ia, va, oa) = (arg(s.index)?, arg(s.values)?, arg(s.out)?);
+        let shape = &s.index_view.shape;
+        if ia.dtype != DType::I64
+            || s.values_view.shape != *shape
+            || shape.len() != self.shape.len()
+            || s.axis >= shape.len()
+            || !oa.output
+            || oa.numel != self.shape.iter().product::<usize>()
+            || (0..shape.len()).any(|d| d != s.axis && shape[d] > self.shape[d])
+        {
+            return Err("scatter: inconsistent shapes or dtypes".into());
+        }
+        for (v, a) in [(&s.index_view, ia), (&s.values_view, va)] {
+            if let Some((lo, hi)) = v.offset_bounds()
+                && (lo < 0 || hi as usize >= a.numel || v.mask.is_some())
+            {
+                return Err("scatter: a view reads outside its buffer".into());
+            }
+        }
+        Ok(())
+    }
+
     /// Checks the IR's internal invariants: operands precede their users, levels and dtypes
     /// are consistent, views have the right shapes, args are in range. Backends call this
     /// before running a kernel; a violation is a planner bug reported as an error.
     pub fn validate(&self) -> Result<(), String> {
+        if let Some(s) = &self.scatter {
+            self.validate_scatter(s)?;
+        }
         let row = self.row_shape();
         for (i, ins) in self.ops.iter().enumerate() {
             for o in ins.operands() {
@@ -336,6 +410,34 @@ impl Kernel {
                         return Err(format!(
                             "op {i}: store view must be injective into an output"
                         ));
+                    }
+                }
+                IrOp::Gather {
+                    arg,
+                    view,
+                    stride,
+                    len,
+                    index,
+                    ..
+                } => {
+                    want(view)?;
+                    let a = self
+                        .args
+                        .get(*arg)
+                        .ok_or(format!("op {i}: bad arg {arg}"))?;
+                    if a.dtype != ins.dtype || self.ops[*index].dtype != DType::I64 {
+                        return Err(format!("op {i}: gather dtypes"));
+                    }
+                    // Every index in 0..len from every valid coordinate stays in the buffer.
+                    if let Some((lo, hi)) = view.offset_bounds() {
+                        let span = (*len as i128 - 1).max(0) * *stride as i128;
+                        let (lo, hi) = (lo as i128 + span.min(0), hi as i128 + span.max(0));
+                        if *len == 0 || lo < 0 || hi >= a.numel as i128 {
+                            return Err(format!(
+                                "op {i}: gather reads offsets {lo}..={hi} of a {}-element buffer",
+                                a.numel
+                            ));
+                        }
                     }
                 }
                 IrOp::Generate { view, .. } | IrOp::Valid { view } => want(view)?,

@@ -163,6 +163,18 @@ pub enum Op {
     /// realized tensor, or an earlier `Assign` to it) holds. The node keeps that buffer in
     /// its `buffer` field as the destination.
     Assign,
+    /// An indexed load, PyTorch's `gather`: `out[c] = src[c with c[axis] = index[c]]`.
+    /// Inputs `[src, index]` (index i64, the output's shape; `index.shape[d] <= src.shape[d]`
+    /// off the axis). Fuses like an elementwise op; `src` is read from a buffer.
+    Gather {
+        axis: usize,
+    },
+    /// Sums values into their indexed places: `out[c with c[axis] = index[c]] += values[c]`
+    /// over a zero tensor of the node's shape. Inputs `[index, values]` (same shape). The
+    /// gradient of `Gather`; deterministic on the CPU.
+    ScatterAdd {
+        axis: usize,
+    },
 }
 
 impl Op {
@@ -181,6 +193,8 @@ impl Op {
             Op::Contiguous => "contiguous".into(),
             Op::ToDevice(d) => format!("to({d})"),
             Op::Assign => "assign".into(),
+            Op::Gather { axis } => format!("gather[{axis}]"),
+            Op::ScatterAdd { axis } => format!("scatter_add[{axis}]"),
         }
     }
 
@@ -199,6 +213,8 @@ impl Op {
             Op::Contiguous => "contiguous",
             Op::ToDevice(_) => "to",
             Op::Assign => "assign",
+            Op::Gather { .. } => "gather",
+            Op::ScatterAdd { .. } => "scatter_add",
         }
     }
 
@@ -213,15 +229,28 @@ impl Op {
             | Op::Matmul
             | Op::Movement(_)
             | Op::Contiguous
-            | Op::ToDevice(_) => true,
+            | Op::ToDevice(_)
+            | Op::Gather { .. }
+            | Op::ScatterAdd { .. } => true,
             Op::Buffer | Op::Generate(_) | Op::Assign => false,
+        }
+    }
+
+    /// True when operand `i` must be read from a buffer (a matmul's operands, what a
+    /// transfer moves, the table a gather indexes, a scatter's inputs).
+    pub fn needs_buffer(&self, i: usize) -> bool {
+        match self {
+            Op::Matmul | Op::ToDevice(_) | Op::ScatterAdd { .. } => true,
+            Op::Gather { .. } => i == 0,
+            _ => false,
         }
     }
 
     /// Elementwise ops (including casts): the ones fusion chains together.
     pub fn is_elementwise(&self) -> bool {
         match self {
-            Op::Unary(_) | Op::Binary(_) | Op::Where | Op::Cast => true,
+            // A gather is elementwise over its output: one indexed load per element.
+            Op::Unary(_) | Op::Binary(_) | Op::Where | Op::Cast | Op::Gather { .. } => true,
             Op::Buffer
             | Op::Generate(_)
             | Op::Reduce { .. }
@@ -229,7 +258,8 @@ impl Op {
             | Op::Movement(_)
             | Op::Contiguous
             | Op::ToDevice(_)
-            | Op::Assign => false,
+            | Op::Assign
+            | Op::ScatterAdd { .. } => false,
         }
     }
 

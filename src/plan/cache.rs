@@ -126,6 +126,8 @@ fn encode_op(op: &Op, w: &mut Vec<u64>) {
         Op::Contiguous => w.push(10),
         Op::ToDevice(d) => w.extend([11, device_code(*d)]),
         Op::Assign => w.push(12),
+        Op::Gather { axis } => w.extend([13, *axis as u64]),
+        Op::ScatterAdd { axis } => w.extend([14, *axis as u64]),
     }
 }
 

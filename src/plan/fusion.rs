@@ -153,7 +153,7 @@ pub fn fuse(vg: &ViewGraph, fuse: bool, forced: &HashSet<NodeId>) -> FusionPlan 
         }
         let operand_of_buffer_op = consumers[v]
             .iter()
-            .any(|&(c, _)| vg.nodes[c].op.is_matmul() || vg.nodes[c].op.is_transfer());
+            .any(|&(c, i)| vg.nodes[c].op.needs_buffer(i));
         let must_store = is_target
             || forced.contains(&v)
             || !fuse

@@ -25,7 +25,8 @@ use crate::dtype::{DType, Scalar};
 use crate::error::KilnError;
 use crate::graph::Op;
 use crate::kernel::{
-    BufferRef, Instr, IrOp, Kernel, KernelArg, Level, MatmulSpec, PlannedKernel, Step, ValueId,
+    BufferRef, Instr, IrOp, Kernel, KernelArg, Level, MatmulSpec, PlannedKernel, ScatterSpec, Step,
+    ValueId,
 };
 use crate::ops::Generator;
 use crate::shape::{Movement, View, numel};
@@ -70,7 +71,10 @@ pub fn lower(
             });
             continue;
         }
-        let (kernel, args) = Lowerer::new(vg, fusion, g).run(step)?;
+        let (kernel, args) = match node.op {
+            PlanOp::Op(Op::ScatterAdd { axis }) => scatter_kernel(vg, fusion, g, axis, step)?,
+            _ => Lowerer::new(vg, fusion, g).run(step)?,
+        };
         kernel
             .validate()
             .map_err(|e| fatal(format!("kernel {} is invalid: {e}", kernel.name)))?;
@@ -83,6 +87,67 @@ pub fn lower(
         })));
     }
     Ok(steps)
+}
+
+/// A scatter kernel: its index and values are read from buffers through their edges' views
+/// (the views pass made them unmasked), and it writes a fresh buffer.
+fn scatter_kernel(
+    vg: &ViewGraph,
+    fusion: &FusionPlan,
+    group: usize,
+    axis: usize,
+    step: usize,
+) -> Result<(Kernel, Vec<BufferRef>), LowerError> {
+    let root = fusion.groups[group].root;
+    let node = &vg.nodes[root];
+    let mut args = vec![];
+    let mut refs = vec![];
+    let mut views = vec![];
+    for e in &node.inputs {
+        let view = vg
+            .edge_view(e)
+            .filter(|v| v.mask.is_none())
+            .ok_or_else(|| fatal("scatter operand view is masked or does not fold"))?;
+        let src = &vg.nodes[e.src];
+        refs.push(
+            buffer_ref(vg, fusion, e.src).ok_or_else(|| fatal("scatter of an unstored value"))?,
+        );
+        args.push(KernelArg {
+            dtype: src.dtype,
+            numel: numel(&src.shape),
+            output: false,
+            in_place: false,
+        });
+        views.push(view);
+    }
+    let (Some(values_view), Some(index_view)) = (views.pop(), views.pop()) else {
+        return Err(fatal("scatter needs an index and values"));
+    };
+    args.push(KernelArg {
+        dtype: node.dtype,
+        numel: numel(&node.shape),
+        output: true,
+        in_place: false,
+    });
+    refs.push(BufferRef::Planned(group));
+    let kernel = Kernel {
+        name: format!("k{step}_scatter_add"),
+        shape: node.shape.clone(),
+        reduce_axes: vec![],
+        args,
+        ops: vec![],
+        matmul: None,
+        scatter: Some(ScatterSpec {
+            index: 0,
+            index_view,
+            values: 1,
+            values_view,
+            axis,
+            out: 2,
+        }),
+        fused_ops: vec![node.op.name()],
+    };
+    Ok((kernel, refs))
 }
 
 fn buffer_ref(vg: &ViewGraph, fusion: &FusionPlan, v: NodeId) -> Option<BufferRef> {
@@ -163,6 +228,8 @@ struct Lowerer<'a> {
     keepdims: Vec<usize>,
     ops: Vec<Instr>,
     memo: HashMap<Key, ValueId>,
+    /// A reduction's row value, however it is seen (its views are all canonical).
+    reduced: HashMap<NodeId, ValueId>,
     consts: HashMap<(Scalar, DType, Level), ValueId>,
     args: Vec<KernelArg>,
     refs: Vec<BufferRef>,
@@ -199,6 +266,7 @@ impl<'a> Lowerer<'a> {
             keepdims,
             ops: vec![],
             memo: HashMap::new(),
+            reduced: HashMap::new(),
             consts: HashMap::new(),
             args: vec![],
             refs: vec![],
@@ -275,6 +343,7 @@ impl<'a> Lowerer<'a> {
             args: self.args,
             ops: self.ops,
             matmul,
+            scatter: None,
             fused_ops: self.fused,
         };
         Ok((kernel, self.refs))
@@ -373,7 +442,12 @@ impl<'a> Lowerer<'a> {
 
     /// The view of `v`'s row-major layout seen from the kernel along `path`.
     fn fold(&self, v: NodeId, path: &Path) -> Result<View, LowerError> {
-        let mut view = View::contiguous(&self.vg.nodes[v].shape);
+        self.fold_from(View::contiguous(&self.vg.nodes[v].shape), v, path)
+    }
+
+    /// `view` (a view over `v`'s shape) seen from the kernel along `path`.
+    fn fold_from(&self, start: View, v: NodeId, path: &Path) -> Result<View, LowerError> {
+        let mut view = start;
         let mut seg = path.as_deref();
         while let Some(s) = seg {
             super::tick(s.chain.len());
@@ -467,6 +541,11 @@ impl<'a> Lowerer<'a> {
         let v = t.v;
         let node = &self.vg.nodes[v];
         let here = self.computed_here(v);
+        let padded = t.pad.is_some() && t.view.mask.is_some();
+        if let Some(&id) = self.reduced.get(&v).filter(|_| !padded) {
+            self.memo.insert(t.key(), id);
+            return Ok(());
+        }
         // A value constant along the reduce axes is computed once per row.
         if t.level == Level::Elem
             && !self.axes.is_empty()
@@ -527,8 +606,16 @@ impl<'a> Lowerer<'a> {
                 .collect::<Result<_, _>>()?,
             // The written value (input 0 only names the destination).
             PlanOp::Op(Op::Assign) => vec![self.input_task(&t, 1, t.level)?],
+            // The index; the table is read from its buffer when the gather is emitted.
+            PlanOp::Op(Op::Gather { .. }) => vec![self.input_task(&t, 1, t.level)?],
             PlanOp::Input { .. }
-            | PlanOp::Op(Op::Buffer | Op::ToDevice(_) | Op::Movement(_) | Op::Contiguous) => {
+            | PlanOp::Op(
+                Op::Buffer
+                | Op::ToDevice(_)
+                | Op::Movement(_)
+                | Op::Contiguous
+                | Op::ScatterAdd { .. },
+            ) => {
                 return Err(fatal(format!(
                     "cannot compute {} inside a kernel",
                     node.op.name()
@@ -567,8 +654,39 @@ impl<'a> Lowerer<'a> {
             }
             (PlanOp::Op(Op::Cast), &[a]) => self.push(IrOp::Cast(a), dtype, self.ops[a].level),
             (PlanOp::Copy { .. } | PlanOp::Op(Op::Assign), &[a]) => a,
+            (PlanOp::Op(Op::Gather { axis }), &[index]) => {
+                let e = &node.inputs[0];
+                let table = self
+                    .vg
+                    .edge_view(e)
+                    .filter(|v| v.mask.is_none())
+                    .ok_or_else(|| fatal("gather table view is masked or does not fold"))?;
+                // The table over the gather's coordinates: the axis contributes only through
+                // the index (stride 0 here, `stride` per index unit).
+                let mut strides = table.strides.clone();
+                strides[*axis] = 0;
+                let over_out = View {
+                    shape: node.shape.clone(),
+                    strides,
+                    offset: table.offset,
+                    mask: None,
+                };
+                let view = self.fold_from(over_out, t.v, &t.path)?;
+                let arg = self.arg_for(e.src)?;
+                let op = IrOp::Gather {
+                    arg,
+                    view,
+                    stride: table.strides[*axis],
+                    len: table.shape[*axis],
+                    index,
+                    fill,
+                };
+                self.push(op, dtype, level)
+            }
             (PlanOp::Op(Op::Reduce { op, .. }), &[src]) => {
-                self.push(IrOp::Reduce { op: *op, src }, dtype, Level::Row)
+                let id = self.push(IrOp::Reduce { op: *op, src }, dtype, Level::Row);
+                self.reduced.insert(t.v, id);
+                id
             }
             (PlanOp::Op(Op::Matmul), []) => {
                 if level != Level::Elem || t.view != View::contiguous(&self.space) {

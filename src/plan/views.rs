@@ -66,6 +66,14 @@ impl PlanOp {
         matches!(self, PlanOp::Op(Op::Matmul))
     }
 
+    /// True when operand `i` must be read from a buffer.
+    pub fn needs_buffer(&self, i: usize) -> bool {
+        match self {
+            PlanOp::Op(op) => op.needs_buffer(i),
+            _ => false,
+        }
+    }
+
     /// True for reductions.
     pub fn is_reduce(&self) -> bool {
         matches!(self, PlanOp::Op(Op::Reduce { .. }))
@@ -222,7 +230,7 @@ pub fn collapse_swept(g: &Graph, sweep: &Sweep, targets: &[NodeKey]) -> Result<V
             }
             _ => usize::MAX,
         };
-        let needs_buffer = op.is_matmul() || op.is_transfer();
+        let needs_buffer = |i: usize| node.op.needs_buffer(i);
         let writes_input = match &node.op {
             // The destination is the buffer of the assigned-to value: an input, or the
             // destination of an earlier assign to it.
@@ -240,7 +248,7 @@ pub fn collapse_swept(g: &Graph, sweep: &Sweep, targets: &[NodeKey]) -> Result<V
         let mut edges = Vec::with_capacity(inputs.len());
         for k in inputs {
             let (src, chain) = lookup(k)?;
-            edges.push(fold_edge(&mut vg, src, chain, needs_buffer));
+            edges.push(fold_edge(&mut vg, src, chain, needs_buffer(edges.len())));
         }
         vg.nodes.push(PlanNode {
             op,

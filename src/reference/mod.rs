@@ -134,6 +134,8 @@ fn evaluate_in(g: &Graph, target: NodeKey) -> Result<RefTensor> {
             Op::Matmul => matmul(ins[0], ins[1], &shape, dt),
             Op::Contiguous | Op::ToDevice(_) => ins[0].clone(),
             Op::Assign => ins[1].clone(),
+            Op::Gather { axis } => gather(ins[0], ins[1], *axis, &shape)?,
+            Op::ScatterAdd { axis } => scatter_add(ins[0], ins[1], *axis, &shape, dt)?,
         };
         vals.insert(k, out);
     }
@@ -357,6 +359,53 @@ fn reduce(x: &RefTensor, op: ReduceOp, axes: &[usize], shape: &[usize], dt: DTyp
         }
     });
     RefTensor::from_scalars(shape.to_vec(), dt, vals)
+}
+
+fn index_at(idx: &RefTensor, flat: usize, len: usize) -> Result<usize> {
+    let i = idx.get(flat).to_i64();
+    if i < 0 || i as usize >= len {
+        return Err(KilnError::IndexOutOfRange {
+            op: "gather",
+            index: i,
+            size: len,
+        });
+    }
+    Ok(i as usize)
+}
+
+fn gather(src: &RefTensor, idx: &RefTensor, axis: usize, shape: &[usize]) -> Result<RefTensor> {
+    let vals = (0..numel(shape))
+        .map(|flat| {
+            let mut c = unravel(flat, shape);
+            c[axis] = index_at(idx, flat, src.shape[axis])?;
+            Ok(src.get(ravel(&c, &src.shape)))
+        })
+        .collect::<Result<Vec<Scalar>>>()?;
+    Ok(RefTensor::from_scalars(
+        shape.to_vec(),
+        src.dtype,
+        vals.into_iter(),
+    ))
+}
+
+fn scatter_add(
+    idx: &RefTensor,
+    values: &RefTensor,
+    axis: usize,
+    shape: &[usize],
+    dt: DType,
+) -> Result<RefTensor> {
+    let mut acc = vec![0.0f64; numel(shape)];
+    for flat in 0..numel(&idx.shape) {
+        let mut c = unravel(flat, &idx.shape);
+        c[axis] = index_at(idx, flat, shape[axis])?;
+        acc[ravel(&c, shape)] += values.get(flat).to_f64();
+    }
+    Ok(RefTensor::from_scalars(
+        shape.to_vec(),
+        dt,
+        acc.into_iter().map(Scalar::Float),
+    ))
 }
 
 fn matmul(a: &RefTensor, b: &RefTensor, shape: &[usize], dt: DType) -> RefTensor {

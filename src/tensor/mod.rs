@@ -7,6 +7,7 @@
 mod creation;
 mod display;
 mod elementwise;
+mod indexing;
 mod inplace;
 mod matmul;
 mod movement;

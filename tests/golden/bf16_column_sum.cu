@@ -63,6 +63,20 @@ template <typename T> __device__ __forceinline__ T kiln_max(T a, T b) { return (
 template <typename T> __device__ __forceinline__ T kiln_min(T a, T b) { return (a != a || a < b) ? a : b; }
 template <typename T> __device__ __forceinline__ T kiln_relu(T a) { return (a != a || a > (T)0) ? a : (T)0; }
 
+// An index for a gather or scatter: one outside 0..len is recorded in the kernel's error
+// word (err[0] = 1, err[1] = the index, err[2] = len; the first one wins) and clamped, so
+// the access stays inside the buffer. The host reads the word after the kernel.
+__device__ __forceinline__ long long kiln_index(long long j, long long len, unsigned long long* err) {
+    if (j < 0 || j >= len) {
+        if (atomicCAS(err, 0ULL, 1ULL) == 0ULL) {
+            err[1] = (unsigned long long)j;
+            err[2] = (unsigned long long)len;
+        }
+        return j < 0 ? 0 : len - 1;
+    }
+    return j;
+}
+
 // Integer power, wrapping; negative exponents give the truncated real result.
 __device__ __forceinline__ long long kiln_ipow(long long base, long long e) {
     if (e < 0) return base == 1 ? 1 : (base == -1 ? ((e & 1) ? -1 : 1) : 0);

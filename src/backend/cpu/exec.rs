@@ -195,6 +195,9 @@ const TILE_RUN: usize = 256;
 /// What one run of a kernel binds: buffer pointers and parameter values.
 pub(crate) struct Env<'a> {
     pub args: Vec<ArgPtr>,
+    /// The first out-of-range index a gather met, with its dimension's size (the kernel
+    /// reads its fill value instead and the run reports the error).
+    pub bad_index: std::sync::Mutex<Option<(i64, usize)>>,
     pub params: &'a [Scalar],
     /// Per instruction: constants' and parameters' values in their compute type.
     pub scals: Vec<Scal>,
@@ -215,6 +218,7 @@ impl<'a> Env<'a> {
             .collect();
         Env {
             args,
+            bad_index: std::sync::Mutex::new(None),
             params,
             scals,
         }
@@ -386,6 +390,7 @@ fn new_machine<'p>(prog: &'p CpuKernel, env: &'p Env<'_>, mut regs: Vec<Vec<u64>
     }
     Machine {
         prog,
+        bad_index: &env.bad_index,
         args: &env.args,
         params: env.params,
         scals: &env.scals,
@@ -421,6 +426,7 @@ fn items_impl(prog: &CpuKernel, env: &Env<'_>, items: &Items, lo: usize, hi: usi
 
 struct Machine<'p> {
     prog: &'p CpuKernel,
+    bad_index: &'p std::sync::Mutex<Option<(i64, usize)>>,
     args: &'p [ArgPtr],
     /// The plan's parameter values.
     params: &'p [Scalar],
@@ -714,6 +720,39 @@ impl<'p> Machine<'p> {
                 };
                 let mut out = std::mem::take(&mut self.regs[reg]);
                 load_run(a, dtype, base, stride, lo, hi, p.scal, &mut out, n);
+                self.regs[reg] = out;
+                self.vals[v] = Val::Reg(reg);
+            }
+            IrOp::Gather {
+                arg,
+                view,
+                stride: step,
+                len,
+                index,
+                ..
+            } => {
+                let a = self.args[*arg];
+                let (base, ok) = view.base(&self.coords, ax);
+                let stride = view.strides[ax];
+                let (lo, hi) = if ok {
+                    view.run_valid(ax, self.coords[ax], n)
+                } else {
+                    (0, 0)
+                };
+                let (step, len, index) = (*step, *len, *index);
+                let mut out = std::mem::take(&mut self.regs[reg]);
+                let idx = self.fetch::<i64>(index);
+                let at = Run {
+                    base,
+                    stride,
+                    lo,
+                    hi,
+                    n,
+                };
+                if let Some(bad) = gather_run(a, dtype, at, idx, step, len, p.scal, &mut out) {
+                    let mut first = self.bad_index.lock().unwrap_or_else(|e| e.into_inner());
+                    first.get_or_insert((bad, len));
+                }
                 self.regs[reg] = out;
                 self.vals[v] = Val::Reg(reg);
             }
@@ -1047,6 +1086,70 @@ fn load_run(
         DType::F16 => go!(u16, f32, |s: u16| f16::from_bits(s).to_f32()),
         DType::BF16 => go!(u16, f32, |s: u16| f32::from_bits((s as u32) << 16)),
     }
+}
+
+/// Where a run reads: the run's first element at `base`, then every `stride`; elements
+/// `lo..hi` are valid, the rest padding; `n` elements in all.
+#[derive(Clone, Copy)]
+struct Run {
+    base: isize,
+    stride: isize,
+    lo: usize,
+    hi: usize,
+    n: usize,
+}
+
+/// An indexed load of a run: element `i` reads `base + i·stride + index[i]·step`, for
+/// `index[i]` in `0..len` (an index outside reads `fill` and is returned, for the error).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn gather_run(
+    a: ArgPtr,
+    dtype: DType,
+    at: Run,
+    index: Src<'_, i64>,
+    step: isize,
+    len: usize,
+    fill: Scal,
+    out: &mut [u64],
+) -> Option<i64> {
+    let mut bad = None;
+    macro_rules! go {
+        ($S:ty, $T:ty, $conv:expr) => {{
+            let o = &mut typed_mut::<$T>(out)[..at.n];
+            let f = <$T as Num>::get(fill);
+            o[..at.lo].fill(f);
+            o[at.hi..].fill(f);
+            let p = a.ptr as *const $S;
+            let conv = $conv;
+            for i in at.lo..at.hi {
+                let j = match index {
+                    Src::Slice(s) => s[i],
+                    Src::Scalar(x) => x,
+                };
+                if j < 0 || j as u64 >= len as u64 {
+                    bad.get_or_insert(j);
+                    o[i] = f;
+                    continue;
+                }
+                // SAFETY: the validator checked that every valid coordinate's offset plus
+                // any index in 0..len times `step` lies inside the buffer, and `j` was just
+                // checked to be in 0..len.
+                let s = unsafe { *p.offset(at.base + i as isize * at.stride + j as isize * step) };
+                o[i] = conv(s);
+            }
+        }};
+    }
+    match dtype {
+        DType::Bool | DType::U8 => go!(u8, u8, |s: u8| s),
+        DType::I32 => go!(i32, i32, |s: i32| s),
+        DType::I64 => go!(i64, i64, |s: i64| s),
+        DType::F32 => go!(f32, f32, |s: f32| s),
+        DType::F64 => go!(f64, f64, |s: f64| s),
+        DType::F16 => go!(u16, f32, |s: u16| f16::from_bits(s).to_f32()),
+        DType::BF16 => go!(u16, f32, |s: u16| f32::from_bits((s as u32) << 16)),
+    }
+    bad
 }
 
 /// Writes a run to a buffer, converting to the storage type.

@@ -10,6 +10,7 @@ mod exec;
 mod matmul;
 mod ops;
 mod program;
+mod scatter;
 
 pub use exec::simd_level;
 
@@ -40,6 +41,9 @@ fn compile(kernel: &Kernel) -> Result<Compiled> {
     kernel
         .validate()
         .map_err(|e| KilnError::internal(format!("kernel {}: {e}", kernel.name)))?;
+    if kernel.scatter.is_some() {
+        return Ok(Compiled { program: None });
+    }
     let mut in_place: Vec<usize> = (0..kernel.args.len())
         .filter(|&i| kernel.args[i].in_place)
         .collect();
@@ -104,6 +108,9 @@ pub fn run_kernel(pk: &PlannedKernel, args: &[&Buffer], params: &[Scalar]) -> Re
     let kernel = &pk.kernel;
     let compiled = pk.compiled.get_or_try_init(|| compile(kernel))?;
     let ptrs = bind_args(kernel, args)?;
+    if let Some(spec) = &kernel.scatter {
+        return scatter::run(kernel, spec, &ptrs);
+    }
     if let Some(mm) = &kernel.matmul {
         let dtype = kernel.args[mm.out].dtype;
         matmul::run(mm, &kernel.shape, dtype, &ptrs)?;
@@ -111,6 +118,17 @@ pub fn run_kernel(pk: &PlannedKernel, args: &[&Buffer], params: &[Scalar]) -> Re
     if let Some(prog) = &compiled.program {
         let env = exec::Env::new(prog, ptrs, params);
         exec::execute(prog, &env);
+        if let Some((index, size)) = env
+            .bad_index
+            .into_inner()
+            .unwrap_or_else(|e| e.into_inner())
+        {
+            return Err(KilnError::IndexOutOfRange {
+                op: "gather",
+                index,
+                size,
+            });
+        }
     }
     Ok(())
 }

@@ -180,7 +180,9 @@ pub(crate) fn compile(k: &Kernel, in_place: &[usize]) -> CpuKernel {
             let conv_op = |op: &IrOp| op.map_view(|v| conv(v, lv));
             let (op, scal) = match &ins.op {
                 // Fully masked reads are their fill value.
-                IrOp::Load { view, fill, .. } | IrOp::Generate { view, fill, .. }
+                IrOp::Load { view, fill, .. }
+                | IrOp::Generate { view, fill, .. }
+                | IrOp::Gather { view, fill, .. }
                     if view.is_fully_masked() =>
                 {
                     (IrOp::Const(*fill), *fill)
@@ -202,7 +204,9 @@ pub(crate) fn compile(k: &Kernel, in_place: &[usize]) -> CpuKernel {
                         fill,
                     )
                 }
-                IrOp::Load { fill, .. } | IrOp::Generate { fill, .. } => (conv_op(&ins.op), *fill),
+                IrOp::Load { fill, .. }
+                | IrOp::Generate { fill, .. }
+                | IrOp::Gather { fill, .. } => (conv_op(&ins.op), *fill),
                 IrOp::Const(s) => (IrOp::Const(*s), *s),
                 op => (conv_op(op), Scalar::Int(0)),
             };

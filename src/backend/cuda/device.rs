@@ -183,6 +183,37 @@ impl CudaDevice {
 
     /// Launches a rendered kernel over buffer arguments.
     pub fn launch(&self, k: &RenderedKernel, args: &[&Buffer], values: &[Scalar]) -> Result<()> {
+        if !k.error_word {
+            return self.launch_checked(k, args, values, None);
+        }
+        // A kernel that indexes gets a zeroed error word, read back after it ran.
+        let err = self.alloc(24)?;
+        self.upload(&err, &[0u8; 24])?;
+        self.launch_checked(k, args, values, Some(&err))?;
+        let mut word = [0u8; 24];
+        self.download(&mut word, &err)?;
+        let w = |i: usize| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&word[i * 8..i * 8 + 8]);
+            u64::from_le_bytes(b)
+        };
+        if w(0) != 0 {
+            return Err(KilnError::IndexOutOfRange {
+                op: "gather",
+                index: w(1) as i64,
+                size: w(2) as usize,
+            });
+        }
+        Ok(())
+    }
+
+    fn launch_checked(
+        &self,
+        k: &RenderedKernel,
+        args: &[&Buffer],
+        values: &[Scalar],
+        err: Option<&Buffer>,
+    ) -> Result<()> {
         let (grid, block) = match k.launch {
             Launch::Elementwise { numel } => {
                 if numel == 0 {
@@ -211,6 +242,9 @@ impl CudaDevice {
                 ParamForm::Float => v.to_f64().to_bits() as i64,
                 ParamForm::Int => v.to_i64(),
             }));
+        }
+        if let Some(e) = err {
+            params.push(Param::Ptr(e.addr()));
         }
         self.launch_raw(&k.source, &k.name, grid, block, &params)
     }

@@ -115,6 +115,7 @@ fn operand(
             },
         ],
         matmul: None,
+        scatter: None,
         fused_ops: vec!["copy".into()],
     };
     let r = render::render(&k)?;

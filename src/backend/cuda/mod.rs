@@ -108,6 +108,17 @@ fn check_args(ordinal: usize, kernel: &Kernel, args: &[&Buffer]) -> Result<()> {
     Ok(())
 }
 
+/// A kernel rendered for CUDA, kept with its planned kernel.
+enum Rendered {
+    /// A fused kernel (none for a bare matmul).
+    Fused(Option<render::RenderedKernel>),
+    /// A scatter: a zeroing kernel, then the atomic sums.
+    Scatter {
+        zero: render::RenderedKernel,
+        scatter: render::RenderedKernel,
+    },
+}
+
 /// Runs one planned kernel on device `ordinal` (arguments in kernel order, all on that
 /// device) with the plan's parameter values. The kernel is validated and rendered once and
 /// kept with the planned kernel; NVRTC output is cached by source.
@@ -118,21 +129,23 @@ pub fn run_kernel(
     params: &[Scalar],
 ) -> Result<()> {
     let kernel = &pk.kernel;
-    let rendered = pk
-        .compiled
-        .get_or_try_init(|| -> Result<Option<render::RenderedKernel>> {
-            kernel
-                .validate()
-                .map_err(|e| KilnError::internal(format!("kernel {}: {e}", kernel.name)))?;
-            let trivial = kernel.matmul.is_some()
-                && kernel.ops.len() == 2
-                && matches!(kernel.ops[0].op, IrOp::MatmulResult);
-            if trivial {
-                Ok(None)
-            } else {
-                render::render(kernel).map(Some)
-            }
-        })?;
+    let rendered = pk.compiled.get_or_try_init(|| -> Result<Rendered> {
+        kernel
+            .validate()
+            .map_err(|e| KilnError::internal(format!("kernel {}: {e}", kernel.name)))?;
+        if kernel.scatter.is_some() {
+            let (zero, scatter) = render::render_scatter(kernel)?;
+            return Ok(Rendered::Scatter { zero, scatter });
+        }
+        let trivial = kernel.matmul.is_some()
+            && kernel.ops.len() == 2
+            && matches!(kernel.ops[0].op, IrOp::MatmulResult);
+        Ok(Rendered::Fused(if trivial {
+            None
+        } else {
+            Some(render::render(kernel)?)
+        }))
+    })?;
     check_args(ordinal, kernel, args)?;
     #[cfg(feature = "cuda")]
     {
@@ -141,8 +154,15 @@ pub fn run_kernel(
             matmul::run(&dev, mm, kernel, args)?;
         }
         match rendered.as_ref() {
-            Some(r) => dev.launch(r, args, params),
-            None => Ok(()),
+            Rendered::Fused(Some(r)) => dev.launch(r, args, params),
+            Rendered::Fused(None) => Ok(()),
+            Rendered::Scatter { zero, scatter } => {
+                let out = args
+                    .last()
+                    .ok_or_else(|| KilnError::internal("scatter without an output"))?;
+                dev.launch(zero, &[out], &[])?;
+                dev.launch(scatter, args, &[])
+            }
         }
     }
     #[cfg(not(feature = "cuda"))]

@@ -53,6 +53,9 @@ pub struct RenderedKernel {
     /// The parameter slots the kernel takes after its buffers, in order, each passed as
     /// 64 bits in the given form.
     pub params: Vec<(usize, ParamForm)>,
+    /// The kernel takes a last argument: a device error word (three u64) where it records
+    /// an out-of-range index.
+    pub error_word: bool,
 }
 
 /// How a parameter's value is passed (always 64 bits: `unsigned long long pN`).
@@ -244,19 +247,29 @@ pub fn render(k: &Kernel) -> Result<RenderedKernel> {
         src.push_str(RANDOM_CUH);
     }
     let forms = param_forms(k);
+    let error_word = k.ops.iter().any(|i| matches!(i.op, IrOp::Gather { .. }));
+    // An in-place write reads its own output: those pointers may alias, so they are not
+    // `__restrict__` (each thread still reads an element before writing it).
+    let aliased = k.args.iter().any(|a| a.in_place);
     let params: Vec<String> = k
         .args
         .iter()
         .enumerate()
         .map(|(i, a)| {
             let c = if a.output { "" } else { "const " };
-            format!("{c}{}* __restrict__ a{i}", storage_ctype(a.dtype))
+            let restrict = if aliased && (a.output || a.in_place) {
+                ""
+            } else {
+                " __restrict__"
+            };
+            format!("{c}{}*{restrict} a{i}", storage_ctype(a.dtype))
         })
         .chain(
             forms
                 .iter()
                 .map(|(slot, _)| format!("const unsigned long long p{slot}")),
         )
+        .chain(error_word.then(|| "unsigned long long* __restrict__ kerr".to_string()))
         .collect();
     let bound = match launch {
         Launch::Elementwise { .. } => BLOCK,
@@ -273,7 +286,122 @@ pub fn render(k: &Kernel) -> Result<RenderedKernel> {
         source: src,
         launch,
         params: forms,
+        error_word,
     })
+}
+
+/// C offset expression `offset + Σ c_d·stride_d` over coordinate names `c{d}`.
+fn offset_expr(view: &View, idx: &str) -> String {
+    let mut terms = vec![format!("({idx}){}", view.offset)];
+    for (d, (&n, &st)) in view.shape.iter().zip(&view.strides).enumerate() {
+        if st != 0 && n > 1 {
+            terms.push(format!("c{d} * ({idx}){st}"));
+        }
+    }
+    terms.join(" + ")
+}
+
+/// Renders a scatter kernel as two CUDA kernels: one zeroing the output, one adding every
+/// value into its place with `atomicAdd` (the CPU's scatter is the deterministic one).
+pub fn render_scatter(k: &Kernel) -> Result<(RenderedKernel, RenderedKernel)> {
+    let spec = k
+        .scatter
+        .as_ref()
+        .ok_or_else(|| KilnError::internal("render_scatter of a kernel without a scatter"))?;
+    let out = &k.args[spec.out];
+    let ty = storage_ctype(out.dtype);
+    if !matches!(out.dtype, DType::F32 | DType::F64 | DType::I32 | DType::I64) {
+        return Err(KilnError::UnsupportedDType {
+            op: "scatter_add",
+            dtype: out.dtype,
+            detail: ": CUDA scatters f32, f64, i32 and i64 (kiln sums half types in f32)".into(),
+        });
+    }
+    let name = ident(&k.name);
+    let idx = "long long";
+    let n_out: usize = k.shape.iter().product();
+    let zero = format!(
+        "// kiln kernel {name}_zero — generated; do not edit.\n\
+         extern \"C\" __global__ void __launch_bounds__({BLOCK}) {name}_zero({ty}* __restrict__ out) {{\n\
+         \x20   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < {n_out}LL; i += (long long)gridDim.x * blockDim.x) out[i] = ({ty})0;\n}}\n"
+    );
+    let shape = &spec.index_view.shape;
+    let positions: usize = shape.iter().product();
+    let mut body = String::new();
+    let _ = writeln!(
+        body,
+        "    for (long long i_ = (long long)blockIdx.x * blockDim.x + threadIdx.x; i_ < {positions}LL; i_ += (long long)gridDim.x * blockDim.x) {{"
+    );
+    let _ = writeln!(body, "        long long r_ = i_;");
+    for (d, &n) in shape.iter().enumerate().rev() {
+        let _ = writeln!(
+            body,
+            "        const long long c{d} = r_ % {n}LL; r_ /= {n}LL;"
+        );
+    }
+    let out_strides = crate::shape::contiguous_strides(&k.shape);
+    let mut dest = vec![];
+    for (d, &st) in out_strides.iter().enumerate() {
+        if d != spec.axis {
+            dest.push(format!("c{d} * {st}LL"));
+        }
+    }
+    let _ = writeln!(
+        body,
+        "        const long long j_ = kiln_index(a{}[{}], {}LL, kerr);",
+        spec.index,
+        offset_expr(&spec.index_view, idx),
+        k.shape[spec.axis]
+    );
+    dest.push(format!("j_ * {}LL", out_strides[spec.axis]));
+    let _ = writeln!(
+        body,
+        "        atomicAdd(({}*)&a{}[{}], ({})a{}[{}]);",
+        match out.dtype {
+            DType::I64 => "unsigned long long",
+            _ => ty,
+        },
+        spec.out,
+        dest.join(" + "),
+        match out.dtype {
+            DType::I64 => "unsigned long long",
+            _ => ty,
+        },
+        spec.values,
+        offset_expr(&spec.values_view, idx)
+    );
+    let _ = writeln!(body, "    }}");
+    let mut src = String::new();
+    let _ = writeln!(
+        src,
+        "// kiln kernel {name} — generated from a scatter; do not edit."
+    );
+    src.push_str(COMMON_CUH);
+    let vt = storage_ctype(k.args[spec.values].dtype);
+    let _ = write!(
+        src,
+        "\nextern \"C\" __global__ void __launch_bounds__({BLOCK}) {name}(const long long* __restrict__ a{}, const {vt}* __restrict__ a{}, {ty}* __restrict__ a{}, unsigned long long* __restrict__ kerr) {{\n{body}}}\n",
+        spec.index, spec.values, spec.out
+    );
+    let zero_kernel = RenderedKernel {
+        name: format!("{name}_zero"),
+        source: zero,
+        launch: Launch::Elementwise {
+            numel: n_out as u64,
+        },
+        params: vec![],
+        error_word: false,
+    };
+    let scatter = RenderedKernel {
+        name,
+        source: src,
+        launch: Launch::Elementwise {
+            numel: positions as u64,
+        },
+        params: vec![],
+        error_word: true,
+    };
+    Ok((zero_kernel, scatter))
 }
 
 impl Renderer<'_> {
@@ -544,6 +672,25 @@ impl Renderer<'_> {
             IrOp::Const(_) | IrOp::Param { .. } => return Ok(()),
             IrOp::Load { arg, view, fill } => {
                 let read = load_conv(dt, &format!("a{arg}[{}]", self.offset(view, ins.level)));
+                match self.valid(view, ins.level) {
+                    Some(c) => format!("({c}) ? {read} : {}", literal(*fill, dt)),
+                    None => read,
+                }
+            }
+            IrOp::Gather {
+                arg,
+                view,
+                stride,
+                len,
+                index,
+                fill,
+            } => {
+                let j = format!(
+                    "kiln_index((long long){}, {len}LL, kerr)",
+                    self.value(*index, ins.level)
+                );
+                let at = format!("({}) + ({j}) * {stride}", self.offset(view, ins.level));
+                let read = load_conv(dt, &format!("a{arg}[{at}]"));
                 match self.valid(view, ins.level) {
                     Some(c) => format!("({c}) ? {read} : {}", literal(*fill, dt)),
                     None => read,

@@ -1,0 +1,154 @@
+//! Scatter kernels: sum values into their indexed places, deterministically. The output is
+//! zeroed, then every position of the index's shape adds its value at
+//! `position with [axis] = index[position]`. Positions that differ off the axis can never
+//! meet, so the work splits over them (rayon); along the axis each task adds in order, so
+//! the result does not depend on the thread count.
+
+use super::exec::ArgPtr;
+use crate::dtype::DType;
+use crate::error::{KilnError, Result};
+use crate::kernel::{Kernel, ScatterSpec};
+use crate::shape::contiguous_strides;
+use half::{bf16, f16};
+use rayon::prelude::*;
+
+/// Runs a scatter kernel (`spec` of `kernel`) on bound arguments.
+pub(crate) fn run(kernel: &Kernel, spec: &ScatterSpec, args: &[ArgPtr]) -> Result<()> {
+    let out = args[spec.out];
+    let dtype = kernel.args[spec.out].dtype;
+    let vdt = kernel.args[spec.values].dtype;
+    let n_out: usize = kernel.shape.iter().product();
+    let out_strides = contiguous_strides(&kernel.shape);
+    let len = kernel.shape[spec.axis];
+    let shape = &spec.index_view.shape;
+    let axis = spec.axis;
+    // Off-axis positions, each a task's sequence along the axis.
+    let others: Vec<usize> = (0..shape.len()).filter(|&d| d != axis).collect();
+    let lanes: usize = others.iter().map(|&d| shape[d]).product();
+    let along = shape[axis];
+    zero(out, dtype, n_out);
+    if lanes == 0 || along == 0 {
+        return Ok(());
+    }
+    let lane = |q: usize| -> std::result::Result<(), i64> {
+        // Off-axis coordinates of lane q.
+        let mut c = vec![0usize; shape.len()];
+        let mut r = q;
+        for &d in others.iter().rev() {
+            c[d] = r % shape[d];
+            r /= shape[d];
+        }
+        for j in 0..along {
+            c[axis] = j;
+            let at = |v: &crate::shape::View| -> isize {
+                v.offset
+                    + c.iter()
+                        .zip(&v.strides)
+                        .map(|(&x, &s)| x as isize * s)
+                        .sum::<isize>()
+            };
+            // SAFETY: the validator checked both views lie inside their buffers, which are
+            // at least as large as their arguments declare (checked before the run).
+            let k = unsafe { *(args[spec.index].ptr as *const i64).offset(at(&spec.index_view)) };
+            if k < 0 || k as u64 >= len as u64 {
+                return Err(k);
+            }
+            let dest = c
+                .iter()
+                .zip(&out_strides)
+                .enumerate()
+                .map(|(d, (&x, &s))| {
+                    if d == axis {
+                        k as isize * s
+                    } else {
+                        x as isize * s
+                    }
+                })
+                .sum::<isize>();
+            let v = read_f64(args[spec.values], vdt, at(&spec.values_view));
+            // SAFETY: `dest` is the row-major offset of a coordinate inside the output's
+            // shape (off-axis coordinates are below the index's extents, which are at most
+            // the output's; the axis coordinate was just checked); positions of different
+            // lanes differ off the axis, so no two tasks write the same element.
+            unsafe { add_f64(out, dtype, dest, v) };
+        }
+        Ok(())
+    };
+    let bad = if lanes * along < 1 << 14 {
+        (0..lanes).map(lane).find_map(|r| r.err())
+    } else {
+        (0..lanes)
+            .into_par_iter()
+            .map(lane)
+            .find_map_any(|r| r.err())
+    };
+    match bad {
+        Some(k) => Err(KilnError::IndexOutOfRange {
+            op: "scatter_add",
+            index: k,
+            size: len,
+        }),
+        None => Ok(()),
+    }
+}
+
+fn zero(out: ArgPtr, dtype: DType, n: usize) {
+    // SAFETY: the output buffer holds at least `n` elements of `dtype` (checked before the
+    // run) and nothing else accesses it during the kernel.
+    unsafe { std::ptr::write_bytes(out.ptr, 0, n * dtype.size_bytes()) };
+}
+
+fn read_f64(a: ArgPtr, dtype: DType, off: isize) -> f64 {
+    // SAFETY: callers pass offsets of a validated view inside the buffer.
+    unsafe {
+        match dtype {
+            DType::Bool | DType::U8 => *a.ptr.offset(off) as f64,
+            DType::I32 => *(a.ptr as *const i32).offset(off) as f64,
+            DType::I64 => *(a.ptr as *const i64).offset(off) as f64,
+            DType::F16 => f16::from_bits(*(a.ptr as *const u16).offset(off)).to_f64(),
+            DType::BF16 => bf16::from_bits(*(a.ptr as *const u16).offset(off)).to_f64(),
+            DType::F32 => *(a.ptr as *const f32).offset(off) as f64,
+            DType::F64 => *(a.ptr as *const f64).offset(off),
+        }
+    }
+}
+
+/// `out[off] += v` in `dtype` (integers wrap; f32 and half types round like their adds).
+///
+/// # Safety
+/// `off` must be inside the output buffer, and no other thread may access that element.
+unsafe fn add_f64(a: ArgPtr, dtype: DType, off: isize, v: f64) {
+    // SAFETY: as the function's contract states.
+    unsafe {
+        match dtype {
+            DType::Bool | DType::U8 => {
+                let p = a.ptr.offset(off);
+                *p = p.read().wrapping_add(v as i64 as u8);
+            }
+            DType::I32 => {
+                let p = (a.ptr as *mut i32).offset(off);
+                *p = p.read().wrapping_add(v as i64 as i32);
+            }
+            DType::I64 => {
+                let p = (a.ptr as *mut i64).offset(off);
+                *p = p.read().wrapping_add(v as i64);
+            }
+            DType::F16 => {
+                let p = (a.ptr as *mut u16).offset(off);
+                *p = f16::from_f32(f16::from_bits(p.read()).to_f32() + v as f32).to_bits();
+            }
+            DType::BF16 => {
+                let p = (a.ptr as *mut u16).offset(off);
+                *p = bf16::from_f32(bf16::from_bits(p.read()).to_f32() + v as f32).to_bits();
+            }
+            DType::F32 => {
+                let p = (a.ptr as *mut f32).offset(off);
+                *p = p.read() + v as f32;
+            }
+            DType::F64 => {
+                let p = (a.ptr as *mut f64).offset(off);
+                *p = p.read() + v;
+            }
+        }
+    }
+}
