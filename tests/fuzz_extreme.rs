@@ -1,1 +1,1247 @@
-//! Extreme sizes (work in progress).
+//! Extreme sizes: a seeded fuzz loop that feeds kiln huge and near-overflow sizes through
+//! every op family and the plan / realize / `to_vec` path, plus the rows of the hardening
+//! issue that used to crash or return a wrong value.
+//!
+//! Sizes come from a vocabulary of small dimensions and huge ones (`usize::MAX / k`,
+//! `1 << 62`, `(1 << 62) + 1`, `1 << 40`...) combined into shapes whose element count or byte
+//! size overflows (often only in the last dimension, or wrapping to a small number), sits
+//! just at or past `MAX_TENSOR_BYTES`, or is merely huge. Each case builds a base tensor
+//! (a generator, data with a lying shape, a small realized tensor), applies one to three ops
+//! drawn from every family (movement, every op of `UnaryOp::ALL` and `BinaryOp::ALL`,
+//! where, casts, reductions and the composites, matmul), then finishes it.
+//!
+//! What must hold, per case (each runs under `catch_unwind`; a panic fails the test):
+//!
+//! * every failure is a typed `KilnError` whose text starts with the name of the op that
+//!   was called (or of a primitive the composite is built from) and shows the shape it is
+//!   about; a `TooLarge` error names a shape that really is too large;
+//! * every accepted tensor has a shape whose element count and byte size fit
+//!   (`checked_numel`, `MAX_TENSOR_BYTES`);
+//! * an accepted tensor plans (`t.plan(&Default::default())`) quickly and without
+//!   allocating memory proportional to its size (a counting allocator watches the planning
+//!   thread), or fails to plan with `OutOfMemory` / `TooLarge` / `InvalidArgument`;
+//! * a tensor whose every node is small (at most `SMALL_LIMIT` elements) realizes, and
+//!   agrees with `kiln::reference::evaluate`;
+//! * a huge tensor is realized (or read with `to_vec`) only when its plan's first step
+//!   writes a buffer of at least 2^50 bytes, so that allocation must fail before any kernel
+//!   runs: then it must fail with `OutOfMemory` / `TooLarge` / `InvalidArgument`. Any other
+//!   huge tensor is recorded, planned and dropped — never computed.
+//!
+//! The loop runs `CASES` cases from a fixed seed (`KILN_EXTREME_CASES` and
+//! `KILN_EXTREME_SEED` override them) and prints the number of cases and of each outcome
+//! class (`cargo test --release --test fuzz_extreme -- --nocapture`). A failing case prints
+//! its calls, ready to paste into a regression test.
+
+use kiln::ops::{BinaryOp, UnaryOp};
+use kiln::shape::{MAX_TENSOR_BYTES, checked_numel};
+use kiln::{DType, Device, KilnError, Operand, RealizeOptions, Scalar, Tensor, reference};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::collections::BTreeMap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::time::{Duration, Instant};
+
+// ---------------------------------------------------------------------------------------
+// A counting allocator: how many bytes the current thread allocates while planning
+// ---------------------------------------------------------------------------------------
+
+struct Counting;
+
+thread_local! {
+    /// Bytes this thread allocated since the counter was reset.
+    static ALLOCATED: Cell<usize> = const { Cell::new(0) };
+    /// The largest single allocation since the counter was reset.
+    static LARGEST: Cell<usize> = const { Cell::new(0) };
+}
+
+fn count(bytes: usize) {
+    let _ = ALLOCATED.try_with(|c| c.set(c.get().saturating_add(bytes)));
+    let _ = LARGEST.try_with(|c| c.set(c.get().max(bytes)));
+}
+
+// SAFETY: every method forwards to `System` with the caller's arguments unchanged; the
+// counters are const-initialized thread locals without destructors, so touching them never
+// allocates or unwinds.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        count(layout.size());
+        // SAFETY: forwarded unchanged (see above).
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        count(layout.size());
+        // SAFETY: forwarded unchanged.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        count(new_size);
+        // SAFETY: forwarded unchanged.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwarded unchanged.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// `f`'s result, the bytes this thread allocated while it ran and its largest allocation.
+fn counting<T>(f: impl FnOnce() -> T) -> (T, usize, usize) {
+    ALLOCATED.with(|c| c.set(0));
+    LARGEST.with(|c| c.set(0));
+    let r = f();
+    (r, ALLOCATED.with(Cell::get), LARGEST.with(Cell::get))
+}
+
+// ---------------------------------------------------------------------------------------
+// Limits
+// ---------------------------------------------------------------------------------------
+
+/// Cases per run.
+const CASES: usize = 4000;
+/// A tensor is small (realized and checked) when every node of its case has at most this
+/// many elements.
+const SMALL_LIMIT: usize = 1 << 16;
+/// A huge tensor is realized only when the first buffer its plan writes is at least this
+/// large: no machine can allocate it, so realizing must fail before any kernel runs.
+const UNALLOCATABLE: usize = 1 << 50;
+/// Planning one case may allocate at most this much (it must not scale with the tensors).
+const PLAN_BYTES: usize = 32 << 20;
+/// ... and take at most this long.
+const PLAN_TIME: Duration = Duration::from_secs(2);
+
+/// Dimensions that are small enough to compute with.
+const SMALL_DIMS: &[usize] = &[0, 1, 1, 2, 3, 4, 7];
+/// Huge dimensions and ones whose products overflow or wrap.
+const HUGE_DIMS: &[usize] = &[
+    1 << 20,
+    1 << 31,
+    1 << 32,
+    1 << 33,
+    1 << 40,
+    1 << 61,
+    1 << 62,
+    (1 << 62) + 1,
+    1 << 63,
+    usize::MAX / 2,
+    usize::MAX / 3,
+    usize::MAX / 4,
+    usize::MAX / 7,
+    usize::MAX - 1,
+    usize::MAX,
+    isize::MAX as usize,
+    0x5555_5555_5555_5556,
+];
+/// Shapes whose element count wraps in 64 bits, most of them only in the last dimension.
+const WRAPPING: &[&[usize]] = &[
+    &[(1 << 62) + 1, 4],
+    &[1 << 32, 1 << 32],
+    &[1 << 33, 1 << 33],
+    &[1 << 33, 1 << 31, 2],
+    &[3, 0x5555_5555_5555_5556],
+    &[1 << 20, 1 << 20, 1 << 24],
+    &[1 << 31, 1 << 31, 4],
+    &[2, 1 << 63],
+    &[usize::MAX, 2],
+    &[1 << 21, 1 << 21, 1 << 21, 3],
+    &[7, 1 << 40, 1 << 30],
+    &[1, 1, 1 << 62, 5],
+];
+const DTYPES: &[DType] = &[
+    DType::F32,
+    DType::F32,
+    DType::F64,
+    DType::F16,
+    DType::BF16,
+    DType::I32,
+    DType::I64,
+    DType::U8,
+    DType::Bool,
+];
+const FLOATS: &[DType] = &[DType::F32, DType::F64, DType::F16, DType::BF16];
+
+// ---------------------------------------------------------------------------------------
+// Random choices
+// ---------------------------------------------------------------------------------------
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+    fn chance(&mut self, num: u64, den: u64) -> bool {
+        self.next() % den < num
+    }
+    fn pick<T: Copy>(&mut self, xs: &[T]) -> T {
+        xs[self.below(xs.len())]
+    }
+    fn dim(&mut self) -> usize {
+        if self.chance(11, 20) {
+            self.pick(SMALL_DIMS)
+        } else {
+            self.pick(HUGE_DIMS)
+        }
+    }
+    /// A shape: random dimensions, a wrapping shape, or one at the byte limit of `dtype`.
+    fn shape(&mut self, dtype: DType) -> Vec<usize> {
+        match self.below(6) {
+            0 | 1 => (0..self.below(5)).map(|_| self.dim()).collect(),
+            2 => self.pick(WRAPPING).to_vec(),
+            3 => {
+                // At the limit, one past it, split in two.
+                let n = MAX_TENSOR_BYTES / dtype.size_bytes() + self.below(2);
+                if self.chance(1, 2) {
+                    vec![n]
+                } else {
+                    vec![2, n / 2 + self.below(2)]
+                }
+            }
+            4 => {
+                // Huge but fine: 2^40 .. 2^58 elements over a few dimensions.
+                let mut s = vec![1usize << (10 + self.below(10)), 1 << (10 + self.below(10))];
+                if self.chance(1, 2) {
+                    s.push(1 << (10 + self.below(20)));
+                }
+                s
+            }
+            _ => (0..1 + self.below(3))
+                .map(|_| self.pick(SMALL_DIMS))
+                .collect(),
+        }
+    }
+    /// An index argument (slice bounds, axes, dims): small, negative or extreme.
+    fn index(&mut self) -> isize {
+        self.pick(&[
+            0,
+            1,
+            2,
+            -1,
+            -2,
+            3,
+            7,
+            isize::MAX,
+            isize::MIN,
+            isize::MAX - 1,
+            isize::MIN + 1,
+            1 << 40,
+            -(1 << 40),
+            1 << 62,
+        ])
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// One case
+// ---------------------------------------------------------------------------------------
+
+/// How a case ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Outcome {
+    /// An op refused its arguments with a typed error (the error's variant).
+    Rejected(&'static str),
+    /// The tensor was recorded and planned (too large to compute), then dropped.
+    Planned,
+    /// Planning failed with OutOfMemory, TooLarge or InvalidArgument.
+    PlanError(&'static str),
+    /// Small: realized and equal to the reference.
+    Realized,
+    /// Huge, with an unallocatable first buffer: realizing failed as it must.
+    RealizeError(&'static str),
+    /// `to_vec` with the wrong element type was refused.
+    ReadBackType,
+}
+
+fn variant(e: &KilnError) -> &'static str {
+    match e {
+        KilnError::ShapeMismatch { .. } => "ShapeMismatch",
+        KilnError::InvalidAxis { .. } => "InvalidAxis",
+        KilnError::InvalidShape { .. } => "InvalidShape",
+        KilnError::InvalidArgument { .. } => "InvalidArgument",
+        KilnError::UnsupportedDType { .. } => "UnsupportedDType",
+        KilnError::DTypeMismatch { .. } => "DTypeMismatch",
+        KilnError::DeviceMismatch { .. } => "DeviceMismatch",
+        KilnError::ReadBackType { .. } => "ReadBackType",
+        KilnError::DataLength { .. } => "DataLength",
+        KilnError::TooLarge { .. } => "TooLarge",
+        KilnError::OutOfMemory { .. } => "OutOfMemory",
+        KilnError::Overwritten { .. } => "Overwritten",
+        KilnError::DeviceUnavailable { .. } => "DeviceUnavailable",
+        KilnError::Compile { .. } => "Compile",
+        KilnError::Backend { .. } => "Backend",
+        KilnError::Internal(_) => "Internal",
+        #[allow(unreachable_patterns)]
+        _ => "other",
+    }
+}
+
+/// The op an error names, and the shapes its text must show.
+fn error_parts(e: &KilnError) -> Option<(&'static str, Vec<&[usize]>)> {
+    Some(match e {
+        KilnError::ShapeMismatch { op, lhs, rhs, .. } => (*op, vec![lhs, rhs]),
+        KilnError::InvalidAxis { op, shape, .. }
+        | KilnError::InvalidShape { op, shape, .. }
+        | KilnError::InvalidArgument { op, shape, .. }
+        | KilnError::DataLength { op, shape, .. }
+        | KilnError::TooLarge { op, shape, .. } => (*op, vec![shape]),
+        KilnError::UnsupportedDType { op, .. }
+        | KilnError::DTypeMismatch { op, .. }
+        | KilnError::DeviceMismatch { op, .. }
+        | KilnError::ReadBackType { op, .. } => (*op, vec![]),
+        _ => return None,
+    })
+}
+
+/// What a case is doing, for failure messages.
+struct Case {
+    /// The calls so far, as Rust.
+    log: Vec<String>,
+    /// The largest element count of any tensor of the case.
+    max_numel: usize,
+}
+
+/// The calls of the case running now (for the watchdog in the test).
+static NOW: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+impl Case {
+    fn note(&mut self, call: String) {
+        self.log.push(call);
+        *NOW.lock().unwrap_or_else(|e| e.into_inner()) = self.log.clone();
+    }
+
+    fn fail(&self, what: String) -> String {
+        format!("{what}\ncase:\n    {}", self.log.join("\n    "))
+    }
+
+    /// Checks a record-time result: an accepted tensor has a valid size; an error is typed
+    /// and names one of `ops` and its shapes. `None` when the op refused.
+    fn step(
+        &mut self,
+        call: String,
+        ops: &[&str],
+        op: impl FnOnce() -> kiln::Result<Tensor>,
+    ) -> Result<Result<Tensor, &'static str>, String> {
+        self.note(call);
+        match op() {
+            Ok(t) => {
+                let shape = t.shape().to_vec();
+                let bytes = checked_numel(&shape)
+                    .and_then(|n| n.checked_mul(t.dtype().size_bytes()))
+                    .filter(|&b| b <= MAX_TENSOR_BYTES);
+                if bytes.is_none() {
+                    return Err(self.fail(format!(
+                        "accepted a tensor of shape {shape:?} ({}), past the size limit",
+                        t.dtype()
+                    )));
+                }
+                self.max_numel = self.max_numel.max(t.numel());
+                Ok(Ok(t))
+            }
+            Err(e) => {
+                self.check_error(&e, ops)?;
+                Ok(Err(variant(&e)))
+            }
+        }
+    }
+
+    fn check_error(&self, e: &KilnError, ops: &[&str]) -> Result<(), String> {
+        let text = e.to_string();
+        let Some((op, shapes)) = error_parts(e) else {
+            return Err(self.fail(format!(
+                "{}: unexpected error {e:?}",
+                ops.first().unwrap_or(&"?")
+            )));
+        };
+        if !ops.contains(&op) || !text.starts_with(&format!("{op}:")) {
+            return Err(self.fail(format!(
+                "the error of {} names op {op:?}: {text}",
+                ops.first().unwrap_or(&"?")
+            )));
+        }
+        for s in shapes {
+            if !text.contains(&format!("{s:?}")) {
+                return Err(self.fail(format!("the error does not show shape {s:?}: {text}")));
+            }
+        }
+        if let KilnError::TooLarge { shape, dtype, .. } = e {
+            let fits = checked_numel(shape)
+                .and_then(|n| n.checked_mul(dtype.size_bytes()))
+                .is_some_and(|b| b <= MAX_TENSOR_BYTES);
+            if fits {
+                return Err(self.fail(format!("TooLarge for a shape that fits: {text}")));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Op names an error of a composite may carry: the composite and its primitives.
+const REDUCE_NAMES: &[&str] = &["sum", "prod", "max", "min", "cast", "reshape", "full"];
+const MEAN_NAMES: &[&str] = &["mean", "sum", "div", "mul", "cast", "reshape", "full"];
+const VAR_NAMES: &[&str] = &[
+    "var", "mean", "sum", "sub", "mul", "div", "cast", "reshape", "expand",
+];
+const SOFTMAX_NAMES: &[&str] = &[
+    "softmax",
+    "log_softmax",
+    "max",
+    "sub",
+    "exp",
+    "log",
+    "sum",
+    "div",
+    "reshape",
+    "expand",
+];
+const LAYER_NORM_NAMES: &[&str] = &[
+    "layer_norm",
+    "mean",
+    "var",
+    "sub",
+    "mul",
+    "add",
+    "div",
+    "sum",
+    "sqrt",
+    "rsqrt",
+    "recip",
+    "cast",
+    "reshape",
+    "expand",
+];
+
+fn sc(s: Scalar) -> String {
+    match s {
+        Scalar::Float(f) => format!("{f:?}"),
+        Scalar::Int(i) => format!("{i}i64"),
+        Scalar::Bool(b) => format!("{b}"),
+    }
+}
+
+/// `u` through its `Tensor` method (kiln has no public entry point taking a `UnaryOp`; the
+/// `match` is exhaustive, so a new op is a compile error here).
+fn unary(t: &Tensor, u: UnaryOp) -> kiln::Result<Tensor> {
+    match u {
+        UnaryOp::Neg => t.try_neg(),
+        UnaryOp::Abs => t.try_abs(),
+        UnaryOp::Relu => t.try_relu(),
+        UnaryOp::Exp => t.try_exp(),
+        UnaryOp::Log => t.try_log(),
+        UnaryOp::Log2 => t.try_log2(),
+        UnaryOp::Sqrt => t.try_sqrt(),
+        UnaryOp::Recip => t.try_recip(),
+        UnaryOp::Sin => t.try_sin(),
+        UnaryOp::Cos => t.try_cos(),
+        UnaryOp::Tanh => t.try_tanh(),
+        UnaryOp::Sigmoid => t.try_sigmoid(),
+        UnaryOp::Gelu => t.try_gelu(),
+        UnaryOp::Erf => t.try_erf(),
+    }
+}
+
+/// `op` through its `Tensor` method (as for `unary`).
+fn binary(t: &Tensor, op: BinaryOp, rhs: Operand<'_>) -> kiln::Result<Tensor> {
+    match op {
+        BinaryOp::Add => t.try_add(rhs),
+        BinaryOp::Sub => t.try_sub(rhs),
+        BinaryOp::Mul => t.try_mul(rhs),
+        BinaryOp::Div => t.try_div(rhs),
+        BinaryOp::Pow => t.try_pow(rhs),
+        BinaryOp::Max => t.try_maximum(rhs),
+        BinaryOp::Min => t.try_minimum(rhs),
+        BinaryOp::Lt => t.try_lt(rhs),
+        BinaryOp::Le => t.try_le(rhs),
+        BinaryOp::Gt => t.try_gt(rhs),
+        BinaryOp::Ge => t.try_ge(rhs),
+        BinaryOp::Eq => t.try_eq(rhs),
+        BinaryOp::Ne => t.try_ne(rhs),
+    }
+}
+
+fn full(shape: &[usize], v: Scalar, d: DType) -> kiln::Result<Tensor> {
+    Tensor::try_full_on(shape, v, d, Device::Cpu)
+}
+
+/// Little-endian bytes of `n` small values of `d` (`i/4 - 1`, booleans alternating).
+fn data_bytes(d: DType, n: usize) -> Vec<u8> {
+    use half::{bf16, f16};
+    (0..n)
+        .flat_map(|i| {
+            let v = i as f64 * 0.25 - 1.0;
+            match d {
+                DType::F32 => (v as f32).to_le_bytes().to_vec(),
+                DType::F64 => v.to_le_bytes().to_vec(),
+                DType::F16 => f16::from_f64(v).to_le_bytes().to_vec(),
+                DType::BF16 => bf16::from_f64(v).to_le_bytes().to_vec(),
+                DType::I32 => (i as i32 - 1).to_le_bytes().to_vec(),
+                DType::I64 => (i as i64 - 1).to_le_bytes().to_vec(),
+                DType::U8 => vec![i as u8],
+                DType::Bool => vec![(i % 2) as u8],
+            }
+        })
+        .collect()
+}
+
+fn data(d: DType, n: usize, shape: &[usize]) -> kiln::Result<Tensor> {
+    Tensor::try_from_bytes(&data_bytes(d, n), shape, d)
+}
+
+/// Builds the base tensor of a case. `None` when the constructor refused.
+fn base(rng: &mut Rng, c: &mut Case) -> Result<Result<Tensor, &'static str>, String> {
+    let d = rng.pick(DTYPES);
+    let shape = rng.shape(d);
+    match rng.below(9) {
+        0 | 1 => {
+            let v = rng.pick(&[Scalar::Float(1.0), Scalar::Int(3), Scalar::Float(-0.5)]);
+            c.step(
+                format!(
+                    "let t = Tensor::try_full_on(&{shape:?}, {}, DType::{d:?}, Device::Cpu)?;",
+                    sc(v)
+                ),
+                &["full"],
+                || full(&shape, v, d),
+            )
+        }
+        2 => {
+            let pool = if rng.chance(4, 5) { FLOATS } else { DTYPES };
+            let d = rng.pick(pool);
+            let seed = rng.below(100) as u64;
+            if rng.chance(1, 2) {
+                c.step(
+                    format!("let t = Tensor::try_rand(&{shape:?}, {seed}, DType::{d:?})?;"),
+                    &["rand"],
+                    || Tensor::try_rand(&shape, seed, d),
+                )
+            } else {
+                c.step(
+                    format!("let t = Tensor::try_randn(&{shape:?}, {seed}, DType::{d:?})?;"),
+                    &["randn"],
+                    || Tensor::try_randn(&shape, seed, d),
+                )
+            }
+        }
+        3 => {
+            // arange with a huge or overflowing length.
+            let (s, e, st): (Scalar, Scalar, Scalar) = match rng.below(6) {
+                0 => (Scalar::Int(0), Scalar::Int(i64::MAX), Scalar::Int(1)),
+                1 => (Scalar::Int(i64::MIN), Scalar::Int(i64::MAX), Scalar::Int(1)),
+                2 => (Scalar::Float(0.0), Scalar::Float(1e30), Scalar::Float(1e-5)),
+                3 => (Scalar::Int(0), Scalar::Int(1 << 40), Scalar::Int(1)),
+                4 => (
+                    Scalar::Float(0.0),
+                    Scalar::Float(f64::MAX),
+                    Scalar::Float(1.0),
+                ),
+                _ => (
+                    Scalar::Int(0),
+                    Scalar::Int(rng.below(9) as i64),
+                    Scalar::Int(1),
+                ),
+            };
+            c.step(
+                format!(
+                    "let t = Tensor::try_arange({}, {}, {}, DType::{d:?})?;",
+                    sc(s),
+                    sc(e),
+                    sc(st)
+                ),
+                &["arange"],
+                || Tensor::try_arange(s, e, st, d),
+            )
+        }
+        4 => {
+            // Data whose length is right for a wrapped element count: the lying shape must
+            // be refused, never read past the data.
+            let n = checked_numel(&shape)
+                .unwrap_or_else(|| shape.iter().fold(1usize, |a, &x| a.wrapping_mul(x)));
+            let len = if n <= 64 { n } else { rng.below(8) };
+            let ops: &[&str] = &["from_bytes", "from_vec"];
+            c.step(
+                format!(
+                    "let t = Tensor::try_from_bytes(&[0u8; {}], &{shape:?}, DType::{d:?})?;",
+                    len * d.size_bytes()
+                ),
+                ops,
+                || data(d, len, &shape),
+            )
+        }
+        5 => {
+            let n = rng.pick(&[0usize, 3, 1 << 20, 1 << 31, 1 << 33, usize::MAX / 2]);
+            c.step(
+                format!("let t = Tensor::try_eye({n}, DType::{d:?})?;"),
+                &["eye", "arange", "reshape", "eq", "cast"],
+                || Tensor::try_eye(n, d),
+            )
+        }
+        _ => {
+            // A small realized tensor (to grow by expand, pad, reshape, matmul).
+            let shape: Vec<usize> = (0..1 + rng.below(3))
+                .map(|_| rng.pick(&[1, 2, 3]))
+                .collect();
+            let n = shape.iter().product();
+            c.step(
+                format!("let t = small(DType::{d:?}, &{shape:?});"),
+                &["from_bytes"],
+                || data(d, n, &shape),
+            )
+        }
+    }
+}
+
+/// A shape that `t` can broadcast to, mostly huge.
+fn grow_shape(rng: &mut Rng, shape: &[usize]) -> Vec<usize> {
+    let mut out: Vec<usize> = (0..rng.below(3)).map(|_| rng.dim()).collect();
+    for &n in shape {
+        out.push(if n == 1 && rng.chance(2, 3) {
+            rng.dim()
+        } else if rng.chance(1, 8) {
+            rng.dim()
+        } else {
+            n
+        });
+    }
+    out
+}
+
+fn axes(rng: &mut Rng, nd: usize) -> Vec<isize> {
+    if rng.chance(1, 4) {
+        return vec![];
+    }
+    let k = 1 + rng.below(nd.max(1));
+    (0..k)
+        .map(|_| {
+            if rng.chance(1, 8) {
+                rng.index()
+            } else {
+                rng.below(nd.max(1)) as isize - if rng.chance(1, 3) { nd as isize } else { 0 }
+            }
+        })
+        .collect()
+}
+
+/// Applies one random op to `t`.
+fn transform(
+    rng: &mut Rng,
+    c: &mut Case,
+    t: &Tensor,
+) -> Result<Result<Tensor, &'static str>, String> {
+    let nd = t.ndim();
+    let shape = t.shape().to_vec();
+    match rng.below(22) {
+        0 | 1 => {
+            // reshape, often with -1, to huge or impossible sizes
+            let mut s: Vec<isize> = (0..1 + rng.below(3))
+                .map(|_| rng.dim().min(isize::MAX as usize) as isize)
+                .collect();
+            if rng.chance(2, 3) {
+                let i = rng.below(s.len());
+                s[i] = -1;
+            }
+            if rng.chance(1, 4) {
+                s = vec![-1];
+            }
+            c.step(
+                format!("let t = t.try_reshape(&{s:?})?;"),
+                &["reshape"],
+                || t.try_reshape(&s),
+            )
+        }
+        2 | 3 => {
+            let s = grow_shape(rng, &shape);
+            c.step(
+                format!("let t = t.try_broadcast_to(&{s:?})?;"),
+                &["broadcast_to", "expand", "reshape"],
+                || t.try_broadcast_to(&s),
+            )
+        }
+        4 => {
+            let r: Vec<(isize, isize, isize)> = (0..rng.below(nd + 2))
+                .map(|_| {
+                    (
+                        rng.index(),
+                        rng.index(),
+                        rng.pick(&[1, 2, 3, isize::MAX, 0, -1, 1 << 40]),
+                    )
+                })
+                .collect();
+            c.step(format!("let t = t.try_slice(&{r:?})?;"), &["slice"], || {
+                t.try_slice(&r)
+            })
+        }
+        5 => {
+            let (d, s, e, st) = (
+                rng.index(),
+                rng.index(),
+                rng.index(),
+                rng.pick(&[1, 2, isize::MAX, 0, -1]),
+            );
+            let d = if rng.chance(3, 4) && nd > 0 {
+                rng.below(nd) as isize
+            } else {
+                d
+            };
+            c.step(
+                format!("let t = t.try_narrow({d}, {s}, {e}, {st})?;"),
+                &["narrow", "slice"],
+                || t.try_narrow(d, s, e, st),
+            )
+        }
+        6 | 7 => {
+            let p: Vec<(usize, usize)> = (0..rng.below(nd + 2))
+                .map(|_| {
+                    let mut x = || {
+                        if rng.chance(1, 2) {
+                            rng.dim()
+                        } else {
+                            rng.below(3)
+                        }
+                    };
+                    (x(), x())
+                })
+                .collect();
+            c.step(
+                format!("let t = t.try_pad(&{p:?}, 0.0)?;"),
+                &["pad"],
+                || t.try_pad(&p, 0.0),
+            )
+        }
+        8 => {
+            let r = match rng.below(7) {
+                0 => {
+                    let mut p: Vec<isize> = (0..nd as isize).rev().collect();
+                    if rng.chance(1, 3) {
+                        p.push(rng.index());
+                    }
+                    c.note(format!("let t = t.try_permute(&{p:?})?;"));
+                    t.try_permute(&p)
+                }
+                1 => {
+                    let (a, b) = (rng.index(), -1);
+                    c.note(format!("let t = t.try_transpose({a}, {b})?;"));
+                    t.try_transpose(a, b)
+                }
+                2 => {
+                    let a = axes(rng, nd);
+                    c.note(format!("let t = t.try_flip(&{a:?})?;"));
+                    t.try_flip(&a)
+                }
+                3 => {
+                    let d = rng.index();
+                    c.note(format!("let t = t.try_unsqueeze({d})?;"));
+                    t.try_unsqueeze(d)
+                }
+                4 => {
+                    let d = if nd > 0 { rng.below(nd) as isize } else { 0 };
+                    c.note(format!("let t = t.try_squeeze_dim({d})?;"));
+                    t.try_squeeze_dim(d)
+                }
+                5 => {
+                    c.note("let t = t.try_flatten_dims(0, -1)?;".into());
+                    t.try_flatten_dims(0, -1)
+                }
+                _ => {
+                    c.note("let t = t.try_contiguous()?;".into());
+                    t.try_contiguous()
+                }
+            };
+            let call = c.log.pop().unwrap_or_default();
+            c.step(
+                call,
+                &[
+                    "permute",
+                    "transpose",
+                    "flip",
+                    "unsqueeze",
+                    "squeeze_dim",
+                    "squeeze",
+                    "flatten_dims",
+                    "flatten",
+                    "reshape",
+                    "contiguous",
+                ],
+                || r,
+            )
+        }
+        9 | 10 => {
+            let u = rng.pick(UnaryOp::ALL);
+            c.step(
+                format!("let t = t.try_{}()?;", u.name()),
+                &[u.name(), "cast"],
+                || unary(t, u),
+            )
+        }
+        11 | 12 => {
+            let op = rng.pick(BinaryOp::ALL);
+            let names = [
+                op.name(),
+                "cast",
+                "expand",
+                "broadcast_to",
+                "reshape",
+                "full",
+            ];
+            match rng.below(3) {
+                0 => {
+                    let s = rng.pick(&[Scalar::Float(2.0), Scalar::Int(3), Scalar::Bool(true)]);
+                    c.step(
+                        format!("let t = t.try_{}({})?;", op.name(), sc(s)),
+                        &names,
+                        || binary(t, op, Operand::Scalar(s)),
+                    )
+                }
+                1 => {
+                    // Against itself, or a view of itself.
+                    c.step(format!("let t = t.try_{}(&t)?;", op.name()), &names, || {
+                        binary(t, op, Operand::Ref(t))
+                    })
+                }
+                _ => {
+                    // Against a huge tensor that broadcasts (or not).
+                    let s = grow_shape(rng, &shape);
+                    let d = rng.pick(DTYPES);
+                    let o = match c.step(
+                        format!(
+                            "let o = Tensor::try_full_on(&{s:?}, 1, DType::{d:?}, Device::Cpu)?;"
+                        ),
+                        &["full"],
+                        || full(&s, Scalar::Int(1), d),
+                    )? {
+                        Ok(o) => o,
+                        Err(e) => return Ok(Err(e)),
+                    };
+                    c.step(format!("let t = t.try_{}(&o)?;", op.name()), &names, || {
+                        binary(t, op, Operand::Ref(&o))
+                    })
+                }
+            }
+        }
+        13 => {
+            let d = rng.pick(DTYPES);
+            c.step(
+                format!("let t = t.try_cast(DType::{d:?})?;"),
+                &["cast"],
+                || t.try_cast(d),
+            )
+        }
+        14 => {
+            let cond = match c.step(
+                "let cond = t.try_gt(0)?;".into(),
+                &["gt", "cast", "full"],
+                || t.try_gt(0),
+            )? {
+                Ok(x) => x,
+                Err(e) => return Ok(Err(e)),
+            };
+            c.step(
+                "let t = Tensor::try_where(&cond, &t, 0.5)?;".into(),
+                &["where", "cast", "expand", "broadcast_to", "reshape", "full"],
+                || Tensor::try_where(&cond, t, 0.5),
+            )
+        }
+        15 | 16 => {
+            let a = axes(rng, nd);
+            let keep = rng.chance(1, 2);
+            let which = rng.below(4);
+            let name = ["sum", "prod", "max", "min"][which];
+            let r = || match which {
+                0 => t.try_sum(&a, keep),
+                1 => t.try_prod(&a, keep),
+                2 => t.try_max(&a, keep),
+                _ => t.try_min(&a, keep),
+            };
+            let mut names = REDUCE_NAMES.to_vec();
+            names.push(name);
+            c.step(format!("let t = t.try_{name}(&{a:?}, {keep})?;"), &names, r)
+        }
+        17 => {
+            let a = axes(rng, nd);
+            let keep = rng.chance(1, 2);
+            match rng.below(4) {
+                0 => c.step(
+                    format!("let t = t.try_mean(&{a:?}, {keep})?;"),
+                    MEAN_NAMES,
+                    || t.try_mean(&a, keep),
+                ),
+                1 => {
+                    let corr = rng.pick(&[0usize, 1, usize::MAX]);
+                    c.step(
+                        format!("let t = t.try_var(&{a:?}, {keep}, {corr})?;"),
+                        VAR_NAMES,
+                        || t.try_var(&a, keep, corr),
+                    )
+                }
+                2 => {
+                    let d = if rng.chance(3, 4) {
+                        Some(a.first().copied().unwrap_or(-1))
+                    } else {
+                        None
+                    };
+                    c.step(
+                        format!("let t = t.try_argmax({d:?}, {keep})?;"),
+                        &["argmax", "reshape", "full", "cast"],
+                        || t.try_argmax(d, keep),
+                    )
+                }
+                _ => {
+                    let d = a.first().copied().unwrap_or(0);
+                    c.step(
+                        format!("let t = t.try_argmin(Some({d}), {keep})?;"),
+                        &["argmin", "reshape", "full", "cast"],
+                        || t.try_argmin(Some(d), keep),
+                    )
+                }
+            }
+        }
+        18 => {
+            let d = if nd > 0 && rng.chance(3, 4) {
+                rng.below(nd) as isize
+            } else {
+                rng.index()
+            };
+            if rng.chance(1, 2) {
+                c.step(
+                    format!("let t = t.try_softmax({d})?;"),
+                    SOFTMAX_NAMES,
+                    || t.try_softmax(d),
+                )
+            } else {
+                c.step(
+                    format!("let t = t.try_log_softmax({d})?;"),
+                    SOFTMAX_NAMES,
+                    || t.try_log_softmax(d),
+                )
+            }
+        }
+        19 => {
+            let k = rng.below(nd + 1).max(1).min(nd.max(1));
+            let norm: Vec<usize> = shape[nd.saturating_sub(k)..].to_vec();
+            let w = if rng.chance(1, 2) {
+                match full(&norm, Scalar::Float(1.0), DType::F32) {
+                    Ok(w) => Some(w),
+                    Err(_) => None,
+                }
+            } else {
+                None
+            };
+            c.step(
+                format!(
+                    "let t = t.try_layer_norm(&{norm:?}, {}, None, 1e-5)?;",
+                    if w.is_some() {
+                        "Some(&ones(norm))"
+                    } else {
+                        "None"
+                    }
+                ),
+                LAYER_NORM_NAMES,
+                || t.try_layer_norm(&norm, w.as_ref(), None, 1e-5),
+            )
+        }
+        _ => {
+            // matmul with huge inner, outer or batch dimensions
+            let k = shape.last().copied().unwrap_or(1);
+            let n = rng.dim();
+            let mut s: Vec<usize> = if rng.chance(1, 3) {
+                vec![rng.dim()]
+            } else {
+                vec![]
+            };
+            s.extend([if rng.chance(3, 4) { k } else { rng.dim() }, n]);
+            let d = rng.pick(&[DType::F32, DType::F64, DType::I32, DType::BF16]);
+            let o = match c.step(
+                format!("let o = Tensor::try_full_on(&{s:?}, 1, DType::{d:?}, Device::Cpu)?;"),
+                &["full"],
+                || full(&s, Scalar::Int(1), d),
+            )? {
+                Ok(o) => o,
+                Err(e) => return Ok(Err(e)),
+            };
+            if rng.chance(1, 2) {
+                c.step(
+                    "let t = t.try_matmul(&o)?;".into(),
+                    &[
+                        "matmul",
+                        "unsqueeze",
+                        "reshape",
+                        "expand",
+                        "broadcast_to",
+                        "cast",
+                        "squeeze_dim",
+                    ],
+                    || t.try_matmul(&o),
+                )
+            } else {
+                c.step(
+                    "let t = o.try_matmul(&t)?;".into(),
+                    &[
+                        "matmul",
+                        "unsqueeze",
+                        "reshape",
+                        "expand",
+                        "broadcast_to",
+                        "cast",
+                        "squeeze_dim",
+                    ],
+                    || o.try_matmul(t),
+                )
+            }
+        }
+    }
+}
+
+/// The first buffer a plan writes, in bytes.
+fn first_buffer_bytes(plan: &kiln::Plan) -> Option<usize> {
+    let step = plan.program.steps.first()?;
+    let spec = plan.program.buffers.get(step.output())?;
+    if spec.input.is_some() {
+        return None;
+    }
+    Some(spec.bytes)
+}
+
+/// Reads `t` back as f64 through `to_vec` in its own element type.
+fn read(t: &Tensor) -> kiln::Result<Vec<f64>> {
+    use half::{bf16, f16};
+    Ok(match t.dtype() {
+        DType::F32 => t.to_vec::<f32>()?.into_iter().map(f64::from).collect(),
+        DType::F64 => t.to_vec::<f64>()?,
+        DType::F16 => t.to_vec::<f16>()?.into_iter().map(f64::from).collect(),
+        DType::BF16 => t.to_vec::<bf16>()?.into_iter().map(f64::from).collect(),
+        DType::I32 => t.to_vec::<i32>()?.into_iter().map(f64::from).collect(),
+        DType::I64 => t.to_vec::<i64>()?.into_iter().map(|x| x as f64).collect(),
+        DType::U8 => t.to_vec::<u8>()?.into_iter().map(f64::from).collect(),
+        DType::Bool => t
+            .to_vec::<bool>()?
+            .into_iter()
+            .map(|b| b as u8 as f64)
+            .collect(),
+    })
+}
+
+/// `to_vec` with an element type other than `t`'s: must be refused before realizing.
+fn read_wrong_type(t: &Tensor) -> kiln::Result<()> {
+    match t.dtype() {
+        DType::F32 => t.to_vec::<f64>().map(drop),
+        _ => t.to_vec::<f32>().map(drop),
+    }
+}
+
+/// Plans, then realizes or drops the last tensor of a case.
+fn finish(
+    rng: &mut Rng,
+    c: &mut Case,
+    t: Tensor,
+    slow: &mut Vec<String>,
+) -> Result<Outcome, String> {
+    if rng.chance(1, 16) {
+        c.note("t.to_vec::<wrong type>()".into());
+        return match read_wrong_type(&t) {
+            Err(KilnError::ReadBackType { .. }) => Ok(Outcome::ReadBackType),
+            other => Err(c.fail(format!("to_vec with the wrong type gave {other:?}"))),
+        };
+    }
+    c.log
+        .push("let plan = t.plan(&Default::default())?;".into());
+    let start = Instant::now();
+    let (plan, bytes, largest) = counting(|| t.plan(&RealizeOptions::default()));
+    let took = start.elapsed();
+    if took > PLAN_TIME || bytes > PLAN_BYTES {
+        slow.push(c.fail(format!(
+            "planning {:?} ({}) took {took:?} and allocated {bytes} bytes (largest {largest})",
+            t.shape(),
+            t.dtype()
+        )));
+    }
+    let plan = match plan {
+        Ok(p) => p,
+        Err(e) => {
+            return match e {
+                KilnError::OutOfMemory { .. }
+                | KilnError::TooLarge { .. }
+                | KilnError::InvalidArgument { .. } => {
+                    if !matches!(e, KilnError::OutOfMemory { .. }) {
+                        c.check_error(&e, &[e_op(&e)])?;
+                    }
+                    Ok(Outcome::PlanError(variant(&e)))
+                }
+                e => Err(c.fail(format!("planning failed with {e:?}"))),
+            };
+        }
+    };
+    if c.max_numel <= SMALL_LIMIT {
+        drop(plan);
+        c.log
+            .push("t.realize()?; // and compare with the reference".into());
+        let want = reference::evaluate(&t)
+            .map_err(|e| c.fail(format!("reference: {e}")))?
+            .to_f64();
+        let got = read(&t).map_err(|e| c.fail(format!("realizing a small tensor failed: {e}")))?;
+        if got.len() != want.len() {
+            return Err(c.fail(format!("{} values, expected {}", got.len(), want.len())));
+        }
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            let ok =
+                (g.is_nan() && w.is_nan()) || g == w || (g - w).abs() <= 2e-2 * (1.0 + w.abs());
+            if !ok {
+                return Err(c.fail(format!("element {i}: got {g}, reference {w}")));
+            }
+        }
+        return Ok(Outcome::Realized);
+    }
+    let first = first_buffer_bytes(&plan);
+    drop(plan);
+    if first.is_some_and(|b| b >= UNALLOCATABLE) {
+        let r = if rng.chance(1, 2) {
+            c.note("t.realize()?;".into());
+            t.realize()
+        } else {
+            c.note("t.to_vec()?;".into());
+            read(&t).map(drop)
+        };
+        return match r {
+            Ok(()) => Err(c.fail("realizing an unallocatable tensor succeeded".into())),
+            Err(
+                e @ (KilnError::OutOfMemory { .. }
+                | KilnError::TooLarge { .. }
+                | KilnError::InvalidArgument { .. }),
+            ) => {
+                if !matches!(e, KilnError::OutOfMemory { .. }) {
+                    c.check_error(&e, &[e_op(&e)])?;
+                }
+                Ok(Outcome::RealizeError(variant(&e)))
+            }
+            Err(e) => Err(c.fail(format!("realizing failed with {e:?}"))),
+        };
+    }
+    Ok(Outcome::Planned)
+}
+
+/// The op an error names (for errors raised by plan/realize, whose op is kiln's choice).
+fn e_op(e: &KilnError) -> &'static str {
+    error_parts(e).map(|(op, _)| op).unwrap_or("?")
+}
+
+fn run_case(rng: &mut Rng, c: &mut Case, slow: &mut Vec<String>) -> Result<Outcome, String> {
+    let mut t = match base(rng, c)? {
+        Ok(t) => t,
+        Err(v) => return Ok(Outcome::Rejected(v)),
+    };
+    for _ in 0..1 + rng.below(3) {
+        t = match transform(rng, c, &t)? {
+            Ok(t) => t,
+            Err(v) => return Ok(Outcome::Rejected(v)),
+        };
+    }
+    finish(rng, c, t, slow)
+}
+
+fn panic_text(e: Box<dyn std::any::Any + Send>) -> String {
+    e.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
+}
+
+/// Runs `f` on its own thread; if `progress` stops moving for `stall`, fails with what
+/// the case running then was doing (a hang would otherwise stall the whole suite).
+fn with_watchdog<T: Send + 'static>(
+    progress: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    stall: Duration,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    use std::sync::atomic::Ordering;
+    let h = std::thread::spawn(f);
+    let mut last = (usize::MAX, Instant::now());
+    while !h.is_finished() {
+        std::thread::sleep(Duration::from_millis(20));
+        let p = progress.load(Ordering::Relaxed);
+        if p != last.0 {
+            last = (p, Instant::now());
+        } else if last.1.elapsed() > stall {
+            let now = NOW.lock().unwrap_or_else(|e| e.into_inner()).join("\n    ");
+            panic!("case {p} made no progress for {stall:?}; it was running:\n    {now}");
+        }
+    }
+    h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
+}
+
+#[test]
+fn extreme_sizes_fail_typed_or_plan_without_computing() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let cases = std::env::var("KILN_EXTREME_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(CASES);
+    let seed = std::env::var("KILN_EXTREME_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0x6b69_6c6e_u64);
+    let print = std::env::var_os("KILN_EXTREME_PRINT").is_some();
+    let progress = Arc::new(AtomicUsize::new(0));
+    let p2 = Arc::clone(&progress);
+    let start = Instant::now();
+    let (outcomes, failures, slow) = with_watchdog(progress, Duration::from_secs(30), move || {
+        let mut outcomes: BTreeMap<Outcome, usize> = BTreeMap::new();
+        let mut failures: Vec<String> = vec![];
+        let mut slow: Vec<String> = vec![];
+        for i in 0..cases {
+            p2.store(i, Ordering::Relaxed);
+            let mut rng = Rng(seed ^ (i as u64).wrapping_mul(0xA24B_AED4_963E_E407));
+            let mut case_slow = vec![];
+            let mut c = Case {
+                log: vec![],
+                max_numel: 0,
+            };
+            let r = catch_unwind(AssertUnwindSafe(|| {
+                run_case(&mut rng, &mut c, &mut case_slow)
+            }));
+            if print {
+                println!("case {i}: {r:?}\n    {}", c.log.join("\n    "));
+            }
+            match r {
+                Ok(Ok(o)) => *outcomes.entry(o).or_default() += 1,
+                Ok(Err(f)) => failures.push(format!("case {i}: {f}")),
+                Err(p) => {
+                    let what = format!("panicked: {}", panic_text(p));
+                    failures.push(format!("case {i}: {}", c.fail(what)));
+                }
+            }
+            slow.extend(case_slow);
+        }
+        (outcomes, failures, slow)
+    });
+    println!(
+        "fuzz_extreme: {cases} cases in {:.2} s, {} failures, {} slow or allocating plans",
+        start.elapsed().as_secs_f64(),
+        failures.len(),
+        slow.len()
+    );
+    for (o, n) in &outcomes {
+        println!("    {n:6}  {o:?}");
+    }
+    for f in failures.iter().take(10) {
+        println!("--- {f}");
+    }
+    for s in slow.iter().take(5) {
+        println!("--- slow: {s}");
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {cases} cases failed",
+        failures.len()
+    );
+    assert!(
+        slow.is_empty(),
+        "{} plans were slow or allocated more than {PLAN_BYTES} bytes",
+        slow.len()
+    );
+}

@@ -4,14 +4,15 @@
 
 use super::{NoGradGuard, rules};
 use crate::error::{KilnError, Result};
-use crate::graph::{self, NodeKey, Op};
+use crate::graph::{self, GradFn, NodeKey};
 use crate::tensor::Tensor;
 use std::collections::HashMap;
 
-/// One node of the history: its op and inputs (those requiring grad flagged).
+/// One node of the history: how it was computed and its inputs (those requiring grad
+/// flagged).
 struct Step {
     node: Tensor,
-    op: Option<Op>,
+    op: Option<GradFn>,
     inputs: Vec<(Tensor, bool)>,
     /// Leaves: the node whose `grad` slot receives the gradient.
     accumulate_into: Option<NodeKey>,
@@ -51,8 +52,13 @@ fn history(root: &Tensor) -> Result<Vec<Step>> {
                     reason: "a backward pass already used this part of the graph's history (kiln frees it after use, like PyTorch without retain_graph)".into(),
                 });
             }
-            if n.autograd.as_ref().is_some_and(|a| a.grad_fn.is_some()) {
-                for i in g.inputs(k)?.into_iter().rev() {
+            let inputs = match n.autograd.as_ref().and_then(|a| a.grad_fn.as_ref()) {
+                Some(GradFn::Op(_)) => g.inputs(k)?,
+                Some(GradFn::Custom { inputs, .. }) => inputs.clone(),
+                None => vec![],
+            };
+            {
+                for i in inputs.into_iter().rev() {
                     if requires(i) && !state.contains_key(&i) {
                         stack.push((i, false));
                     }
@@ -63,10 +69,13 @@ fn history(root: &Tensor) -> Result<Vec<Step>> {
             .into_iter()
             .map(|k| {
                 let a = g.node(k)?.autograd.as_deref().cloned().unwrap_or_default();
-                let inputs: Vec<(NodeKey, bool)> = match &a.grad_fn {
-                    Some(_) => g.inputs(k)?.into_iter().map(|i| (i, requires(i))).collect(),
+                let keys = match &a.grad_fn {
+                    Some(GradFn::Op(_)) => g.inputs(k)?,
+                    Some(GradFn::Custom { inputs, .. }) => inputs.clone(),
                     None => vec![],
                 };
+                let inputs: Vec<(NodeKey, bool)> =
+                    keys.into_iter().map(|i| (i, requires(i))).collect();
                 Ok((k, a, inputs))
             })
             .collect::<Result<Vec<_>>>()?;
@@ -104,7 +113,15 @@ pub(super) fn backward(root: &Tensor, grad: Tensor) -> Result<()> {
             (Some(op), _) => {
                 let inputs: Vec<Tensor> = step.inputs.iter().map(|i| i.0.clone()).collect();
                 let needs: Vec<bool> = step.inputs.iter().map(|i| i.1).collect();
-                let input_grads = rules::vjp(op, &inputs, &step.node, &g, &needs)?;
+                let input_grads = match op {
+                    GradFn::Op(op) => rules::vjp(op, &inputs, &step.node, &g, &needs)?,
+                    GradFn::Custom { rule, .. } => {
+                        let rule = rule
+                            .downcast_ref::<super::CustomRule>()
+                            .ok_or_else(|| KilnError::internal("autograd: unknown custom rule"))?;
+                        (rule.0)(&inputs, &step.node, &g)?
+                    }
+                };
                 for ((input, need), gi) in inputs.iter().zip(needs).zip(input_grads) {
                     let Some(gi) = gi.filter(|_| need) else {
                         continue;

@@ -41,12 +41,26 @@ pub struct Node {
     handles: usize,
 }
 
+/// How a value that requires grad was computed.
+#[derive(Debug, Clone)]
+pub enum GradFn {
+    /// The node's own op, over its input edges (kept until a backward pass used them).
+    Op(Op),
+    /// A composite recorded without history (cross entropy, say), whose backward is one
+    /// rule over its own inputs; the graph holds a handle to each input until the history
+    /// is released. The rule's type is the autograd layer's.
+    Custom {
+        rule: Arc<dyn std::any::Any + Send + Sync>,
+        inputs: Vec<NodeKey>,
+    },
+}
+
 /// A node's gradient-tracking state.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default)]
 pub struct Autograd {
-    /// The op that computed the value, kept (with the input edges) until a backward pass
-    /// consumes it; `None` for a leaf.
-    pub grad_fn: Option<Op>,
+    /// How the value was computed, kept until a backward pass consumes it; `None` for a
+    /// leaf.
+    pub grad_fn: Option<GradFn>,
     /// The accumulated gradient of a leaf (a node key the graph holds a handle to).
     pub grad: Option<NodeKey>,
     /// Gradients that reach this leaf accumulate into that node's `grad` instead (the old
@@ -109,7 +123,7 @@ impl Graph {
             && input_idx.iter().any(|&i| self.dag[i].autograd.is_some());
         let autograd = tracked.then(|| {
             Box::new(Autograd {
-                grad_fn: Some(op.clone()),
+                grad_fn: Some(GradFn::Op(op.clone())),
                 ..Default::default()
             })
         });
@@ -215,7 +229,10 @@ impl Graph {
         n.op = Op::Buffer;
         n.version = buffer.version();
         n.buffer = Some(buffer);
-        let keeps_history = n.autograd.as_ref().is_some_and(|a| a.grad_fn.is_some());
+        let keeps_history = n
+            .autograd
+            .as_ref()
+            .is_some_and(|a| matches!(a.grad_fn, Some(GradFn::Op(_))));
         if !keeps_history {
             self.cut_inputs(idx);
         }
@@ -304,13 +321,38 @@ impl Graph {
         let had = match &mut n.autograd {
             Some(a) => {
                 a.released = true;
-                a.grad_fn.take().is_some()
+                a.grad_fn.take()
             }
-            None => false,
+            None => None,
         };
-        if had && n.op == Op::Buffer {
-            self.cut_inputs(idx);
+        match had {
+            Some(GradFn::Op(_)) if n.op == Op::Buffer => self.cut_inputs(idx),
+            Some(GradFn::Custom { inputs, .. }) => {
+                for k in inputs {
+                    self.release(k);
+                }
+            }
+            _ => {}
         }
+        Ok(())
+    }
+
+    /// Gives `key` a custom backward rule over `inputs` (taking a handle to each).
+    pub fn set_custom_grad(
+        &mut self,
+        key: NodeKey,
+        rule: Arc<dyn std::any::Any + Send + Sync>,
+        inputs: Vec<NodeKey>,
+    ) -> Result<()> {
+        let idx = self.index(key)?;
+        for &k in &inputs {
+            self.index(k)?;
+            self.retain(k);
+        }
+        self.dag[idx].autograd = Some(Box::new(Autograd {
+            grad_fn: Some(GradFn::Custom { rule, inputs }),
+            ..Default::default()
+        }));
         Ok(())
     }
 
@@ -418,13 +460,21 @@ impl Graph {
                 .collect();
             if let Some(node) = self.dag.remove_node(idx) {
                 self.keys.remove(node.key);
-                // The graph's handle on a gradient goes with the node.
-                if let Some(g) = node.autograd.and_then(|a| a.grad)
-                    && let Some(&gi) = self.keys.get(g)
-                {
-                    let gn = &mut self.dag[gi];
-                    gn.handles = gn.handles.saturating_sub(1);
-                    stack.push(gi);
+                // The graph's handles on a gradient and on a custom rule's inputs go with
+                // the node.
+                let mut held = vec![];
+                if let Some(a) = node.autograd {
+                    held.extend(a.grad);
+                    if let Some(GradFn::Custom { inputs, .. }) = a.grad_fn {
+                        held.extend(inputs);
+                    }
+                }
+                for g in held {
+                    if let Some(&gi) = self.keys.get(g) {
+                        let gn = &mut self.dag[gi];
+                        gn.handles = gn.handles.saturating_sub(1);
+                        stack.push(gi);
+                    }
                 }
             }
             stack.extend(inputs);

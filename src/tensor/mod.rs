@@ -4,11 +4,13 @@
 //! needs. Every op has a `try_` form returning [`Result`] and a panicking form whose panic
 //! message is the same error text.
 
+mod combine;
 mod creation;
 mod display;
 mod elementwise;
 mod indexing;
 mod inplace;
+mod masking;
 mod matmul;
 mod movement;
 mod operators;

@@ -24,6 +24,9 @@ pub struct RealizeReport {
     pub stored_by_lowering: usize,
     /// The plan came from the plan cache (no planning, no compiling).
     pub cache_hit: bool,
+    /// Bytes the planned buffers would hold if none were released before the end (what
+    /// allocating every intermediate separately would hold at the end of the run).
+    pub naive_bytes: usize,
 }
 
 impl Tensor {
@@ -206,5 +209,6 @@ pub fn realize_all_with(tensors: &[&Tensor], options: &RealizeOptions) -> Result
         planned_peak_bytes: p.plan.planned_peak_bytes,
         stored_by_lowering: p.plan.stored_by_lowering,
         cache_hit: p.cache_hit,
+        naive_bytes: p.plan.naive_bytes,
     })
 }

@@ -220,6 +220,37 @@ impl Tensor {
         e.try_div(&e.try_sum(&[d], true)?)
     }
 
+    /// `log Σ exp(x)` over `axes`, computed stably as `m + log Σ exp(x - m)` with `m` the
+    /// maximum (an all `-inf` row gives `-inf`, as PyTorch).
+    ///
+    /// ```
+    /// let x = kiln::Tensor::from_vec(vec![0.0f32, 0.0], &[2]);
+    /// assert!((x.logsumexp(&[0], false).item::<f32>().unwrap() - 2f32.ln()).abs() < 1e-6);
+    /// ```
+    #[track_caller]
+    pub fn logsumexp(&self, axes: &[isize], keepdim: bool) -> Tensor {
+        unwrap_or_panic(self.try_logsumexp(axes, keepdim))
+    }
+
+    /// Fallible [`Tensor::logsumexp`].
+    pub fn try_logsumexp(&self, axes: &[isize], keepdim: bool) -> Result<Tensor> {
+        let x = self.float_input("logsumexp")?;
+        let m = x.try_max(axes, true)?;
+        // An infinite maximum would make `x - m` NaN: shift by 0 there instead.
+        let finite = m.try_abs()?.try_lt(f64::INFINITY)?;
+        let shift = Tensor::try_where(&finite, &m, 0.0)?;
+        let lse = x
+            .try_sub(&shift)?
+            .try_exp()?
+            .try_sum(axes, true)?
+            .try_log()?
+            .try_add(&shift)?;
+        if keepdim {
+            return Ok(lse);
+        }
+        lse.try_sum(axes, false)
+    }
+
     /// Log-softmax along `dim`: `x - max - log Σ exp(x - max)`.
     #[track_caller]
     pub fn log_softmax(&self, dim: isize) -> Tensor {

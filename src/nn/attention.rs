@@ -1,0 +1,128 @@
+//! Multi-head causal self-attention and the pre-LayerNorm transformer block.
+
+use super::{Dropout, Gelu, LayerNorm, Linear, Module, visit_child};
+use crate::error::{KilnError, Result};
+use crate::tensor::Tensor;
+
+/// Multi-head causal self-attention over `[batch, time, dim]`: one fused `qkv` projection,
+/// scaled dot products with a causal mask (generated positions: no mask tensor is stored),
+/// softmax, the weighted sum of values, an output projection.
+pub struct CausalSelfAttention {
+    pub qkv: Linear,
+    pub proj: Linear,
+    pub heads: usize,
+    pub dropout: Dropout,
+}
+
+impl CausalSelfAttention {
+    /// Attention over `dim` features split into `heads` heads.
+    pub fn new(dim: usize, heads: usize, dropout: f64, seed: u64) -> Result<Self> {
+        if heads == 0 || dim % heads != 0 {
+            return Err(KilnError::InvalidArgument {
+                op: "CausalSelfAttention",
+                shape: vec![dim],
+                reason: format!("{dim} features do not split into {heads} heads"),
+            });
+        }
+        Ok(CausalSelfAttention {
+            qkv: Linear::new(dim, 3 * dim, true, seed)?,
+            proj: Linear::new(dim, dim, true, seed.wrapping_add(2))?,
+            heads,
+            dropout: Dropout::new(dropout, seed.wrapping_add(4)),
+        })
+    }
+}
+
+impl Module for CausalSelfAttention {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        if x.ndim() != 3 {
+            return Err(KilnError::InvalidShape {
+                op: "CausalSelfAttention",
+                shape: x.shape().to_vec(),
+                requested: vec![-1, -1, -1],
+                reason: "expects [batch, time, dim]".into(),
+            });
+        }
+        let (b, t, c) = (x.shape()[0], x.shape()[1], x.shape()[2]);
+        let (nh, hs) = (self.heads, c / self.heads);
+        let qkv = self.qkv.forward(x)?;
+        let heads = |i: usize| -> Result<Tensor> {
+            qkv.try_narrow(-1, (i * c) as isize, ((i + 1) * c) as isize, 1)?
+                .try_reshape(&[b as isize, t as isize, nh as isize, hs as isize])?
+                .try_permute(&[0, 2, 1, 3])
+        };
+        let (q, k, v) = (heads(0)?, heads(1)?, heads(2)?);
+        let scores = q
+            .try_matmul(&k.try_transpose(-2, -1)?)?
+            .try_mul(1.0 / (hs as f64).sqrt())?;
+        // Causal: position i attends to j <= i.
+        let future = Tensor::ones(&[t, t], scores.dtype())
+            .try_to(x.device())?
+            .try_triu(1)?
+            .try_ne(0)?;
+        let att = scores
+            .try_masked_fill(&future, f64::NEG_INFINITY)?
+            .try_softmax(-1)?;
+        let att = self.dropout.forward(&att)?;
+        let y = att
+            .try_matmul(&v)?
+            .try_permute(&[0, 2, 1, 3])?
+            .try_reshape(&[b as isize, t as isize, c as isize])?;
+        self.proj.forward(&y)
+    }
+
+    fn visit_parameters(&self, f: &mut dyn FnMut(&str, &Tensor)) {
+        visit_child("qkv", &self.qkv, f);
+        visit_child("proj", &self.proj, f);
+    }
+
+    fn set_training(&mut self, training: bool) {
+        self.dropout.set_training(training);
+    }
+}
+
+/// A pre-LayerNorm transformer block: `x + attn(ln1(x))`, then `x + mlp(ln2(x))` with a
+/// GELU MLP four times as wide.
+pub struct Block {
+    pub ln1: LayerNorm,
+    pub attn: CausalSelfAttention,
+    pub ln2: LayerNorm,
+    pub fc: Linear,
+    pub proj: Linear,
+    pub dropout: Dropout,
+}
+
+impl Block {
+    /// A block over `dim` features with `heads` attention heads.
+    pub fn new(dim: usize, heads: usize, dropout: f64, seed: u64) -> Result<Block> {
+        Ok(Block {
+            ln1: LayerNorm::new(dim)?,
+            attn: CausalSelfAttention::new(dim, heads, dropout, seed)?,
+            ln2: LayerNorm::new(dim)?,
+            fc: Linear::new(dim, 4 * dim, true, seed.wrapping_add(10))?,
+            proj: Linear::new(4 * dim, dim, true, seed.wrapping_add(12))?,
+            dropout: Dropout::new(dropout, seed.wrapping_add(14)),
+        })
+    }
+}
+
+impl Module for Block {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let x = x.try_add(&self.attn.forward(&self.ln1.forward(x)?)?)?;
+        let h = Gelu.forward(&self.fc.forward(&self.ln2.forward(&x)?)?)?;
+        x.try_add(&self.dropout.forward(&self.proj.forward(&h)?)?)
+    }
+
+    fn visit_parameters(&self, f: &mut dyn FnMut(&str, &Tensor)) {
+        visit_child("ln1", &self.ln1, f);
+        visit_child("attn", &self.attn, f);
+        visit_child("ln2", &self.ln2, f);
+        visit_child("mlp.fc", &self.fc, f);
+        visit_child("mlp.proj", &self.proj, f);
+    }
+
+    fn set_training(&mut self, training: bool) {
+        self.attn.set_training(training);
+        self.dropout.set_training(training);
+    }
+}

@@ -1,0 +1,116 @@
+//! Losses and functional forms of layers.
+
+use crate::autograd::composite;
+use crate::dtype::DType;
+use crate::error::{KilnError, Result};
+use crate::tensor::Tensor;
+
+/// Cross entropy of `logits` (`[..., C]`) against integer class `targets` (`[...]`),
+/// averaged over the targets — PyTorch's `cross_entropy` with `reduction='mean'`.
+///
+/// Forward: per row `logsumexp(x) - x[target]` in one fused row kernel, then the mean.
+/// Backward: one elementwise kernel, `(exp(x - lse) - one_hot(target)) · g / N`, from the
+/// `lse` the forward kept (a custom rule, not the derivative of each step). A target
+/// outside `0..C` fails when realized.
+///
+/// ```
+/// use kiln::Tensor;
+/// let logits = Tensor::from_vec(vec![0.0f32, 0.0, 0.0, 0.0], &[2, 2]);
+/// let t = Tensor::from_vec(vec![0i64, 1], &[2]);
+/// let l = kiln::nn::functional::cross_entropy(&logits, &t).unwrap();
+/// assert!((l.item::<f32>().unwrap() - 2f32.ln()).abs() < 1e-6);
+/// ```
+pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
+    let nd = logits.ndim();
+    if nd == 0 || targets.shape() != &logits.shape()[..nd - 1] {
+        return Err(KilnError::ShapeMismatch {
+            op: "cross_entropy",
+            lhs: logits.shape().to_vec(),
+            rhs: targets.shape().to_vec(),
+            detail: ": targets must have the logits' shape without the class dimension".into(),
+        });
+    }
+    if !targets.dtype().is_int() {
+        return Err(KilnError::UnsupportedDType {
+            op: "cross_entropy",
+            dtype: targets.dtype(),
+            detail: ": targets must be integer class indices".into(),
+        });
+    }
+    let c = logits.shape()[nd - 1];
+    let n = targets.numel();
+    let dtype = if logits.dtype().is_float() {
+        logits.dtype()
+    } else {
+        DType::F32
+    };
+    // The forward records no history: the rule below is the whole backward.
+    let (x, t, lse) = crate::autograd::no_grad(|| -> Result<(Tensor, Tensor, Tensor)> {
+        let x = logits
+            .try_reshape(&[n as isize, c as isize])?
+            .try_cast(dtype)?;
+        let t = targets
+            .try_reshape(&[n as isize, 1])?
+            .try_cast(DType::I64)?;
+        let lse = x.try_logsumexp(&[1], true)?;
+        Ok((x, t, lse))
+    })?;
+    let (xs, ts, lses) = (x.clone(), t.clone(), lse.clone());
+    let shape = logits.shape().to_vec();
+    let in_dtype = logits.dtype();
+    composite(
+        &[logits],
+        || lse.try_sub(&x.try_gather(1, &t)?)?.try_mean(&[], false),
+        move |_, _, g| {
+            let classes = Tensor::try_arange(0, c as i64, 1, DType::I64)?
+                .try_to(xs.device())?
+                .try_reshape(&[1, c as isize])?;
+            let hot = classes.try_eq(&ts)?.try_cast(dtype)?;
+            let dx = xs
+                .try_sub(&lses)?
+                .try_exp()?
+                .try_sub(&hot)?
+                .try_mul(&g.try_div(n as f64)?)?;
+            let dims: Vec<isize> = shape.iter().map(|&d| d as isize).collect();
+            Ok(vec![Some(dx.try_reshape(&dims)?.try_cast(in_dtype)?)])
+        },
+    )
+}
+
+/// Mean squared error, `mean((prediction - target)²)`.
+pub fn mse_loss(prediction: &Tensor, target: &Tensor) -> Result<Tensor> {
+    let d = prediction.try_sub(target)?;
+    d.try_mul(&d)?.try_mean(&[], false)
+}
+
+/// Dropout: zeroes each element with probability `p` and scales the rest by `1/(1-p)`
+/// when `training`, is the identity otherwise. `seed` picks the mask (a run-time
+/// parameter: a new seed every step does not re-plan).
+pub fn dropout(x: &Tensor, p: f64, training: bool, seed: u64) -> Result<Tensor> {
+    if !(0.0..=1.0).contains(&p) {
+        return Err(KilnError::InvalidArgument {
+            op: "dropout",
+            shape: x.shape().to_vec(),
+            reason: format!("the probability {p} is not in [0, 1]"),
+        });
+    }
+    if !training || p == 0.0 {
+        return Ok(x.clone());
+    }
+    if p == 1.0 {
+        return x.try_mul(0.0);
+    }
+    let keep = Tensor::try_rand(x.shape(), seed, DType::F32)?
+        .try_to(x.device())?
+        .try_ge(p)?;
+    Tensor::try_where(&keep, &x.try_mul(1.0 / (1.0 - p))?, 0.0)
+}
+
+/// `x @ weightᵀ + bias` (PyTorch's `linear`: `weight` is `[out, in]`).
+pub fn linear(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+    let y = x.try_matmul(&weight.try_transpose(-2, -1)?)?;
+    match bias {
+        Some(b) => y.try_add(b),
+        None => Ok(y),
+    }
+}

@@ -1,0 +1,72 @@
+//! Seeded parameter initializers. Each returns a realized f32 leaf that requires grad, so
+//! it can be updated in place by an optimizer; the same seed gives the same values on
+//! every backend.
+
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::tensor::Tensor;
+
+fn leaf(t: Tensor) -> Result<Tensor> {
+    let t = crate::autograd::no_grad(|| t.try_cast(DType::F32))?;
+    t.realize()?;
+    t.try_requires_grad_(true)?;
+    Ok(t)
+}
+
+/// Uniform in `[low, high)`.
+pub fn uniform(shape: &[usize], low: f64, high: f64, seed: u64) -> Result<Tensor> {
+    let u = crate::autograd::no_grad(|| {
+        Tensor::try_rand(shape, seed, DType::F32)?
+            .try_mul(high - low)?
+            .try_add(low)
+    })?;
+    leaf(u)
+}
+
+/// Normal with the given mean and standard deviation.
+pub fn normal(shape: &[usize], mean: f64, std: f64, seed: u64) -> Result<Tensor> {
+    let n = crate::autograd::no_grad(|| {
+        Tensor::try_randn(shape, seed, DType::F32)?
+            .try_mul(std)?
+            .try_add(mean)
+    })?;
+    leaf(n)
+}
+
+/// Every element `value`.
+pub fn constant(shape: &[usize], value: f64) -> Result<Tensor> {
+    leaf(Tensor::try_full_on(
+        shape,
+        value,
+        DType::F32,
+        crate::Device::Cpu,
+    )?)
+}
+
+/// Kaiming (He) uniform for a layer with `fan_in` inputs and ReLU-like activations:
+/// `U(-b, b)` with `b = sqrt(6 / fan_in)`.
+pub fn kaiming_uniform(shape: &[usize], fan_in: usize, seed: u64) -> Result<Tensor> {
+    let b = (6.0 / fan_in.max(1) as f64).sqrt();
+    uniform(shape, -b, b, seed)
+}
+
+/// Kaiming (He) normal: `N(0, 2 / fan_in)`.
+pub fn kaiming_normal(shape: &[usize], fan_in: usize, seed: u64) -> Result<Tensor> {
+    normal(shape, 0.0, (2.0 / fan_in.max(1) as f64).sqrt(), seed)
+}
+
+/// Xavier (Glorot) uniform: `U(-b, b)` with `b = sqrt(6 / (fan_in + fan_out))`.
+pub fn xavier_uniform(shape: &[usize], fan_in: usize, fan_out: usize, seed: u64) -> Result<Tensor> {
+    let b = (6.0 / (fan_in + fan_out).max(1) as f64).sqrt();
+    uniform(shape, -b, b, seed)
+}
+
+/// Xavier (Glorot) normal: `N(0, 2 / (fan_in + fan_out))`.
+pub fn xavier_normal(shape: &[usize], fan_in: usize, fan_out: usize, seed: u64) -> Result<Tensor> {
+    normal(
+        shape,
+        0.0,
+        (2.0 / (fan_in + fan_out).max(1) as f64).sqrt(),
+        seed,
+    )
+}

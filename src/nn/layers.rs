@@ -1,0 +1,223 @@
+//! Basic layers.
+
+use super::{Module, functional, init, visit_child};
+use crate::error::Result;
+use crate::tensor::Tensor;
+use std::cell::Cell;
+
+/// `y = x Wᵀ + b` with `W: [out, in]`, PyTorch's `nn.Linear` (and its default
+/// initialization: weight and bias uniform in `±1/sqrt(in)`).
+#[derive(Debug, Clone)]
+pub struct Linear {
+    pub weight: Tensor,
+    pub bias: Option<Tensor>,
+}
+
+impl Linear {
+    /// A layer from `inputs` to `outputs` features, initialized from `seed`.
+    pub fn new(inputs: usize, outputs: usize, bias: bool, seed: u64) -> Result<Linear> {
+        let b = 1.0 / (inputs.max(1) as f64).sqrt();
+        Ok(Linear {
+            weight: init::uniform(&[outputs, inputs], -b, b, seed)?,
+            bias: if bias {
+                Some(init::uniform(&[outputs], -b, b, seed.wrapping_add(1))?)
+            } else {
+                None
+            },
+        })
+    }
+}
+
+impl Module for Linear {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        functional::linear(x, &self.weight, self.bias.as_ref())
+    }
+
+    fn visit_parameters(&self, f: &mut dyn FnMut(&str, &Tensor)) {
+        f("weight", &self.weight);
+        if let Some(b) = &self.bias {
+            f("bias", b);
+        }
+    }
+}
+
+/// A lookup table: rows of `weight` (`[vocabulary, dim]`, standard normal) by integer id.
+#[derive(Debug, Clone)]
+pub struct Embedding {
+    pub weight: Tensor,
+}
+
+impl Embedding {
+    /// A table of `count` vectors of `dim` features, initialized from `seed`.
+    pub fn new(count: usize, dim: usize, seed: u64) -> Result<Embedding> {
+        Ok(Embedding {
+            weight: init::normal(&[count, dim], 0.0, 1.0, seed)?,
+        })
+    }
+}
+
+impl Module for Embedding {
+    /// `ids` (integers, any shape) to `ids.shape + [dim]`.
+    fn forward(&self, ids: &Tensor) -> Result<Tensor> {
+        Tensor::try_embedding(ids, &self.weight)
+    }
+
+    fn visit_parameters(&self, f: &mut dyn FnMut(&str, &Tensor)) {
+        f("weight", &self.weight);
+    }
+}
+
+/// Layer normalization over the last dimension with a learned scale and shift.
+#[derive(Debug, Clone)]
+pub struct LayerNorm {
+    pub weight: Tensor,
+    pub bias: Tensor,
+    pub eps: f64,
+}
+
+impl LayerNorm {
+    /// Normalizes `dim` features (scale 1, shift 0, `eps = 1e-5` as PyTorch).
+    pub fn new(dim: usize) -> Result<LayerNorm> {
+        Ok(LayerNorm {
+            weight: init::constant(&[dim], 1.0)?,
+            bias: init::constant(&[dim], 0.0)?,
+            eps: 1e-5,
+        })
+    }
+}
+
+impl Module for LayerNorm {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let d = self.weight.shape().to_vec();
+        x.try_layer_norm(&d, Some(&self.weight), Some(&self.bias), self.eps)
+    }
+
+    fn visit_parameters(&self, f: &mut dyn FnMut(&str, &Tensor)) {
+        f("weight", &self.weight);
+        f("bias", &self.bias);
+    }
+}
+
+/// Dropout with probability `p` while training; each forward draws a new mask (the seed
+/// advances), which does not re-plan a cached training step.
+#[derive(Debug, Clone)]
+pub struct Dropout {
+    pub p: f64,
+    training: bool,
+    seed: Cell<u64>,
+}
+
+impl Dropout {
+    /// Dropout with probability `p`, masks from `seed` onwards.
+    pub fn new(p: f64, seed: u64) -> Dropout {
+        Dropout {
+            p,
+            training: true,
+            seed: Cell::new(seed),
+        }
+    }
+}
+
+impl Module for Dropout {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let seed = self.seed.get();
+        self.seed.set(seed.wrapping_add(0x9E37_79B9_7F4A_7C15));
+        functional::dropout(x, self.p, self.training, seed)
+    }
+
+    fn visit_parameters(&self, _: &mut dyn FnMut(&str, &Tensor)) {}
+
+    fn set_training(&mut self, training: bool) {
+        self.training = training;
+    }
+}
+
+/// The GELU activation (exact erf form).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Gelu;
+
+impl Module for Gelu {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        x.try_gelu()
+    }
+
+    fn visit_parameters(&self, _: &mut dyn FnMut(&str, &Tensor)) {}
+}
+
+/// Modules applied in order; parameters are named by position (`0.weight`, `2.bias`).
+#[derive(Default)]
+pub struct Sequential {
+    pub layers: Vec<Box<dyn Module>>,
+}
+
+impl Sequential {
+    /// An empty sequence.
+    pub fn new() -> Sequential {
+        Sequential::default()
+    }
+
+    /// Appends a layer.
+    pub fn push(mut self, layer: impl Module + 'static) -> Sequential {
+        self.layers.push(Box::new(layer));
+        self
+    }
+}
+
+impl Module for Sequential {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let mut y = x.clone();
+        for l in &self.layers {
+            y = l.forward(&y)?;
+        }
+        Ok(y)
+    }
+
+    fn visit_parameters(&self, f: &mut dyn FnMut(&str, &Tensor)) {
+        for (i, l) in self.layers.iter().enumerate() {
+            visit_child(&i.to_string(), l.as_ref(), f);
+        }
+    }
+
+    fn set_training(&mut self, training: bool) {
+        for l in &mut self.layers {
+            l.set_training(training);
+        }
+    }
+}
+
+/// A multi-layer perceptron: `Linear` layers with ReLU between them (none after the last).
+pub struct Mlp {
+    pub layers: Vec<Linear>,
+}
+
+impl Mlp {
+    /// Layers of the given widths (`[in, hidden.., out]`), initialized from `seed`.
+    pub fn new(widths: &[usize], seed: u64) -> Result<Mlp> {
+        let layers = widths
+            .windows(2)
+            .enumerate()
+            .map(|(i, w)| Linear::new(w[0], w[1], true, seed.wrapping_add(2 * i as u64)))
+            .collect::<Result<_>>()?;
+        Ok(Mlp { layers })
+    }
+}
+
+impl Module for Mlp {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let mut y = x.clone();
+        let last = self.layers.len().saturating_sub(1);
+        for (i, l) in self.layers.iter().enumerate() {
+            y = l.forward(&y)?;
+            if i < last {
+                y = y.try_relu()?;
+            }
+        }
+        Ok(y)
+    }
+
+    fn visit_parameters(&self, f: &mut dyn FnMut(&str, &Tensor)) {
+        for (i, l) in self.layers.iter().enumerate() {
+            visit_child(&format!("layers.{i}"), l, f);
+        }
+    }
+}

@@ -1,0 +1,76 @@
+//! Neural-network building blocks on kiln's lazy tensors: the [`Module`] trait (named,
+//! nested parameters; train/eval mode), layers ([`Linear`], [`Embedding`], [`LayerNorm`],
+//! [`Dropout`], [`Gelu`], [`Sequential`], [`CausalSelfAttention`], [`Block`]), losses and
+//! functional forms ([`functional`]) and seeded initializers ([`init`]).
+//!
+//! A module's parameters are realized leaves that require grad. Everything a forward pass
+//! records is lazy; a training step (forward, `backward`, an optimizer step) is realized as
+//! one plan.
+//!
+//! ```
+//! use kiln::nn::{Linear, Module};
+//! use kiln::Tensor;
+//! let layer = Linear::new(4, 2, true, 0).unwrap();
+//! let names: Vec<String> = layer.named_parameters().into_iter().map(|(n, _)| n).collect();
+//! assert_eq!(names, vec!["weight", "bias"]);
+//! let y = layer.forward(&Tensor::ones(&[3, 4], kiln::DType::F32)).unwrap();
+//! assert_eq!(y.shape(), &[3, 2]);
+//! ```
+
+mod attention;
+pub mod functional;
+pub mod init;
+mod layers;
+
+pub use attention::{Block, CausalSelfAttention};
+pub use layers::{Dropout, Embedding, Gelu, LayerNorm, Linear, Mlp, Sequential};
+
+use crate::error::Result;
+use crate::tensor::Tensor;
+
+/// A layer or model: a forward computation with named parameters.
+pub trait Module {
+    /// Computes the output for `x`.
+    fn forward(&self, x: &Tensor) -> Result<Tensor>;
+
+    /// Calls `f(name, parameter)` for every parameter, depth-first, names relative to this
+    /// module (`blocks.0.attn.qkv.weight`).
+    fn visit_parameters(&self, f: &mut dyn FnMut(&str, &Tensor));
+
+    /// Switches training behaviour (dropout) on or off, in this module and its children.
+    fn set_training(&mut self, training: bool) {
+        let _ = training;
+    }
+
+    /// `(name, parameter)` pairs, depth-first.
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        let mut out = vec![];
+        self.visit_parameters(&mut |n, t| out.push((n.to_string(), t.clone())));
+        out
+    }
+
+    /// The parameters, depth-first.
+    fn parameters(&self) -> Vec<Tensor> {
+        self.named_parameters()
+            .into_iter()
+            .map(|(_, t)| t)
+            .collect()
+    }
+
+    /// Number of scalar parameters.
+    fn num_parameters(&self) -> usize {
+        let mut n = 0;
+        self.visit_parameters(&mut |_, t| n += t.numel());
+        n
+    }
+
+    /// Clears every parameter's gradient.
+    fn zero_grad(&self) {
+        self.visit_parameters(&mut |_, t| t.zero_grad());
+    }
+}
+
+/// Visits a child module's parameters with `prefix.` in front of their names.
+pub fn visit_child(prefix: &str, child: &dyn Module, f: &mut dyn FnMut(&str, &Tensor)) {
+    child.visit_parameters(&mut |n, t| f(&format!("{prefix}.{n}"), t));
+}

@@ -1,0 +1,82 @@
+//! Optimizers ([`Sgd`], [`AdamW`]), gradient clipping ([`clip_grad_norm`]) and a learning-rate
+//! schedule ([`WarmupCosine`]).
+//!
+//! A step records every parameter's update as an in-place write (`copy_`) and realizes it:
+//! the parameters and the optimizer state keep their buffers, and everything that still
+//! reads the old parameters — the loss, the gradients, the rest of the forward and backward
+//! pass — runs in the same plan, before the writes. The step's numbers (learning rate, bias
+//! corrections) are run-time parameters, so a training loop replays one cached plan.
+//!
+//! ```
+//! use kiln::optim::{AdamW, Optimizer};
+//! use kiln::Tensor;
+//! let w = Tensor::from_vec(vec![1.0f32, -2.0], &[2]).requires_grad_(true);
+//! w.realize().unwrap();
+//! let mut opt = AdamW::new(vec![w.clone()], 0.1, (0.9, 0.999), 1e-8, 0.0).unwrap();
+//! for _ in 0..100 {
+//!     opt.zero_grad();
+//!     (&w * &w).sum(&[], false).backward().unwrap();
+//!     opt.step().unwrap();
+//! }
+//! assert!(w.to_vec::<f32>().unwrap().iter().all(|v| v.abs() < 0.2));
+//! ```
+
+mod adamw;
+mod clip;
+mod schedule;
+mod sgd;
+
+pub use adamw::AdamW;
+pub use clip::clip_grad_norm;
+pub use schedule::WarmupCosine;
+pub use sgd::Sgd;
+
+use crate::error::Result;
+use crate::tensor::{RealizeReport, Tensor};
+
+/// Something that updates parameters from their gradients.
+pub trait Optimizer {
+    /// Applies one update to every parameter that has a gradient and realizes it, with
+    /// what it needs (the forward and backward pass when they are still pending); reports
+    /// what ran.
+    fn step_report(&mut self) -> Result<RealizeReport>;
+
+    /// Applies one update to every parameter that has a gradient, and realizes it.
+    fn step(&mut self) -> Result<()> {
+        self.step_report().map(|_| ())
+    }
+
+    /// The parameters it updates.
+    fn params(&self) -> &[Tensor];
+
+    /// The learning rate.
+    fn lr(&self) -> f64;
+
+    /// Changes the learning rate (for schedules).
+    fn set_lr(&mut self, lr: f64);
+
+    /// Clears the parameters' gradients.
+    fn zero_grad(&self) {
+        for p in self.params() {
+            p.zero_grad();
+        }
+    }
+}
+
+/// Zeros shaped like each parameter, realized (optimizer state).
+fn zeros_like_all(params: &[Tensor]) -> Result<Vec<Tensor>> {
+    params
+        .iter()
+        .map(|p| {
+            let z = Tensor::try_full_on(p.shape(), 0, p.dtype(), p.device())?;
+            z.realize()?;
+            Ok(z)
+        })
+        .collect()
+}
+
+/// Realizes the parameters and state after a step's updates were recorded.
+fn realize_step(groups: &[&[Tensor]]) -> Result<RealizeReport> {
+    let all: Vec<&Tensor> = groups.iter().flat_map(|g| g.iter()).collect();
+    crate::tensor::realize_all_with(&all, &Default::default())
+}

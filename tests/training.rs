@@ -1,0 +1,178 @@
+//! Training: modules, optimizers and the training loop on the lazy graph.
+
+use kiln::nn::functional::cross_entropy;
+use kiln::nn::{Block, Embedding, Linear, Module};
+use kiln::optim::{AdamW, Optimizer, Sgd, clip_grad_norm};
+use kiln::{DType, KilnError, Tensor, no_grad};
+
+#[test]
+fn parameters_are_named_by_their_path() {
+    let block = Block::new(8, 2, 0.0, 1).unwrap();
+    let names: Vec<String> = block
+        .named_parameters()
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(
+        names,
+        vec![
+            "ln1.weight",
+            "ln1.bias",
+            "attn.qkv.weight",
+            "attn.qkv.bias",
+            "attn.proj.weight",
+            "attn.proj.bias",
+            "ln2.weight",
+            "ln2.bias",
+            "mlp.fc.weight",
+            "mlp.fc.bias",
+            "mlp.proj.weight",
+            "mlp.proj.bias",
+        ]
+    );
+    assert_eq!(
+        block.num_parameters(),
+        2 * 8 + (8 * 24 + 24) + (64 + 8) + 2 * 8 + (8 * 32 + 32) + (32 * 8 + 8)
+    );
+    let x = Tensor::randn(&[2, 5, 8], 4);
+    let y = block.forward(&x).unwrap();
+    assert_eq!(y.shape(), &[2, 5, 8]);
+    // Causality: changing a later position does not change earlier outputs.
+    let x2 = Tensor::cat(&[&x.narrow(1, 0, 4, 1), &Tensor::randn(&[2, 1, 8], 9)], 1);
+    let y2 = block.forward(&x2).unwrap();
+    let a = y.narrow(1, 0, 4, 1).to_vec::<f32>().unwrap();
+    let b = y2.narrow(1, 0, 4, 1).to_vec::<f32>().unwrap();
+    for (p, q) in a.iter().zip(&b) {
+        assert!((p - q).abs() < 1e-5);
+    }
+}
+
+#[test]
+fn a_backward_needing_an_overwritten_value_fails_clearly() {
+    let w = Tensor::from_vec(vec![1.0f32, 2.0], &[2]).requires_grad_(true);
+    w.realize().unwrap();
+    let y = (&w * &w).sum(&[], false);
+    y.realize().unwrap();
+    no_grad(|| w.add_(1.0));
+    w.realize().unwrap();
+    // y's backward needs the old w (d(w²)/dw = 2w), which the update overwrote.
+    y.backward().unwrap();
+    match w.grad().unwrap().to_vec::<f32>() {
+        Err(KilnError::Overwritten { shape, .. }) => assert_eq!(shape, vec![2]),
+        other => panic!("expected Overwritten, got {other:?}"),
+    }
+    // In-place updates of a tensor that requires grad need no_grad.
+    assert!(w.try_add_(1.0).is_err());
+}
+
+#[test]
+fn sgd_with_momentum_matches_the_update_rule() {
+    let w = Tensor::from_vec(vec![1.0f64], &[1]).requires_grad_(true);
+    w.realize().unwrap();
+    let mut opt = Sgd::with_momentum(vec![w.clone()], 0.1, 0.5, 0.0, false).unwrap();
+    // loss = 3w: g = 3 every step. b1 = 3, w1 = 1 - 0.3 = 0.7; b2 = 0.5*3 + 3 = 4.5,
+    // w2 = 0.7 - 0.45 = 0.25.
+    for want in [0.7, 0.25] {
+        opt.zero_grad();
+        (&w * 3.0).sum(&[], false).backward().unwrap();
+        opt.step().unwrap();
+        assert!((w.item::<f64>().unwrap() - want).abs() < 1e-12);
+    }
+}
+
+#[test]
+fn adamw_matches_the_update_rule() {
+    let w = Tensor::from_vec(vec![2.0f64], &[1]).requires_grad_(true);
+    w.realize().unwrap();
+    let (lr, b1, b2, eps, wd) = (0.1, 0.9, 0.999, 1e-8, 0.01);
+    let mut opt = AdamW::new(vec![w.clone()], lr, (b1, b2), eps, wd).unwrap();
+    let (mut p, mut m, mut v) = (2.0f64, 0.0f64, 0.0f64);
+    for t in 1..=5 {
+        opt.zero_grad();
+        (&w * &w).sum(&[], false).backward().unwrap();
+        opt.step().unwrap();
+        let g = 2.0 * p;
+        m = b1 * m + (1.0 - b1) * g;
+        v = b2 * v + (1.0 - b2) * g * g;
+        let (mh, vh) = (m / (1.0 - b1.powi(t)), v / (1.0 - b2.powi(t)));
+        p = p * (1.0 - lr * wd) - lr * mh / (vh.sqrt() + eps);
+        assert!((w.item::<f64>().unwrap() - p).abs() < 1e-12, "step {t}");
+    }
+}
+
+#[test]
+fn clipping_scales_gradients_to_the_norm() {
+    let a = Tensor::from_vec(vec![0.0f32, 0.0], &[2]).requires_grad_(true);
+    let b = Tensor::from_vec(vec![0.0f32], &[1]).requires_grad_(true);
+    // Gradients (3, 0) and (4): global norm 5.
+    ((&a * Tensor::from_vec(vec![3.0f32, 0.0], &[2])).sum(&[], false) + (&b * 4.0).sum(&[], false))
+        .backward()
+        .unwrap();
+    let norm = clip_grad_norm(&[a.clone(), b.clone()], 1.0).unwrap();
+    assert!((norm.item::<f32>().unwrap() - 5.0).abs() < 1e-5);
+    let ga = a.grad().unwrap().to_vec::<f32>().unwrap();
+    let gb = b.grad().unwrap().to_vec::<f32>().unwrap();
+    assert!((ga[0] - 0.6).abs() < 1e-5 && (gb[0] - 0.8).abs() < 1e-5);
+}
+
+#[test]
+fn cross_entropy_matches_its_definition_and_gradient() {
+    let logits =
+        Tensor::from_vec(vec![1.0f64, 2.0, 0.5, -1.0, 0.0, 3.0], &[2, 3]).requires_grad_(true);
+    let t = Tensor::from_vec(vec![1i64, 2], &[2]);
+    let loss = cross_entropy(&logits, &t).unwrap();
+    let lse = |r: &[f64]| r.iter().map(|x| x.exp()).sum::<f64>().ln();
+    let want = ((lse(&[1.0, 2.0, 0.5]) - 2.0) + (lse(&[-1.0, 0.0, 3.0]) - 3.0)) / 2.0;
+    assert!((loss.item::<f64>().unwrap() - want).abs() < 1e-12);
+    loss.backward().unwrap();
+    let g = logits.grad().unwrap().to_vec::<f64>().unwrap();
+    let rows = [[1.0, 2.0, 0.5], [-1.0, 0.0, 3.0]];
+    for (r, row) in rows.iter().enumerate() {
+        let s: f64 = row.iter().map(|x: &f64| x.exp()).sum();
+        for c in 0..3 {
+            let hot = if c == [1, 2][r] { 1.0 } else { 0.0 };
+            let want = (row[c].exp() / s - hot) / 2.0;
+            assert!((g[r * 3 + c] - want).abs() < 1e-12);
+        }
+    }
+    // The backward is one kernel.
+    let logits2 = Tensor::randn(&[8, 5], 1).requires_grad_(true);
+    logits2.realize().unwrap();
+    cross_entropy(&logits2, &Tensor::from_vec(vec![0i64; 8], &[8]))
+        .unwrap()
+        .backward()
+        .unwrap();
+    let plan = logits2.grad().unwrap().plan(&Default::default()).unwrap();
+    assert_eq!(plan.kernel_count(), 1, "{}", plan.dump_text());
+}
+
+#[test]
+fn embedding_and_linear_learn_a_lookup() {
+    // Map 4 ids to 4 classes through an embedding and a linear layer.
+    let emb = Embedding::new(4, 8, 1).unwrap();
+    let head = Linear::new(8, 4, true, 2).unwrap();
+    let mut params = emb.parameters();
+    params.extend(head.parameters());
+    let mut opt = AdamW::new(params, 0.05, (0.9, 0.999), 1e-8, 0.0).unwrap();
+    let ids = Tensor::from_vec(vec![0i64, 1, 2, 3], &[4]);
+    let targets = Tensor::from_vec(vec![3i64, 2, 1, 0], &[4]);
+    let mut last = f32::MAX;
+    for _ in 0..60 {
+        opt.zero_grad();
+        let loss = cross_entropy(
+            &head.forward(&emb.forward(&ids).unwrap()).unwrap(),
+            &targets,
+        )
+        .unwrap();
+        loss.backward().unwrap();
+        opt.step().unwrap();
+        last = loss.item::<f32>().unwrap();
+    }
+    assert!(last < 0.05, "loss {last}");
+    let pred = head
+        .forward(&emb.forward(&ids).unwrap())
+        .unwrap()
+        .argmax(Some(1), false);
+    assert_eq!(pred.to_vec::<i64>().unwrap(), vec![3, 2, 1, 0]);
+    let _ = DType::F32;
+}
