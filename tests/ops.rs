@@ -733,10 +733,13 @@ fn pow_ints_wrap_and_fast_paths() {
         &[0, 3u8.wrapping_pow(8) as i64, 1],
     );
     expect_i(&x.pow(2), DType::U8, &[3], &[4, 9, 1]);
-    // Negative integer exponents give the truncated real result.
+    // Negative integer exponents in a tensor give the truncated real result (a negative
+    // scalar exponent is an error, as in PyTorch: tests/hardening.rs).
     let x = Tensor::from_vec(vec![2i32, 1, -1, -3], &[4]);
-    expect_i(&x.pow(-1), DType::I32, &[4], &[0, 1, -1, 0]);
-    expect_i(&x.pow(-2), DType::I32, &[4], &[0, 1, 1, 0]);
+    let e = |v: i32| Tensor::from_vec(vec![v; 4], &[4]);
+    expect_i(&x.pow(&e(-1)), DType::I32, &[4], &[0, 1, -1, 0]);
+    expect_i(&x.pow(&e(-2)), DType::I32, &[4], &[0, 1, 1, 0]);
+    assert!(x.try_pow(-1).is_err());
     // A float exponent lifts to f32; 0.5 is a square root.
     let x = Tensor::from_vec(vec![4i32, 9], &[2]);
     expect(&x.pow(0.5), DType::F32, &[2], &[2.0, 3.0]);
@@ -884,15 +887,18 @@ fn where_tensor_and_scalar_branches() {
         &[7, 8, 9, 0, 0, 0, 7, 8, 9],
     );
 
-    // A non-bool condition is "nonzero" (NaN is nonzero).
+    // A condition from a comparison with zero ("nonzero": NaN is nonzero); `where` itself
+    // takes only bool conditions.
     let c = Tensor::from_vec(vec![0.0f32, 2.5, -1.0, f32::NAN, -0.0], &[5]);
+    assert!(Tensor::try_where(&c, 1, 0).is_err());
+    let c = c.ne(0);
     expect_i(
         &Tensor::where_(&c, 1, 0),
         DType::I64,
         &[5],
         &[0, 1, 1, 1, 0],
     );
-    let c = Tensor::from_vec(vec![0u8, 3], &[2]);
+    let c = Tensor::from_vec(vec![0u8, 3], &[2]).ne(0);
     expect_i(&Tensor::where_(&c, 1, 0), DType::I64, &[2], &[0, 1]);
 
     // Branches of different dtypes promote.

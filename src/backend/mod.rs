@@ -13,6 +13,17 @@ use crate::kernel::{BufferRef, Program, Step};
 use crate::memory::{self, Buffer};
 use std::sync::Arc;
 
+/// `KILN_DEBUG` (0 when unset): 1 prints one line per realize, 2 adds one line per kernel.
+pub fn debug_level() -> u8 {
+    static LEVEL: std::sync::OnceLock<u8> = std::sync::OnceLock::new();
+    *LEVEL.get_or_init(|| {
+        std::env::var("KILN_DEBUG")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    })
+}
+
 /// Buffers left alive after a program ran, by planned buffer.
 pub type ProgramOutputs = Vec<Option<Arc<Buffer>>>;
 
@@ -58,7 +69,9 @@ pub fn run_program(
         )));
     }
     let mut bufs: ProgramOutputs = vec![None; program.buffers.len()];
+    let profile = debug_level() >= 2;
     for (step_idx, step) in program.steps.iter().enumerate() {
+        let started = profile.then(std::time::Instant::now);
         match step {
             Step::Kernel(pk) => {
                 let spec = program
@@ -100,11 +113,40 @@ pub fn run_program(
                 bufs[*out] = Some(Arc::new(cuda::copy(&from, *bytes, *to)?));
             }
         }
+        if let (Some(t), Step::Kernel(pk)) = (started, step) {
+            if let Device::Cuda(n) = pk.device {
+                cuda::synchronize(n)?;
+            }
+            print_kernel_line(pk, t.elapsed());
+        }
         for &b in &program.release_after[step_idx] {
             bufs[b] = None;
         }
     }
     Ok(bufs)
+}
+
+/// One `KILN_DEBUG=2` line: the kernel's name (its ops and space), time, bytes moved and
+/// arithmetic rate.
+fn print_kernel_line(pk: &crate::kernel::PlannedKernel, took: std::time::Duration) {
+    let k = &pk.kernel;
+    let bytes: usize = k.args.iter().map(|a| a.numel * a.dtype.size_bytes()).sum();
+    let secs = took.as_secs_f64().max(1e-9);
+    let flops = match &k.matmul {
+        Some(mm) => {
+            let nd = k.shape.len();
+            2.0 * k.shape.iter().product::<usize>() as f64 * mm.lhs_view.shape[nd - 1] as f64
+        }
+        None => 0.0,
+    };
+    eprintln!(
+        "kiln: kernel {} {:?} {:.3} ms {:.1} GB/s {:.1} GFLOP/s",
+        k.name,
+        k.shape,
+        secs * 1e3,
+        bytes as f64 / secs / 1e9,
+        flops / secs / 1e9
+    );
 }
 
 fn resolve(r: BufferRef, inputs: &[Arc<Buffer>], bufs: &ProgramOutputs) -> Result<Arc<Buffer>> {

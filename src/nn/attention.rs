@@ -1,6 +1,6 @@
 //! Multi-head causal self-attention and the pre-LayerNorm transformer block.
 
-use super::{Dropout, Gelu, LayerNorm, Linear, Module, visit_child};
+use super::{Dropout, Gelu, LayerNorm, Linear, Module, visit_child, visit_child_mut};
 use crate::error::{KilnError, Result};
 use crate::tensor::Tensor;
 
@@ -76,6 +76,11 @@ impl Module for CausalSelfAttention {
         visit_child("proj", &self.proj, f);
     }
 
+    fn visit_parameters_mut(&mut self, f: &mut dyn FnMut(&str, &mut Tensor)) {
+        visit_child_mut("qkv", &mut self.qkv, f);
+        visit_child_mut("proj", &mut self.proj, f);
+    }
+
     fn set_training(&mut self, training: bool) {
         self.dropout.set_training(training);
     }
@@ -119,6 +124,14 @@ impl Module for Block {
         visit_child("ln2", &self.ln2, f);
         visit_child("mlp.fc", &self.fc, f);
         visit_child("mlp.proj", &self.proj, f);
+    }
+
+    fn visit_parameters_mut(&mut self, f: &mut dyn FnMut(&str, &mut Tensor)) {
+        visit_child_mut("ln1", &mut self.ln1, f);
+        visit_child_mut("attn", &mut self.attn, f);
+        visit_child_mut("ln2", &mut self.ln2, f);
+        visit_child_mut("mlp.fc", &mut self.fc, f);
+        visit_child_mut("mlp.proj", &mut self.proj, f);
     }
 
     fn set_training(&mut self, training: bool) {

@@ -106,8 +106,19 @@ pub fn dropout(x: &Tensor, p: f64, training: bool, seed: u64) -> Result<Tensor> 
     Tensor::try_where(&keep, &x.try_mul(1.0 / (1.0 - p))?, 0.0)
 }
 
-/// `x @ weightᵀ + bias` (PyTorch's `linear`: `weight` is `[out, in]`).
+/// `x @ weightᵀ + bias` (PyTorch's `linear`: `weight` is `[out, in]`). Leading
+/// dimensions of `x` fold into one matrix dimension (a view), so the product — and its
+/// gradients — are single matrix products rather than a batch of small ones.
 pub fn linear(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+    if x.ndim() > 2 && weight.ndim() == 2 {
+        let lead = &x.shape()[..x.ndim() - 1];
+        let features = x.shape()[x.ndim() - 1] as isize;
+        let flat = x.try_reshape(&[-1, features])?;
+        let y = linear(&flat, weight, bias)?;
+        let mut shape: Vec<isize> = lead.iter().map(|&d| d as isize).collect();
+        shape.push(weight.shape()[0] as isize);
+        return y.try_reshape(&shape);
+    }
     let y = x.try_matmul(&weight.try_transpose(-2, -1)?)?;
     match bias {
         Some(b) => y.try_add(b),

@@ -1,6 +1,6 @@
 //! Basic layers.
 
-use super::{Module, functional, init, visit_child};
+use super::{Module, functional, init, visit_child, visit_child_mut};
 use crate::error::Result;
 use crate::tensor::Tensor;
 use std::cell::Cell;
@@ -39,6 +39,13 @@ impl Module for Linear {
             f("bias", b);
         }
     }
+
+    fn visit_parameters_mut(&mut self, f: &mut dyn FnMut(&str, &mut Tensor)) {
+        f("weight", &mut self.weight);
+        if let Some(b) = &mut self.bias {
+            f("bias", b);
+        }
+    }
 }
 
 /// A lookup table: rows of `weight` (`[vocabulary, dim]`, standard normal) by integer id.
@@ -64,6 +71,10 @@ impl Module for Embedding {
 
     fn visit_parameters(&self, f: &mut dyn FnMut(&str, &Tensor)) {
         f("weight", &self.weight);
+    }
+
+    fn visit_parameters_mut(&mut self, f: &mut dyn FnMut(&str, &mut Tensor)) {
+        f("weight", &mut self.weight);
     }
 }
 
@@ -96,6 +107,11 @@ impl Module for LayerNorm {
         f("weight", &self.weight);
         f("bias", &self.bias);
     }
+
+    fn visit_parameters_mut(&mut self, f: &mut dyn FnMut(&str, &mut Tensor)) {
+        f("weight", &mut self.weight);
+        f("bias", &mut self.bias);
+    }
 }
 
 /// Dropout with probability `p` while training; each forward draws a new mask (the seed
@@ -127,6 +143,8 @@ impl Module for Dropout {
 
     fn visit_parameters(&self, _: &mut dyn FnMut(&str, &Tensor)) {}
 
+    fn visit_parameters_mut(&mut self, _: &mut dyn FnMut(&str, &mut Tensor)) {}
+
     fn set_training(&mut self, training: bool) {
         self.training = training;
     }
@@ -142,6 +160,8 @@ impl Module for Gelu {
     }
 
     fn visit_parameters(&self, _: &mut dyn FnMut(&str, &Tensor)) {}
+
+    fn visit_parameters_mut(&mut self, _: &mut dyn FnMut(&str, &mut Tensor)) {}
 }
 
 /// Modules applied in order; parameters are named by position (`0.weight`, `2.bias`).
@@ -175,6 +195,12 @@ impl Module for Sequential {
     fn visit_parameters(&self, f: &mut dyn FnMut(&str, &Tensor)) {
         for (i, l) in self.layers.iter().enumerate() {
             visit_child(&i.to_string(), l.as_ref(), f);
+        }
+    }
+
+    fn visit_parameters_mut(&mut self, f: &mut dyn FnMut(&str, &mut Tensor)) {
+        for (i, l) in self.layers.iter_mut().enumerate() {
+            visit_child_mut(&i.to_string(), l.as_mut(), f);
         }
     }
 
@@ -218,6 +244,12 @@ impl Module for Mlp {
     fn visit_parameters(&self, f: &mut dyn FnMut(&str, &Tensor)) {
         for (i, l) in self.layers.iter().enumerate() {
             visit_child(&format!("layers.{i}"), l, f);
+        }
+    }
+
+    fn visit_parameters_mut(&mut self, f: &mut dyn FnMut(&str, &mut Tensor)) {
+        for (i, l) in self.layers.iter_mut().enumerate() {
+            visit_child_mut(&format!("layers.{i}"), l, f);
         }
     }
 }

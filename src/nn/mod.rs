@@ -37,6 +37,30 @@ pub trait Module {
     /// module (`blocks.0.attn.qkv.weight`).
     fn visit_parameters(&self, f: &mut dyn FnMut(&str, &Tensor));
 
+    /// Like [`Module::visit_parameters`], with each parameter replaceable (to move a model
+    /// to a device, or load another one's values).
+    fn visit_parameters_mut(&mut self, f: &mut dyn FnMut(&str, &mut Tensor));
+
+    /// Moves every parameter to `device` (realized there, still requiring grad).
+    fn to_device(&mut self, device: crate::Device) -> Result<()> {
+        let mut err = None;
+        self.visit_parameters_mut(&mut |_, p| {
+            if err.is_some() || p.device() == device {
+                return;
+            }
+            let moved = crate::autograd::no_grad(|| p.try_to(device)).and_then(|t| {
+                t.realize()?;
+                t.try_requires_grad_(true)?;
+                Ok(t)
+            });
+            match moved {
+                Ok(t) => *p = t,
+                Err(e) => err = Some(e),
+            }
+        });
+        err.map_or(Ok(()), Err)
+    }
+
     /// Switches training behaviour (dropout) on or off, in this module and its children.
     fn set_training(&mut self, training: bool) {
         let _ = training;
@@ -68,6 +92,11 @@ pub trait Module {
     fn zero_grad(&self) {
         self.visit_parameters(&mut |_, t| t.zero_grad());
     }
+}
+
+/// Visits a child module's parameters mutably with `prefix.` in front of their names.
+pub fn visit_child_mut(prefix: &str, child: &mut dyn Module, f: &mut dyn FnMut(&str, &mut Tensor)) {
+    child.visit_parameters_mut(&mut |n, t| f(&format!("{prefix}.{n}"), t));
 }
 
 /// Visits a child module's parameters with `prefix.` in front of their names.

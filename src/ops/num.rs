@@ -41,6 +41,10 @@ pub trait Num: bytemuck::Pod + PartialOrd + Send + Sync + 'static {
     const HIGHEST: Self;
     /// The value of a [`Scal`] of this compute type (zero for another type).
     fn get(s: Scal) -> Self;
+    /// An integer converted (integers wrap to the width, floats round).
+    fn from_i64(v: i64) -> Self;
+    /// A float converted (floats round; integers truncate, saturating).
+    fn from_f64(v: f64) -> Self;
     fn add(a: Self, b: Self) -> Self;
     fn sub(a: Self, b: Self) -> Self;
     fn mul(a: Self, b: Self) -> Self;
@@ -106,6 +110,14 @@ macro_rules! int_num {
                 }
             }
             #[inline(always)]
+            fn from_i64(v: i64) -> Self {
+                v as $t
+            }
+            #[inline(always)]
+            fn from_f64(v: f64) -> Self {
+                v as $t
+            }
+            #[inline(always)]
             fn add(a: Self, b: Self) -> Self {
                 a.wrapping_add(b)
             }
@@ -163,6 +175,14 @@ impl Num for f32 {
         }
     }
     #[inline(always)]
+    fn from_i64(v: i64) -> Self {
+        v as f32
+    }
+    #[inline(always)]
+    fn from_f64(v: f64) -> Self {
+        v as f32
+    }
+    #[inline(always)]
     fn add(a: Self, b: Self) -> Self {
         a + b
     }
@@ -212,6 +232,14 @@ impl Num for f64 {
             Scal::F64(x) => x,
             _ => 0.0,
         }
+    }
+    #[inline(always)]
+    fn from_i64(v: i64) -> Self {
+        v as f64
+    }
+    #[inline(always)]
+    fn from_f64(v: f64) -> Self {
+        v
     }
     #[inline(always)]
     fn add(a: Self, b: Self) -> Self {

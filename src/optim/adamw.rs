@@ -3,6 +3,7 @@
 use super::{Optimizer, realize_step, zeros_like_all};
 use crate::autograd::no_grad;
 use crate::error::{KilnError, Result};
+use crate::plan::RealizeOptions;
 use crate::tensor::{RealizeReport, Tensor};
 
 /// AdamW (Loshchilov & Hutter): per parameter `m ← β₁m + (1-β₁)g`, `v ← β₂v + (1-β₂)g²`,
@@ -18,6 +19,7 @@ pub struct AdamW {
     eps: f64,
     weight_decay: f64,
     steps: u64,
+    options: RealizeOptions,
 }
 
 impl AdamW {
@@ -49,6 +51,7 @@ impl AdamW {
             eps,
             weight_decay,
             steps: 0,
+            options: RealizeOptions::default(),
         })
     }
 
@@ -83,7 +86,7 @@ impl Optimizer for AdamW {
             }
             Ok(())
         })?;
-        realize_step(&[&self.params, &self.m, &self.v])
+        realize_step(&[&self.params, &self.m, &self.v], &self.options)
     }
 
     fn params(&self) -> &[Tensor] {
@@ -96,5 +99,9 @@ impl Optimizer for AdamW {
 
     fn set_lr(&mut self, lr: f64) {
         self.lr = lr;
+    }
+
+    fn set_realize_options(&mut self, options: RealizeOptions) {
+        self.options = options;
     }
 }

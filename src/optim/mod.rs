@@ -32,6 +32,7 @@ pub use schedule::WarmupCosine;
 pub use sgd::Sgd;
 
 use crate::error::Result;
+use crate::plan::RealizeOptions;
 use crate::tensor::{RealizeReport, Tensor};
 
 /// Something that updates parameters from their gradients.
@@ -55,6 +56,9 @@ pub trait Optimizer {
     /// Changes the learning rate (for schedules).
     fn set_lr(&mut self, lr: f64);
 
+    /// How steps are realized (`RealizeOptions::unfused()` to compare against fusion).
+    fn set_realize_options(&mut self, options: RealizeOptions);
+
     /// Clears the parameters' gradients.
     fn zero_grad(&self) {
         for p in self.params() {
@@ -76,7 +80,7 @@ fn zeros_like_all(params: &[Tensor]) -> Result<Vec<Tensor>> {
 }
 
 /// Realizes the parameters and state after a step's updates were recorded.
-fn realize_step(groups: &[&[Tensor]]) -> Result<RealizeReport> {
+fn realize_step(groups: &[&[Tensor]], options: &RealizeOptions) -> Result<RealizeReport> {
     let all: Vec<&Tensor> = groups.iter().flat_map(|g| g.iter()).collect();
-    crate::tensor::realize_all_with(&all, &Default::default())
+    crate::tensor::realize_all_with(&all, options)
 }

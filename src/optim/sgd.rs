@@ -3,6 +3,7 @@
 use super::{Optimizer, realize_step, zeros_like_all};
 use crate::autograd::no_grad;
 use crate::error::Result;
+use crate::plan::RealizeOptions;
 use crate::tensor::{RealizeReport, Tensor};
 
 /// SGD as PyTorch's `torch.optim.SGD`: `g ← g + wd·p`; with momentum `μ`,
@@ -16,6 +17,7 @@ pub struct Sgd {
     weight_decay: f64,
     nesterov: bool,
     steps: u64,
+    options: RealizeOptions,
 }
 
 impl Sgd {
@@ -45,6 +47,7 @@ impl Sgd {
             weight_decay,
             nesterov,
             steps: 0,
+            options: RealizeOptions::default(),
         })
     }
 }
@@ -83,7 +86,7 @@ impl Optimizer for Sgd {
             }
             Ok(())
         })?;
-        realize_step(&[&self.params, &self.buffers])
+        realize_step(&[&self.params, &self.buffers], &self.options)
     }
 
     fn params(&self) -> &[Tensor] {
@@ -96,5 +99,9 @@ impl Optimizer for Sgd {
 
     fn set_lr(&mut self, lr: f64) {
         self.lr = lr;
+    }
+
+    fn set_realize_options(&mut self, options: RealizeOptions) {
+        self.options = options;
     }
 }

@@ -22,6 +22,10 @@
 //!   kernel share S and the reduce axes.
 //! * **A matmul inlines into its consumer** when that consumer's kernel is elementwise over
 //!   exactly the product's shape (bias, activation): the epilogue runs on the product.
+//! * **Generator-only values read broadcast are stored.** A value computed from generators
+//!   alone (a causal mask from two aranges) that a kernel reads over at least
+//!   [`BROADCAST_FOLD`] times its own size is its own small kernel, loaded by the big one,
+//!   instead of being recomputed per element and per pass.
 //! * **Kernels are bounded.** Each kernel's inlined ops weigh 1 (`Cost::Cheap`) or 4
 //!   (`Cost::Polynomial`); a node that would take a kernel past [`MAX_KERNEL_WEIGHT`] is
 //!   stored instead and starts a kernel of its own. A 10,000-op chain becomes about 20
@@ -34,7 +38,7 @@
 use super::views::{NodeId, PlanOp, ViewGraph};
 use crate::graph::Op;
 use crate::ops::Cost;
-use crate::shape::{Movement, View};
+use crate::shape::{Movement, View, numel};
 use std::collections::HashSet;
 
 /// Largest elementwise cone that is recomputed rather than stored.
@@ -136,6 +140,7 @@ pub fn fuse(vg: &ViewGraph, fuse: bool, forced: &HashSet<NodeId>) -> FusionPlan 
     let mut uses: Vec<Vec<Use>> = vec![vec![]; n];
     // Total op weight inlined into each kernel so far.
     let mut size: Vec<usize> = vec![];
+    let generated = generator_only(vg);
     for v in (0..n).rev() {
         super::tick(1);
         let node = &vg.nodes[v];
@@ -169,8 +174,15 @@ pub fn fuse(vg: &ViewGraph, fuse: bool, forced: &HashSet<NodeId>) -> FusionPlan 
         let u = gather_uses(vg, &plan, &consumers, &uses, v);
         let w = weight(&node.op);
         let too_big = u.iter().any(|x| size[x.group] + w > MAX_KERNEL_WEIGHT);
+        // A value made from generators alone (a causal mask from two aranges) that a kernel
+        // reads broadcast over many times its size is cheaper stored once than recomputed
+        // per element (and per pass).
+        let fold_constant = generated[v]
+            && u.iter().any(|x| {
+                kernel_numel(vg, &plan.groups[x.group]) >= BROADCAST_FOLD * numel(&node.shape)
+            });
         let inlined = match &node.op {
-            _ if u.is_empty() || u.len() > MAX_USES || too_big => false,
+            _ if u.is_empty() || u.len() > MAX_USES || too_big || fold_constant => false,
             op if op.is_elementwise() => u.len() == 1 || is_cheap(vg, forced, v),
             PlanOp::Op(Op::Reduce { .. }) => try_inline_reduce(vg, &mut plan, v, &u),
             PlanOp::Op(Op::Matmul) => try_inline_matmul(vg, &mut plan, v, &u),
@@ -191,6 +203,32 @@ pub fn fuse(vg: &ViewGraph, fuse: bool, forced: &HashSet<NodeId>) -> FusionPlan 
         }
     }
     plan
+}
+
+/// How many times a generator-only value must be broadcast before it is stored.
+const BROADCAST_FOLD: usize = 8;
+
+/// Elementwise nodes computed from generators alone (no input buffer, no reduction).
+fn generator_only(vg: &ViewGraph) -> Vec<bool> {
+    let mut gen_only = vec![false; vg.nodes.len()];
+    let mut leafish = vec![false; vg.nodes.len()];
+    for (id, n) in vg.nodes.iter().enumerate() {
+        leafish[id] = n.op.is_generator();
+        if n.op.is_elementwise() && !n.inputs.is_empty() {
+            let all = n.inputs.iter().all(|e| leafish[e.src]);
+            gen_only[id] = all;
+            leafish[id] = all;
+        }
+    }
+    gen_only
+}
+
+/// Elements of a kernel's index space.
+fn kernel_numel(vg: &ViewGraph, g: &KernelGroup) -> usize {
+    match &g.space {
+        Some((s, _)) => numel(s),
+        None => numel(&vg.nodes[g.root].shape),
+    }
 }
 
 fn make_root(vg: &ViewGraph, plan: &mut FusionPlan, v: NodeId) {

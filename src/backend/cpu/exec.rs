@@ -1238,41 +1238,45 @@ fn gen_values<T: Num>(
         GenKind::Arange => {
             let (start, step) = (p0, p1);
             if dtype.is_float() {
+                // Computed in f64, rounded once (to f32 for f32 and the half types, which
+                // round again to their own precision after this).
                 let (s, st) = (start.to_f64(), step.to_f64());
+                let wide = dtype == DType::F64;
                 for (i, x) in o.iter_mut().enumerate() {
                     let val = s + idx(i) as f64 * st;
-                    *x = T::get(if dtype == DType::F64 {
-                        Scal::F64(val)
-                    } else {
-                        Scal::F32(val as f32)
-                    });
+                    *x = T::from_f64(if wide { val } else { val as f32 as f64 });
                 }
             } else {
                 let (s, st) = (start.to_i64(), step.to_i64());
+                let bool_ = dtype == DType::Bool;
                 for (i, x) in o.iter_mut().enumerate() {
                     let val = s.wrapping_add((idx(i) as i64).wrapping_mul(st));
-                    *x = T::get(Scal::from_scalar(crate::dtype::Scalar::Int(val), dtype));
+                    *x = T::from_i64(if bool_ { (val != 0) as i64 } else { val });
                 }
             }
         }
         GenKind::Rand => {
             let seed = seed_of(p0);
-            for (i, x) in o.iter_mut().enumerate() {
-                *x = T::get(if dtype == DType::F64 {
-                    Scal::F64(random::uniform_f64(seed, idx(i)))
-                } else {
-                    Scal::F32(random::uniform_f32(seed, idx(i)))
-                });
+            if dtype == DType::F64 {
+                for (i, x) in o.iter_mut().enumerate() {
+                    *x = T::from_f64(random::uniform_f64(seed, idx(i)));
+                }
+            } else {
+                for (i, x) in o.iter_mut().enumerate() {
+                    *x = T::from_f64(random::uniform_f32(seed, idx(i)) as f64);
+                }
             }
         }
         GenKind::Randn => {
             let seed = seed_of(p0);
-            for (i, x) in o.iter_mut().enumerate() {
-                *x = T::get(if dtype == DType::F64 {
-                    Scal::F64(random::normal_f64(seed, idx(i)))
-                } else {
-                    Scal::F32(random::normal_f32(seed, idx(i)))
-                });
+            if dtype == DType::F64 {
+                for (i, x) in o.iter_mut().enumerate() {
+                    *x = T::from_f64(random::normal_f64(seed, idx(i)));
+                }
+            } else {
+                for (i, x) in o.iter_mut().enumerate() {
+                    *x = T::from_f64(random::normal_f32(seed, idx(i)) as f64);
+                }
             }
         }
     }
