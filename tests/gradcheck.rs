@@ -280,3 +280,82 @@ fn gradients_accumulate_until_zeroed_and_detach_stops_them() {
     let n = no_grad(|| &w * 2.0);
     assert!(!n.requires_grad());
 }
+
+#[test]
+fn indexing_joining_and_masking_ops() {
+    let idx = Tensor::from_vec(vec![2i64, 0, 2, 1, 1, 0], &[2, 3]);
+    check("gather", &[(values(12, 21, -1.0, 1.0), vec![4, 3])], |t| {
+        t[0].gather(0, &idx).exp()
+    });
+    let rows = Tensor::from_vec(vec![3i64, 0, 3], &[3]);
+    check("index_select", &[(values(12, 22, -1.0, 1.0), vec![4, 3])], |t| {
+        t[0].index_select(0, &rows).sin()
+    });
+    let ids = Tensor::from_vec(vec![1i64, 1, 0, 2], &[2, 2]);
+    check("embedding", &[(values(6, 23, -1.0, 1.0), vec![3, 2])], |t| {
+        Tensor::embedding(&ids, &t[0]).tanh()
+    });
+    let sidx = Tensor::from_vec(vec![0i64, 2, 0, 1], &[4]);
+    check(
+        "scatter_add",
+        &[
+            (values(3, 24, -1.0, 1.0), vec![3]),
+            (values(4, 25, -1.0, 1.0), vec![4]),
+        ],
+        |t| t[0].scatter_add(0, &sidx, &t[1]).exp(),
+    );
+    check(
+        "cat",
+        &[
+            (values(6, 26, -1.0, 1.0), vec![2, 3]),
+            (values(3, 27, -1.0, 1.0), vec![1, 3]),
+        ],
+        |t| Tensor::cat(&[&t[0], &t[1], &t[0]], 0).exp(),
+    );
+    check(
+        "stack",
+        &[
+            (values(3, 28, -1.0, 1.0), vec![3]),
+            (values(3, 29, -1.0, 1.0), vec![3]),
+        ],
+        |t| Tensor::stack(&[&t[0], &t[1]], 1).sin(),
+    );
+    check("split and chunk", &[(values(10, 30, -1.0, 1.0), vec![10])], |t| {
+        let parts = t[0].split(4, 0);
+        let halves = t[0].chunk(2, 0);
+        parts[1].exp().sum(&[0], true) * halves[0].sum(&[0], true) + parts[2].sum(&[0], true)
+    });
+    check("tril", &[(values(12, 31, -1.0, 1.0), vec![3, 4])], |t| {
+        t[0].tril(0).exp()
+    });
+    check("triu", &[(values(12, 32, -1.0, 1.0), vec![3, 4])], |t| {
+        t[0].triu(1).exp()
+    });
+    let m = Tensor::from_vec(vec![true, false, false, true, true, false], &[2, 3]);
+    check("masked_fill", &[(values(6, 33, -1.0, 1.0), vec![2, 3])], |t| {
+        t[0].masked_fill(&m, 2.0).exp()
+    });
+    check("logsumexp", &[(values(12, 34, -2.0, 2.0), vec![3, 4])], |t| {
+        t[0].logsumexp(&[1], false)
+    });
+}
+
+#[test]
+fn losses_and_dropout() {
+    let targets = Tensor::from_vec(vec![2i64, 0, 1], &[3]);
+    check("cross_entropy", &[(values(12, 35, -2.0, 2.0), vec![3, 4])], |t| {
+        kiln::nn::functional::cross_entropy(&t[0], &targets).unwrap()
+    });
+    check(
+        "mse_loss",
+        &[
+            (values(6, 36, -1.0, 1.0), vec![6]),
+            (values(6, 37, -1.0, 1.0), vec![6]),
+        ],
+        |t| kiln::nn::functional::mse_loss(&t[0], &t[1]).unwrap(),
+    );
+    // A fixed seed: the same mask in every evaluation.
+    check("dropout", &[(values(20, 38, -1.0, 1.0), vec![20])], |t| {
+        kiln::nn::functional::dropout(&t[0], 0.3, true, 5).unwrap().exp()
+    });
+}
