@@ -104,6 +104,14 @@ pub enum KilnError {
         index: i64,
         size: usize,
     },
+    /// Reading or writing a file failed.
+    #[error("{op}: {path}: {message}")]
+    Io {
+        op: &'static str,
+        path: String,
+        kind: std::io::ErrorKind,
+        message: String,
+    },
     /// An allocation failed even after the cache was trimmed.
     #[error(
         "out of memory on {device}: requested {requested} bytes, {reserved} bytes reserved by kiln, {free} bytes free on the device"

@@ -1,6 +1,6 @@
 //! Reading and writing tensors: checkpoints and data interchange.
 //!
-//! - [`safetensors`](self::safetensors): named tensors of every kiln dtype in the
+//! - [`safetensors`]: named tensors of every kiln dtype in the
 //!   safetensors format (what PyTorch checkpoints are shared as), with optional string
 //!   metadata; [`load_into`] restores a checkpoint into existing parameters in place,
 //!   checking names, shapes and dtypes first.
@@ -42,8 +42,8 @@ pub mod ndarray;
 
 pub use self::npy::{read_npy, read_npy_bytes, write_npy, write_npy_bytes};
 pub use self::safetensors::{
-    load, load_from_bytes, load_into, load_into_from_bytes, load_with_metadata,
-    load_with_metadata_from_bytes, save, save_to_bytes, save_with_metadata,
+    TensorsWithMetadata, load, load_from_bytes, load_into, load_into_from_bytes,
+    load_with_metadata, load_with_metadata_from_bytes, save, save_to_bytes, save_with_metadata,
     save_with_metadata_to_bytes,
 };
 
@@ -52,9 +52,11 @@ use std::path::Path;
 
 /// A file-system failure of `op` on `path`.
 pub(crate) fn io_error(op: &'static str, path: &Path, err: &std::io::Error) -> KilnError {
-    KilnError::Backend {
-        backend: "io",
-        message: format!("{op}: {}: {err}", path.display()),
+    KilnError::Io {
+        op,
+        path: path.display().to_string(),
+        kind: err.kind(),
+        message: err.to_string(),
     }
 }
 

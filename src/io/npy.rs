@@ -21,7 +21,10 @@
 //! is byte-swapped, and a Fortran-order array (stored as the row-major array of the
 //! reversed shape) is read as that array permuted back and made contiguous, so the result
 //! is always a realized, row-major CPU tensor. Writing produces C-order, little-endian
-//! files (format version 1.0, header padded to 64 bytes as NumPy does).
+//! files (format version 1.0, header padded to 64 bytes as NumPy does). The header text
+//! differs from NumPy's only in spacing — npyz writes a shape as `(2, 3, )` where NumPy
+//! writes `(2, 3)`, the same Python tuple — so the data bytes match a NumPy-written file
+//! exactly but the files are not byte-identical.
 //!
 //! The `npyz` crate parses and writes the header (a Python dict literal); the data is
 //! copied in one piece rather than element by element.
@@ -104,7 +107,8 @@ pub fn read_npy_bytes(bytes: &[u8]) -> Result<Tensor> {
     let mut data: &[u8] = bytes;
     // Reading from a slice advances it: afterwards `data` is what follows the header.
     // npyz multiplies the dimensions without overflow checks, which panics in builds that
-    // check overflow; a hostile shape must be an error, so such a panic is caught here.
+    // check overflow. `check_prelude` refuses such shapes first; should one get past it, the
+    // panic is caught here, so that a hostile file is an error either way.
     let parsed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         NpyHeader::from_reader(&mut data)
     }));
@@ -226,7 +230,44 @@ fn check_prelude(bytes: &[u8]) -> Result<()> {
             _ => {}
         }
     }
+    if shape_overflows(text) {
+        return Err(bad(
+            "the shape has more elements than a 64-bit count holds".into()
+        ));
+    }
     Ok(())
+}
+
+/// Whether the header's shape, read loosely, multiplies past `u64` (ignoring zero-length
+/// dimensions, so that no partial product overflows either). A shape this reading cannot
+/// make out is left to the parser.
+fn shape_overflows(text: &[u8]) -> bool {
+    let Ok(text) = std::str::from_utf8(text) else {
+        return false;
+    };
+    let Some(at) = text.find("'shape'").or_else(|| text.find("\"shape\"")) else {
+        return false;
+    };
+    let rest = &text[at + "'shape'".len()..];
+    let Some(open) = rest.find(['(', '[']) else {
+        return false;
+    };
+    let Some(len) = rest[open..].find([')', ']']) else {
+        return false;
+    };
+    let mut count: u64 = 1;
+    for dim in rest[open + 1..open + len].split(',').map(str::trim) {
+        match dim.parse::<u64>() {
+            Ok(0) => {}
+            Ok(d) => match count.checked_mul(d) {
+                Some(c) => count = c,
+                None => return true,
+            },
+            Err(_) if dim.is_empty() => {}
+            Err(_) => return false,
+        }
+    }
+    false
 }
 
 /// Writes `t` (realized first) to a `.npy` file at `path`: C order, little-endian.

@@ -296,7 +296,10 @@ fn partial_path(path: &Path) -> Result<PathBuf> {
         .ok_or_else(|| format_error(SAVE, format!("{} does not name a file", path.display())))?;
     let mut partial = std::ffi::OsString::from(".");
     partial.push(name);
-    partial.push(format!(".kiln-partial-{}", std::process::id()));
+    // Unique per process and per save, so that concurrent saves never share it.
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    partial.push(format!(".kiln-partial-{}-{n}", std::process::id()));
     Ok(path.with_file_name(partial))
 }
 
@@ -310,6 +313,10 @@ fn write_error(path: &Path, e: SafeTensorError) -> KilnError {
 // ---------------------------------------------------------------------------------------
 // Loading
 // ---------------------------------------------------------------------------------------
+
+/// What [`load_with_metadata`] returns: the named tensors in file order and the
+/// `"__metadata__"` strings.
+pub type TensorsWithMetadata = (Vec<(String, Tensor)>, BTreeMap<String, String>);
 
 /// Reads every tensor of a safetensors file as a realized CPU tensor, in the file's data
 /// order (see the module documentation).
@@ -328,17 +335,13 @@ pub fn load_from_bytes(bytes: &[u8]) -> Result<Vec<(String, Tensor)>> {
 }
 
 /// [`load`], also returning the header's `"__metadata__"` strings (empty when absent).
-pub fn load_with_metadata(
-    path: impl AsRef<Path>,
-) -> Result<(Vec<(String, Tensor)>, BTreeMap<String, String>)> {
+pub fn load_with_metadata(path: impl AsRef<Path>) -> Result<TensorsWithMetadata> {
     let bytes = read_file(LOAD, path.as_ref())?;
     load_with_metadata_from_bytes(&bytes)
 }
 
 /// [`load_with_metadata`] from the bytes of a safetensors file.
-pub fn load_with_metadata_from_bytes(
-    bytes: &[u8],
-) -> Result<(Vec<(String, Tensor)>, BTreeMap<String, String>)> {
+pub fn load_with_metadata_from_bytes(bytes: &[u8]) -> Result<TensorsWithMetadata> {
     let file = Parsed::new(LOAD, bytes)?;
     let tensors = file
         .entries
