@@ -51,7 +51,7 @@ fn main() -> kiln::Result<()> {
     let x = Tensor::try_rand(&[ROWS, COLS], 42, DType::F32)?;
     x.realize()?;
     let y = expression(&x);
-    println!("== lazy graph (before planning) ==\n{}", y.dump_graph());
+    println!("== lazy graph (before planning) ==\n{}", y.dump_text());
     println!(
         "== fused plan ==\n{}",
         y.plan(&RealizeOptions::default())?.dump_text()

@@ -372,7 +372,7 @@ impl Plan {
     }
 
     /// [`plan_dot`].
-    pub fn to_dot(&self) -> String {
+    pub fn dump_dot(&self) -> String {
         plan_dot(self)
     }
 }

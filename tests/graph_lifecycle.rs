@@ -51,7 +51,7 @@ fn realized_nodes_forget_their_inputs() {
     let before = graph::live_nodes();
     y.realize().unwrap();
     assert!(graph::live_nodes() < before);
-    assert_eq!(y.dump_graph().lines().count(), 2, "{}", y.dump_graph());
+    assert_eq!(y.dump_text().lines().count(), 2, "{}", y.dump_text());
 }
 
 fn tensors_move_between_threads() {

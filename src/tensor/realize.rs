@@ -51,13 +51,14 @@ impl Tensor {
         graph::with_graph(|g| plan::plan(g, &[self.key], options))
     }
 
-    /// The lazy graph behind this tensor (before planning), as readable text.
-    pub fn dump_graph(&self) -> String {
+    /// The lazy graph behind this tensor (before planning), as readable text (the same
+    /// names as [`Plan::dump_text`] for the plan after it).
+    pub fn dump_text(&self) -> String {
         graph::with_graph(|g| dump::graph_text(g, &[self.key]))
     }
 
     /// The lazy graph behind this tensor as Graphviz DOT.
-    pub fn dump_graph_dot(&self) -> String {
+    pub fn dump_dot(&self) -> String {
         graph::with_graph(|g| dump::graph_dot(g, &[self.key]))
     }
 }
@@ -114,6 +115,26 @@ fn check_version(g: &graph::Graph, k: NodeKey) -> Result<()> {
     Ok(())
 }
 
+/// `KILN_DUMP=dir`: writes every new plan's Graphviz DOT to `dir/kiln-plan-NNNNN.dot`
+/// (replayed plans are not written again). A failure to write is reported once on stderr
+/// and does not fail the realize.
+fn dump_plan(plan: &Plan) {
+    static DIR: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+    static COUNT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    let Some(dir) = DIR.get_or_init(|| std::env::var_os("KILN_DUMP").map(Into::into)) else {
+        return;
+    };
+    let n = COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = dir.join(format!("kiln-plan-{n:05}.dot"));
+    let written = std::fs::create_dir_all(dir).and_then(|_| std::fs::write(&path, plan.dump_dot()));
+    if let Err(e) = written
+        && !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed)
+    {
+        eprintln!("kiln: KILN_DUMP: cannot write {}: {e}", path.display());
+    }
+}
+
 /// A realize's plan, bound to this graph's inputs and parameters.
 struct Prepared {
     plan: Arc<CachedPlan>,
@@ -122,6 +143,8 @@ struct Prepared {
     /// The swept nodes (installs name them by position).
     order: Vec<NodeKey>,
     cache_hit: bool,
+    /// Time spent planning (zero on a cache hit).
+    planning: std::time::Duration,
 }
 
 /// Realizes several tensors in one plan with explicit options.
@@ -149,14 +172,21 @@ pub fn realize_all_with(tensors: &[&Tensor], options: &RealizeOptions) -> Result
             check_version(g, k)?;
         }
         let (sig, binds) = cache::signature(g, &sweep, &pending, options)?;
+        let started = std::time::Instant::now();
         let (plan, cache_hit) = match cache::with_cache(|c| c.get(&sig)) {
             Some(p) => (p, true),
             None => {
                 let plan = plan::plan_swept(g, &sweep, &pending, options)?;
+                dump_plan(&plan);
                 let cached = Arc::new(CachedPlan::new(plan, &sweep));
                 cache::with_cache(|c| c.insert(sig, Arc::clone(&cached)));
                 (cached, false)
             }
+        };
+        let planning = if cache_hit {
+            std::time::Duration::ZERO
+        } else {
+            started.elapsed()
         };
         let inputs = binds
             .inputs
@@ -174,12 +204,25 @@ pub fn realize_all_with(tensors: &[&Tensor], options: &RealizeOptions) -> Result
             params: binds.params,
             order: sweep.order,
             cache_hit,
+            planning,
         }))
     })?;
     let Some(p) = prepared else {
         return Ok(RealizeReport::default());
     };
+    let run_started = std::time::Instant::now();
     let outputs = backend::run_program(&p.plan.program, &p.inputs, &p.params)?;
+    if backend::debug_level() >= 1 {
+        eprintln!(
+            "kiln: realize {} kernels, plan cache {}, planned peak {} (naive {}), planning {:.3} ms, run {:.3} ms",
+            p.plan.kernels,
+            if p.cache_hit { "hit" } else { "miss" },
+            crate::dump::fmt_bytes(p.plan.planned_peak_bytes),
+            crate::dump::fmt_bytes(p.plan.naive_bytes),
+            p.planning.as_secs_f64() * 1e3,
+            run_started.elapsed().as_secs_f64() * 1e3
+        );
+    }
     let installs: Vec<(NodeKey, Arc<crate::memory::Buffer>)> = p
         .plan
         .installs
