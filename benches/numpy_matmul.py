@@ -58,11 +58,14 @@ def main():
     for n in sizes:
         a = rng.standard_normal((n, n), dtype=np.float32)
         b = rng.standard_normal((n, n), dtype=np.float32)
+        wide = rng.standard_normal((n, 2 * n), dtype=np.float32)
+        strided = wide[:, ::2]  # row stride 2n, column stride 2 (as in gemm_probe)
         out = np.empty((n, n), dtype=np.float32)
         cases = [
             ("f32 a@b", lambda: np.matmul(a, b, out=out)),
             ("f32 a.T@b", lambda: np.matmul(a.T, b, out=out)),
             ("f32 a@b.T", lambda: np.matmul(a, b.T, out=out)),
+            ("f32 a[:, ::2]@b", lambda: np.matmul(strided, b, out=out)),
         ]
         for name, fn in cases:
             s = best_of(reps, fn)

@@ -4,8 +4,10 @@
 //! values, rounded to the half type).
 //!
 //! ```sh
-//! cargo run --release --example gemm_probe -- [REPS] [N...]   # defaults: 7 1024 2048
+//! cargo run --release --example gemm_probe -- [--only TEXT] [REPS] [N...]   # defaults: 7 1024 2048
 //! ```
+//!
+//! `--only TEXT` runs just the cases whose name contains TEXT (e.g. `--only f32`).
 //!
 //! Each case realizes its inputs first, then builds a fresh lazy product per repetition and
 //! times only its `realize()`; the best of REPS (after one untimed warm-up) is reported.
@@ -53,7 +55,14 @@ fn half_error(a: &Tensor, b: &Tensor, dtype: DType) -> kiln::Result<f64> {
 }
 
 fn main() -> kiln::Result<()> {
-    let mut args = std::env::args().skip(1);
+    let mut args = std::env::args().skip(1).peekable();
+    let only = if args.peek().is_some_and(|a| a == "--only") {
+        args.next();
+        args.next().expect("--only TEXT")
+    } else {
+        String::new()
+    };
+    let want = |case: &str| case.contains(only.as_str());
     let reps: usize = args.next().map_or(7, |s| s.parse().expect("REPS"));
     let sizes: Vec<usize> = args.map(|s| s.parse().expect("N")).collect();
     let sizes = if sizes.is_empty() {
@@ -73,19 +82,32 @@ fn main() -> kiln::Result<()> {
             t.realize()?;
         }
 
-        let (plain, k) = best_of(reps, &|| a.matmul(&b))?;
-        line(n, "f32 a@b", plain, k, "");
-        let (s, k) = best_of(reps, &|| a.t().matmul(&b))?;
-        line(n, "f32 a.t()@b", s, k, "");
-        let (s, k) = best_of(reps, &|| a.matmul(&b.t()))?;
-        line(n, "f32 a@b.t()", s, k, "");
-        let (s, k) = best_of(reps, &|| strided.matmul(&b))?;
-        line(n, "f32 a[:, ::2]@b", s, k, "");
-        let (s, k) = best_of(reps, &|| (a.matmul(&b) + &bias).relu())?;
-        let overhead = format!("  epilogue +{:.1}%", (s / plain - 1.0) * 100.0);
-        line(n, "f32 relu(a@b+bias)", s, k, &overhead);
+        let f32_cases: [(&str, &dyn Fn() -> Tensor); 4] = [
+            ("f32 a@b", &|| a.matmul(&b)),
+            ("f32 a.t()@b", &|| a.t().matmul(&b)),
+            ("f32 a@b.t()", &|| a.matmul(&b.t())),
+            ("f32 a[:, ::2]@b", &|| strided.matmul(&b)),
+        ];
+        let mut plain = f64::NAN;
+        for (case, build) in f32_cases {
+            if want(case) {
+                let (s, k) = best_of(reps, build)?;
+                if case == "f32 a@b" {
+                    plain = s;
+                }
+                line(n, case, s, k, "");
+            }
+        }
+        if want("f32 relu(a@b+bias)") {
+            let (s, k) = best_of(reps, &|| (a.matmul(&b) + &bias).relu())?;
+            let overhead = format!("  epilogue {:+.1}% vs a@b", (s / plain - 1.0) * 100.0);
+            line(n, "f32 relu(a@b+bias)", s, k, &overhead);
+        }
 
         for dtype in [DType::F16, DType::BF16] {
+            if !want(&format!("{dtype:?}")) {
+                continue;
+            }
             let ah = Tensor::try_randn(&[n, n], 1, dtype)?;
             let bh = Tensor::try_randn(&[n, n], 2, dtype)?;
             ah.realize()?;

@@ -98,6 +98,6 @@ __device__ __forceinline__ double kiln_sigmoid(double x) {
     const double e = exp(x);
     return e / (1.0 + e);
 }
-// Exact GELU through erfc (accurate for negative x).
-__device__ __forceinline__ float kiln_gelu(float x) { return 0.5f * x * erfcf(-x * 0.70710678118654752f); }
-__device__ __forceinline__ double kiln_gelu(double x) { return 0.5 * x * erfc(-x * 0.70710678118654752); }
+// Exact GELU through erfc (accurate for negative x); -0 at -inf, its limit (not -inf * 0).
+__device__ __forceinline__ float kiln_gelu(float x) { return isinf(x) && x < 0.0f ? -0.0f : 0.5f * x * erfcf(-x * 0.70710678118654752f); }
+__device__ __forceinline__ double kiln_gelu(double x) { return isinf(x) && x < 0.0 ? -0.0 : 0.5 * x * erfc(-x * 0.70710678118654752); }

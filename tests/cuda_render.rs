@@ -6,7 +6,7 @@
 //! NVRTC runs without a GPU. When its library is not on the loader path the NVRTC tests
 //! print why and pass, unless `KILN_REQUIRE_NVRTC=1` (set by `.ci/run`) makes that a failure.
 
-use kiln::backend::cuda::render::{Launch, render};
+use kiln::backend::cuda::render::{Launch, render_all};
 use kiln::kernel::Step;
 use kiln::{DType, RealizeOptions, Tensor};
 use std::path::PathBuf;
@@ -49,6 +49,10 @@ fn canonical() -> Vec<(&'static str, Tensor)> {
             Tensor::rand(&[8, 8], 3) + Tensor::randn(&[8, 8], 4),
         ),
         ("matmul_epilogue_f32", (x.matmul(&x.t()) + 1.0).relu()),
+        ("cumsum_rows_f32", x.t().cumsum(1)),
+        ("cumprod_i32", i.cumprod(0)),
+        ("argsort_rows_f16_descending", h.argsort(-1, true)),
+        ("argsort_i32", i.argsort(0, false)),
     ]
 }
 
@@ -63,9 +67,10 @@ fn rendered(t: &Tensor) -> Vec<kiln::backend::cuda::render::RenderedKernel> {
     plan.steps()
         .iter()
         .filter_map(|s| match s {
-            Step::Kernel(k) => Some(render(&k.kernel).unwrap()),
+            Step::Kernel(k) => Some(render_all(&k.kernel).unwrap()),
             _ => None,
         })
+        .flatten()
         .collect()
 }
 

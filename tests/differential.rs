@@ -671,7 +671,7 @@ fn block_of(x: f64, upper: bool) -> Option<i32> {
     if x.abs() <= block_edge(BLOCK_E0 * BLOCK_STEPS) {
         return Some(s);
     }
-    if !(x.abs() <= block_edge(BLOCK_E1 * BLOCK_STEPS)) {
+    if x.is_nan() || x.abs() > block_edge(BLOCK_E1 * BLOCK_STEPS) {
         return None;
     }
     let l = x.abs().log2() * BLOCK_STEPS as f64;
@@ -694,10 +694,16 @@ fn block_of(x: f64, upper: bool) -> Option<i32> {
     Some(s * k.clamp(2, (BLOCK_E1 - BLOCK_E0) * BLOCK_STEPS + 1))
 }
 
-/// Samples `u` on block `b`: at least 1024 points, at most 1/64 apart up to 2^16 points.
+/// Samples `u` on block `b`: at least 256 points, at most 1/64 apart up to 2^16 points;
+/// beyond 2^14 (where the resolver only applies piecewise linear ops: see `input_limit`)
+/// 1024 points.
 fn sample_block(u: UnaryOp, b: i32, skip_zero: bool) -> Range {
     let (lo, hi) = block_bounds(b);
-    let n = (((hi - lo) * 64.0).ceil() as usize).clamp(1024, 1 << 16);
+    let n = if hi.abs().max(lo.abs()) <= 16384.0 {
+        (((hi - lo) * 64.0).ceil() as usize).clamp(256, 1 << 16)
+    } else {
+        1024
+    };
     let mut r = Range::EMPTY;
     let mut prev: Option<(f64, f64)> = None;
     for i in 0..=n {
@@ -3067,11 +3073,15 @@ impl<'p> Res<'p> {
         }
     }
 
-    /// Any binary op of `BinaryOp::ALL` on `a` and a partner, conditioned for it.
+    /// Any binary op of `BinaryOp::ALL` on `a` and a partner, conditioned for it
+    /// (comparisons by their `kind`, result dtypes by `int_to_float`, see `binary_dtype`).
     fn any_binary(&mut self, a: usize, op: BinaryOp, c: u8, i: &Index, j: &Index) {
         if op.is_comparison() {
             return self.compare(op, i, j);
         }
+        // The explicit special cases: the ops `binary_meta` has an IEEE error analysis for
+        // (tighter than a sampled model, and valid on any operands), and the conditioning
+        // division and pow need (a denominator >= 1; a base >= 1 with a small exponent).
         match op {
             BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Max | BinaryOp::Min => {
                 let rhs = self.partner(a, j, false);

@@ -208,7 +208,7 @@ fn matmul_where_and_cast() {
             (values(6, 7, -1.0, 1.0), vec![2, 3]),
             (values(6, 8, -1.0, 1.0), vec![2, 3]),
         ],
-        |t| Tensor::where_(&t[0].gt(0.0), &t[0], &t[1].exp()),
+        |t| Tensor::where_(&t[0].gt(0.0), &t[0], t[1].exp()),
     );
     // f64 -> f32 -> f64 rounds to f32: a larger step and a looser tolerance.
     check_tol(
@@ -288,13 +288,17 @@ fn indexing_joining_and_masking_ops() {
         t[0].gather(0, &idx).exp()
     });
     let rows = Tensor::from_vec(vec![3i64, 0, 3], &[3]);
-    check("index_select", &[(values(12, 22, -1.0, 1.0), vec![4, 3])], |t| {
-        t[0].index_select(0, &rows).sin()
-    });
+    check(
+        "index_select",
+        &[(values(12, 22, -1.0, 1.0), vec![4, 3])],
+        |t| t[0].index_select(0, &rows).sin(),
+    );
     let ids = Tensor::from_vec(vec![1i64, 1, 0, 2], &[2, 2]);
-    check("embedding", &[(values(6, 23, -1.0, 1.0), vec![3, 2])], |t| {
-        Tensor::embedding(&ids, &t[0]).tanh()
-    });
+    check(
+        "embedding",
+        &[(values(6, 23, -1.0, 1.0), vec![3, 2])],
+        |t| Tensor::embedding(&ids, &t[0]).tanh(),
+    );
     let sidx = Tensor::from_vec(vec![0i64, 2, 0, 1], &[4]);
     check(
         "scatter_add",
@@ -320,11 +324,15 @@ fn indexing_joining_and_masking_ops() {
         ],
         |t| Tensor::stack(&[&t[0], &t[1]], 1).sin(),
     );
-    check("split and chunk", &[(values(10, 30, -1.0, 1.0), vec![10])], |t| {
-        let parts = t[0].split(4, 0);
-        let halves = t[0].chunk(2, 0);
-        parts[1].exp().sum(&[0], true) * halves[0].sum(&[0], true) + parts[2].sum(&[0], true)
-    });
+    check(
+        "split and chunk",
+        &[(values(10, 30, -1.0, 1.0), vec![10])],
+        |t| {
+            let parts = t[0].split(4, 0);
+            let halves = t[0].chunk(2, 0);
+            parts[1].exp().sum(&[0], true) * halves[0].sum(&[0], true) + parts[2].sum(&[0], true)
+        },
+    );
     check("tril", &[(values(12, 31, -1.0, 1.0), vec![3, 4])], |t| {
         t[0].tril(0).exp()
     });
@@ -332,20 +340,26 @@ fn indexing_joining_and_masking_ops() {
         t[0].triu(1).exp()
     });
     let m = Tensor::from_vec(vec![true, false, false, true, true, false], &[2, 3]);
-    check("masked_fill", &[(values(6, 33, -1.0, 1.0), vec![2, 3])], |t| {
-        t[0].masked_fill(&m, 2.0).exp()
-    });
-    check("logsumexp", &[(values(12, 34, -2.0, 2.0), vec![3, 4])], |t| {
-        t[0].logsumexp(&[1], false)
-    });
+    check(
+        "masked_fill",
+        &[(values(6, 33, -1.0, 1.0), vec![2, 3])],
+        |t| t[0].masked_fill(&m, 2.0).exp(),
+    );
+    check(
+        "logsumexp",
+        &[(values(12, 34, -2.0, 2.0), vec![3, 4])],
+        |t| t[0].logsumexp(&[1], false),
+    );
 }
 
 #[test]
 fn losses_and_dropout() {
     let targets = Tensor::from_vec(vec![2i64, 0, 1], &[3]);
-    check("cross_entropy", &[(values(12, 35, -2.0, 2.0), vec![3, 4])], |t| {
-        kiln::nn::functional::cross_entropy(&t[0], &targets).unwrap()
-    });
+    check(
+        "cross_entropy",
+        &[(values(12, 35, -2.0, 2.0), vec![3, 4])],
+        |t| kiln::nn::functional::cross_entropy(&t[0], &targets).unwrap(),
+    );
     check(
         "mse_loss",
         &[
@@ -356,6 +370,50 @@ fn losses_and_dropout() {
     );
     // A fixed seed: the same mask in every evaluation.
     check("dropout", &[(values(20, 38, -1.0, 1.0), vec![20])], |t| {
-        kiln::nn::functional::dropout(&t[0], 0.3, true, 5).unwrap().exp()
+        kiln::nn::functional::dropout(&t[0], 0.3, true, 5)
+            .unwrap()
+            .exp()
+    });
+}
+
+#[test]
+fn scans_and_sorts() {
+    check("cumsum", &[(values(12, 40, -1.0, 1.0), vec![3, 4])], |t| {
+        t[0].cumsum(1).sin()
+    });
+    check(
+        "cumsum of a transposed view",
+        &[(values(12, 41, -1.0, 1.0), vec![3, 4])],
+        |t| t[0].t().cumsum(1).exp(),
+    );
+    check("cumprod", &[(values(12, 42, 0.5, 1.5), vec![2, 6])], |t| {
+        t[0].cumprod(1)
+    });
+    // Exact zeros: one, two and none per lane (PyTorch's zero-aware cumprod gradient).
+    let with_zeros = vec![
+        2.0, 0.0, 3.0, 0.0, 5.0, 0.7, //
+        0.0, 1.5, -2.0, 0.5, 1.1, 0.9, //
+        1.2, -0.8, 0.6, 1.3, 0.0, 2.0,
+    ];
+    check("cumprod with zeros", &[(with_zeros, vec![3, 6])], |t| {
+        t[0].cumprod(1)
+    });
+    check(
+        "cumprod along dim 0",
+        &[(values(12, 43, -1.5, 1.5), vec![4, 3])],
+        |t| t[0].cumprod(0).sin(),
+    );
+    // Sorting moves gradients back to where each value came from.
+    let distinct = vec![0.3, -1.2, 2.5, 0.9, -0.4, 1.7, -2.2, 0.1];
+    check("sort", &[(distinct.clone(), vec![2, 4])], |t| {
+        t[0].sort(1, true).0.exp()
+    });
+    check("topk", &[(distinct.clone(), vec![8])], |t| {
+        t[0].topk(3, 0, false).0.sin()
+    });
+    check("max_dim", &[(distinct, vec![4, 2])], |t| {
+        let (v, _) = t[0].max_dim(0, true);
+        let (w, _) = t[0].min_dim(1, false);
+        v.sum(&[], false) * w.exp().sum(&[], false)
     });
 }

@@ -6,8 +6,10 @@
 //! Inputs of elementwise ops already have the output's shape (the tensor API records
 //! broadcasts as `expand` movements, whose rule sums the gradient back).
 
+use crate::dtype::DType;
 use crate::error::{KilnError, Result};
 use crate::graph::{BinaryOp, Op, ReduceOp, UnaryOp};
+use crate::ops::ScanOp;
 use crate::shape::{Movement, SliceRange};
 use crate::tensor::Tensor;
 
@@ -63,8 +65,42 @@ pub(super) fn vjp(
         // The gradient of an indexed load sums back into the table's places.
         Op::Gather { axis } => vec![Some(x(0)?.scattered(*axis, x(1)?, g)?), None],
         Op::ScatterAdd { axis } => vec![None, Some(g.try_gather(*axis as isize, x(0)?)?)],
-        Op::Buffer | Op::Generate(_) | Op::Assign => vec![None; inputs.len()],
+        Op::Scan { op, axis } => vec![Some(scan(*op, *axis, x(0)?, out, g)?)],
+        Op::Buffer | Op::Generate(_) | Op::Assign | Op::ArgSort { .. } => {
+            vec![None; inputs.len()]
+        }
     })
+}
+
+/// `Σ_{j ≥ i} t_j` along `axis`: a reversed running sum.
+fn suffix_sum(t: &Tensor, axis: usize) -> Result<Tensor> {
+    let a = [axis as isize];
+    t.try_flip(&a)?.scan_axis(ScanOp::Sum, axis)?.try_flip(&a)
+}
+
+/// Scan gradients. cumsum: `gx_i = Σ_{j ≥ i} g_j`. cumprod: `gx_i = Σ_{j ≥ i} g_j ·
+/// Π_{k ≤ j, k ≠ i} x_k`, exact with zeros: before a lane's first zero `z` it is
+/// `suffix_sum(g·y)_i / x_i` (every later product holds x_z = 0); at `z` it is
+/// `suffix_sum(g·cumprod(x with x_z = 1))_z`; after `z` every product holds x_z, so 0.
+fn scan(op: ScanOp, axis: usize, x: &Tensor, y: &Tensor, g: &Tensor) -> Result<Tensor> {
+    match op {
+        ScanOp::Sum => suffix_sum(g, axis),
+        ScanOp::Prod => {
+            let is_zero = x.try_eq(0)?;
+            let zeros_so_far = is_zero.try_cast(DType::I64)?.scan_axis(ScanOp::Sum, axis)?;
+            let before = zeros_so_far.try_eq(0)?;
+            let first_zero = Tensor::try_where(&is_zero, &zeros_so_far.try_eq(1)?, &is_zero)?;
+            let safe_x = Tensor::try_where(&before, x, 1)?;
+            let head = suffix_sum(&g.try_mul(y)?, axis)?.try_div(&safe_x)?;
+            let x_skip = Tensor::try_where(&first_zero, 1, x)?;
+            let at_zero = suffix_sum(&g.try_mul(&x_skip.scan_axis(ScanOp::Prod, axis)?)?, axis)?;
+            Tensor::try_where(
+                &before,
+                &head,
+                &Tensor::try_where(&first_zero, &at_zero, 0)?,
+            )
+        }
+    }
 }
 
 fn unary(u: UnaryOp, x: &Tensor, y: &Tensor, g: &Tensor) -> Result<Tensor> {

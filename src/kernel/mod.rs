@@ -20,6 +20,7 @@
 mod passes;
 mod program;
 
+pub use crate::ops::ScanOp;
 pub use passes::{KernelPasses, Pass};
 pub use program::{BufferRef, BufferSpec, CompiledSlot, PlannedKernel, Program, Step};
 
@@ -246,6 +247,65 @@ pub struct ScatterSpec {
     pub out: usize,
 }
 
+/// What a kernel without instructions computes: work that is not a map over its space.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Special {
+    /// Sums into indexed places.
+    Scatter(ScatterSpec),
+    /// Running sums or products along `axis`: `out[c] = op(input[c'])` over `c'` equal to `c`
+    /// except `c'[axis] <= c[axis]`. `view` has the kernel's shape.
+    Scan {
+        input: usize,
+        view: View,
+        axis: usize,
+        op: ScanOp,
+        out: usize,
+    },
+    /// The i64 permutation that sorts each lane along `axis`: stable (ties keep index order),
+    /// NaN above every number (last ascending, first descending). `view` has the kernel's
+    /// shape.
+    ArgSort {
+        input: usize,
+        view: View,
+        axis: usize,
+        descending: bool,
+        out: usize,
+    },
+}
+
+impl Special {
+    /// A scan's or sort's `(input, view, axis, out)`; `None` for a scatter.
+    pub fn lanes(&self) -> Option<(usize, &View, usize, usize)> {
+        match self {
+            Special::Scan {
+                input,
+                view,
+                axis,
+                out,
+                ..
+            }
+            | Special::ArgSort {
+                input,
+                view,
+                axis,
+                out,
+                ..
+            } => Some((*input, view, *axis, *out)),
+            Special::Scatter(_) => None,
+        }
+    }
+
+    /// The argument read for its values (a scatter's values) and the output.
+    fn io(&self) -> (usize, usize) {
+        match self {
+            Special::Scatter(s) => (s.values, s.out),
+            Special::Scan { input, out, .. } | Special::ArgSort { input, out, .. } => {
+                (*input, *out)
+            }
+        }
+    }
+}
+
 /// One fused kernel.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Kernel {
@@ -258,8 +318,8 @@ pub struct Kernel {
     pub args: Vec<KernelArg>,
     pub ops: Vec<Instr>,
     pub matmul: Option<MatmulSpec>,
-    /// Scatter kernels: what they sum (they have no instructions).
-    pub scatter: Option<ScatterSpec>,
+    /// Kernels with no instructions: what they compute instead (scatters, scans, sorts).
+    pub special: Option<Special>,
     /// The graph ops this kernel computes, in order (for dumps).
     pub fused_ops: Vec<String>,
 }
@@ -309,6 +369,33 @@ impl Kernel {
             && matches!(self.ops[1].op, IrOp::Store { .. })
     }
 
+    /// A scan's or sort's input view has the kernel's shape and lies inside its buffer; the
+    /// output is row-major over the kernel's shape.
+    fn validate_lanes(
+        &self,
+        input: usize,
+        view: &View,
+        axis: usize,
+        out: usize,
+    ) -> Result<(), String> {
+        let a = self.args.get(input).ok_or("lanes: bad input arg")?;
+        let o = self.args.get(out).ok_or("lanes: bad output arg")?;
+        if view.shape != self.shape
+            || axis >= self.shape.len()
+            || view.mask.is_some()
+            || !o.output
+            || o.numel != self.shape.iter().product::<usize>()
+        {
+            return Err("lanes: inconsistent shapes".into());
+        }
+        if let Some((lo, hi)) = view.offset_bounds()
+            && (lo < 0 || hi as usize >= a.numel)
+        {
+            return Err("lanes: the input view reads outside its buffer".into());
+        }
+        Ok(())
+    }
+
     /// A scatter's views lie inside their buffers, its index is i64, and every position's
     /// off-axis coordinates lie inside the output.
     fn validate_scatter(&self, s: &ScatterSpec) -> Result<(), String> {
@@ -339,8 +426,24 @@ impl Kernel {
     /// are consistent, views have the right shapes, args are in range. Backends call this
     /// before running a kernel; a violation is a planner bug reported as an error.
     pub fn validate(&self) -> Result<(), String> {
-        if let Some(s) = &self.scatter {
-            self.validate_scatter(s)?;
+        match &self.special {
+            Some(Special::Scatter(s)) => self.validate_scatter(s)?,
+            Some(sp) => {
+                if let Some((input, view, axis, out)) = sp.lanes() {
+                    self.validate_lanes(input, view, axis, out)?;
+                }
+                let (i, o) = (self.args[sp.io().0].dtype, self.args[sp.io().1].dtype);
+                match sp {
+                    Special::Scan { .. } if i != o => {
+                        return Err("scan: the output dtype differs from the input's".into());
+                    }
+                    Special::ArgSort { .. } if o != DType::I64 => {
+                        return Err("argsort: the output is not i64".into());
+                    }
+                    _ => {}
+                }
+            }
+            None => {}
         }
         let row = self.row_shape();
         for (i, ins) in self.ops.iter().enumerate() {
@@ -371,9 +474,10 @@ impl Kernel {
                         v.shape, s
                     ));
                 }
-                // Every coordinate's offset, in bytes, must fit an isize, so backends'
-                // address arithmetic cannot wrap (masked coordinates included).
-                let limit = (isize::MAX as usize / 8) as i128;
+                // Every coordinate's offset, in bytes of the value's dtype, must fit an
+                // isize, so backends' address arithmetic cannot wrap (masked coordinates
+                // included).
+                let limit = (isize::MAX as usize / ins.dtype.size_bytes().max(1)) as i128;
                 if let Some((lo, hi)) = v.box_bounds()
                     && (lo < -limit || hi > limit)
                 {

@@ -17,7 +17,7 @@ pub struct CausalSelfAttention {
 impl CausalSelfAttention {
     /// Attention over `dim` features split into `heads` heads.
     pub fn new(dim: usize, heads: usize, dropout: f64, seed: u64) -> Result<Self> {
-        if heads == 0 || dim % heads != 0 {
+        if heads == 0 || !dim.is_multiple_of(heads) {
             return Err(KilnError::InvalidArgument {
                 op: "CausalSelfAttention",
                 shape: vec![dim],

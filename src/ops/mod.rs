@@ -175,6 +175,39 @@ pub enum Op {
     ScatterAdd {
         axis: usize,
     },
+    /// Running sums or products along `axis` (PyTorch's `cumsum`, `cumprod`): the output has
+    /// the input's shape and dtype. Floats accumulate in f64 and round each output once;
+    /// integers wrap. The input is read from a buffer.
+    Scan {
+        op: ScanOp,
+        axis: usize,
+    },
+    /// The i64 permutation that sorts each lane along `axis` (PyTorch's
+    /// `argsort(stable=True)`): ties keep their index order and NaN sorts above every
+    /// number (last ascending, first descending). The input is read from a buffer.
+    ArgSort {
+        axis: usize,
+        descending: bool,
+    },
+}
+
+/// The running total a [`Op::Scan`] keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ScanOp {
+    /// `cumsum`.
+    Sum,
+    /// `cumprod`.
+    Prod,
+}
+
+impl ScanOp {
+    /// The PyTorch name.
+    pub fn name(self) -> &'static str {
+        match self {
+            ScanOp::Sum => "cumsum",
+            ScanOp::Prod => "cumprod",
+        }
+    }
 }
 
 impl Op {
@@ -195,6 +228,10 @@ impl Op {
             Op::Assign => "assign".into(),
             Op::Gather { axis } => format!("gather[{axis}]"),
             Op::ScatterAdd { axis } => format!("scatter_add[{axis}]"),
+            Op::Scan { op, axis } => format!("{}[{axis}]", op.name()),
+            Op::ArgSort { axis, descending } => {
+                format!("argsort[{axis}{}]", if *descending { ", desc" } else { "" })
+            }
         }
     }
 
@@ -215,6 +252,8 @@ impl Op {
             Op::Assign => "assign",
             Op::Gather { .. } => "gather",
             Op::ScatterAdd { .. } => "scatter_add",
+            Op::Scan { op, .. } => op.name(),
+            Op::ArgSort { .. } => "argsort",
         }
     }
 
@@ -231,16 +270,22 @@ impl Op {
             | Op::Contiguous
             | Op::ToDevice(_)
             | Op::Gather { .. }
-            | Op::ScatterAdd { .. } => true,
-            Op::Buffer | Op::Generate(_) | Op::Assign => false,
+            | Op::ScatterAdd { .. }
+            | Op::Scan { .. } => true,
+            Op::Buffer | Op::Generate(_) | Op::Assign | Op::ArgSort { .. } => false,
         }
     }
 
     /// True when operand `i` must be read from a buffer (a matmul's operands, what a
-    /// transfer moves, the table a gather indexes, a scatter's inputs).
+    /// transfer moves, the table a gather indexes, a scatter's inputs, what a scan or sort
+    /// reads).
     pub fn needs_buffer(&self, i: usize) -> bool {
         match self {
-            Op::Matmul | Op::ToDevice(_) | Op::ScatterAdd { .. } => true,
+            Op::Matmul
+            | Op::ToDevice(_)
+            | Op::ScatterAdd { .. }
+            | Op::Scan { .. }
+            | Op::ArgSort { .. } => true,
             Op::Gather { .. } => i == 0,
             _ => false,
         }
@@ -259,7 +304,9 @@ impl Op {
             | Op::Contiguous
             | Op::ToDevice(_)
             | Op::Assign
-            | Op::ScatterAdd { .. } => false,
+            | Op::ScatterAdd { .. }
+            | Op::Scan { .. }
+            | Op::ArgSort { .. } => false,
         }
     }
 

@@ -128,6 +128,8 @@ fn encode_op(op: &Op, w: &mut Vec<u64>) {
         Op::Assign => w.push(12),
         Op::Gather { axis } => w.extend([13, *axis as u64]),
         Op::ScatterAdd { axis } => w.extend([14, *axis as u64]),
+        Op::Scan { op, axis } => w.extend([15, *op as u64, *axis as u64]),
+        Op::ArgSort { axis, descending } => w.extend([16, *axis as u64, *descending as u64]),
     }
 }
 

@@ -24,8 +24,9 @@
 //!   exactly the product's shape (bias, activation): the epilogue runs on the product.
 //! * **Generator-only values read broadcast are stored.** A value computed from generators
 //!   alone (a causal mask from two aranges) that a kernel reads over at least
-//!   [`BROADCAST_FOLD`] times its own size is its own small kernel, loaded by the big one,
-//!   instead of being recomputed per element and per pass.
+//!   [`BROADCAST_FOLD`] times its own size, and has at least [`MIN_FOLD_NUMEL`] elements, is
+//!   its own small kernel, loaded by the big one, instead of being recomputed per element
+//!   and per pass.
 //! * **Kernels are bounded.** Each kernel's inlined ops weigh 1 (`Cost::Cheap`) or 4
 //!   (`Cost::Polynomial`); a node that would take a kernel past [`MAX_KERNEL_WEIGHT`] is
 //!   stored instead and starts a kernel of its own. A 10,000-op chain becomes about 20
@@ -178,6 +179,7 @@ pub fn fuse(vg: &ViewGraph, fuse: bool, forced: &HashSet<NodeId>) -> FusionPlan 
         // reads broadcast over many times its size is cheaper stored once than recomputed
         // per element (and per pass).
         let fold_constant = generated[v]
+            && numel(&node.shape) >= MIN_FOLD_NUMEL
             && u.iter().any(|x| {
                 kernel_numel(vg, &plan.groups[x.group]) >= BROADCAST_FOLD * numel(&node.shape)
             });
@@ -207,6 +209,10 @@ pub fn fuse(vg: &ViewGraph, fuse: bool, forced: &HashSet<NodeId>) -> FusionPlan 
 
 /// How many times a generator-only value must be broadcast before it is stored.
 const BROADCAST_FOLD: usize = 8;
+
+/// Generator-only values smaller than this (a scalar such as `1/n`) are recomputed: a load
+/// costs as much as their arithmetic, and storing them would cost a kernel.
+const MIN_FOLD_NUMEL: usize = 64;
 
 /// Elementwise nodes computed from generators alone (no input buffer, no reduction).
 fn generator_only(vg: &ViewGraph) -> Vec<bool> {

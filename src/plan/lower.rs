@@ -25,8 +25,8 @@ use crate::dtype::{DType, Scalar};
 use crate::error::KilnError;
 use crate::graph::Op;
 use crate::kernel::{
-    BufferRef, Instr, IrOp, Kernel, KernelArg, Level, MatmulSpec, PlannedKernel, ScatterSpec, Step,
-    ValueId,
+    BufferRef, Instr, IrOp, Kernel, KernelArg, Level, MatmulSpec, PlannedKernel, ScatterSpec,
+    Special, Step, ValueId,
 };
 use crate::ops::Generator;
 use crate::shape::{Movement, View, numel};
@@ -73,6 +73,7 @@ pub fn lower(
         }
         let (kernel, args) = match node.op {
             PlanOp::Op(Op::ScatterAdd { axis }) => scatter_kernel(vg, fusion, g, axis, step)?,
+            PlanOp::Op(Op::Scan { .. } | Op::ArgSort { .. }) => lanes_kernel(vg, fusion, g, step)?,
             _ => Lowerer::new(vg, fusion, g).run(step)?,
         };
         kernel
@@ -137,17 +138,85 @@ fn scatter_kernel(
         args,
         ops: vec![],
         matmul: None,
-        scatter: Some(ScatterSpec {
+        special: Some(Special::Scatter(ScatterSpec {
             index: 0,
             index_view,
             values: 1,
             values_view,
             axis,
             out: 2,
-        }),
+        })),
         fused_ops: vec![node.op.name()],
     };
     Ok((kernel, refs))
+}
+
+/// A scan or sort kernel: its input is read from a buffer through its edge's unmasked view,
+/// and it writes a fresh row-major buffer of the node's shape.
+fn lanes_kernel(
+    vg: &ViewGraph,
+    fusion: &FusionPlan,
+    group: usize,
+    step: usize,
+) -> Result<(Kernel, Vec<BufferRef>), LowerError> {
+    let root = fusion.groups[group].root;
+    let node = &vg.nodes[root];
+    let [e] = node.inputs.as_slice() else {
+        return Err(fatal("a scan or sort takes one input"));
+    };
+    let view = vg
+        .edge_view(e)
+        .filter(|v| v.mask.is_none())
+        .ok_or_else(|| fatal("scan or sort operand view is masked or does not fold"))?;
+    let src = &vg.nodes[e.src];
+    let input_ref =
+        buffer_ref(vg, fusion, e.src).ok_or_else(|| fatal("scan or sort of an unstored value"))?;
+    let args = vec![
+        KernelArg {
+            dtype: src.dtype,
+            numel: numel(&src.shape),
+            output: false,
+            in_place: false,
+        },
+        KernelArg {
+            dtype: node.dtype,
+            numel: numel(&node.shape),
+            output: true,
+            in_place: false,
+        },
+    ];
+    let special = match node.op {
+        PlanOp::Op(Op::Scan { op, axis }) => Special::Scan {
+            input: 0,
+            view,
+            axis,
+            op,
+            out: 1,
+        },
+        PlanOp::Op(Op::ArgSort { axis, descending }) => Special::ArgSort {
+            input: 0,
+            view,
+            axis,
+            descending,
+            out: 1,
+        },
+        _ => return Err(fatal("lanes_kernel of another op")),
+    };
+    let name = match node.op {
+        PlanOp::Op(ref op) => op.kind_name(),
+        _ => "lanes",
+    };
+    let kernel = Kernel {
+        name: format!("k{step}_{name}"),
+        shape: node.shape.clone(),
+        reduce_axes: vec![],
+        args,
+        ops: vec![],
+        matmul: None,
+        special: Some(special),
+        fused_ops: vec![node.op.name()],
+    };
+    Ok((kernel, vec![input_ref, BufferRef::Planned(group)]))
 }
 
 fn buffer_ref(vg: &ViewGraph, fusion: &FusionPlan, v: NodeId) -> Option<BufferRef> {
@@ -343,7 +412,7 @@ impl<'a> Lowerer<'a> {
             args: self.args,
             ops: self.ops,
             matmul,
-            scatter: None,
+            special: None,
             fused_ops: self.fused,
         };
         Ok((kernel, self.refs))
@@ -614,7 +683,9 @@ impl<'a> Lowerer<'a> {
                 | Op::ToDevice(_)
                 | Op::Movement(_)
                 | Op::Contiguous
-                | Op::ScatterAdd { .. },
+                | Op::ScatterAdd { .. }
+                | Op::Scan { .. }
+                | Op::ArgSort { .. },
             ) => {
                 return Err(fatal(format!(
                     "cannot compute {} inside a kernel",

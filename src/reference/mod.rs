@@ -7,7 +7,7 @@
 use crate::dtype::{DType, Scalar};
 use crate::error::{KilnError, Result};
 use crate::graph::{self, BinaryOp, Generator, Graph, NodeKey, Op, ReduceOp, UnaryOp};
-use crate::ops::Applied;
+use crate::ops::{Applied, ScanOp};
 use crate::random;
 use crate::shape::{Movement, contiguous_strides, numel};
 use crate::tensor::Tensor;
@@ -136,6 +136,8 @@ fn evaluate_in(g: &Graph, target: NodeKey) -> Result<RefTensor> {
             Op::Assign => ins[1].clone(),
             Op::Gather { axis } => gather(ins[0], ins[1], *axis, &shape)?,
             Op::ScatterAdd { axis } => scatter_add(ins[0], ins[1], *axis, &shape, dt)?,
+            Op::Scan { op, axis } => scan(ins[0], *op, *axis, dt),
+            Op::ArgSort { axis, descending } => argsort(ins[0], *axis, *descending),
         };
         vals.insert(k, out);
     }
@@ -386,6 +388,84 @@ fn gather(src: &RefTensor, idx: &RefTensor, axis: usize, shape: &[usize]) -> Res
         src.dtype,
         vals.into_iter(),
     ))
+}
+
+/// Every lane along `axis`: the flat indices of its elements, in axis order.
+fn lanes(shape: &[usize], axis: usize) -> Vec<Vec<usize>> {
+    let mut out: Vec<Vec<usize>> = vec![];
+    let mut seen = HashMap::new();
+    for flat in 0..numel(shape) {
+        let mut c = unravel(flat, shape);
+        c[axis] = 0;
+        let lane = *seen.entry(ravel(&c, shape)).or_insert_with(|| {
+            out.push(vec![]);
+            out.len() - 1
+        });
+        out[lane].push(flat);
+    }
+    out
+}
+
+fn scan(x: &RefTensor, op: ScanOp, axis: usize, dt: DType) -> RefTensor {
+    let mut vals = vec![Scalar::Int(0); numel(&x.shape)];
+    for lane in lanes(&x.shape, axis) {
+        let (mut f, mut i) = match op {
+            ScanOp::Sum => (0.0f64, 0i64),
+            ScanOp::Prod => (1.0, 1),
+        };
+        for flat in lane {
+            let v = x.get(flat);
+            vals[flat] = if dt.is_float() {
+                f = match op {
+                    ScanOp::Sum => f + v.to_f64(),
+                    ScanOp::Prod => f * v.to_f64(),
+                };
+                Scalar::Float(f)
+            } else {
+                i = match op {
+                    ScanOp::Sum => i.wrapping_add(v.to_i64()),
+                    ScanOp::Prod => i.wrapping_mul(v.to_i64()),
+                };
+                Scalar::Int(i)
+            };
+        }
+    }
+    RefTensor::from_scalars(x.shape.clone(), dt, vals.into_iter())
+}
+
+fn argsort(x: &RefTensor, axis: usize, descending: bool) -> RefTensor {
+    let mut vals = vec![Scalar::Int(0); numel(&x.shape)];
+    for lane in lanes(&x.shape, axis) {
+        // Insertion sort: plainly stable. `before(a, b)`: a's key sorts strictly first.
+        let key = |p: usize| x.get(lane[p]);
+        let less = |a: Scalar, b: Scalar| {
+            if x.dtype.is_float() {
+                let (a, b) = (a.to_f64(), b.to_f64());
+                !a.is_nan() && (b.is_nan() || a < b)
+            } else {
+                a.to_i64() < b.to_i64()
+            }
+        };
+        let before = |a: usize, b: usize| {
+            if descending {
+                less(key(b), key(a))
+            } else {
+                less(key(a), key(b))
+            }
+        };
+        let mut perm: Vec<usize> = vec![];
+        for p in 0..lane.len() {
+            let at = perm
+                .iter()
+                .position(|&q| before(p, q))
+                .unwrap_or(perm.len());
+            perm.insert(at, p);
+        }
+        for (slot, p) in lane.iter().zip(perm) {
+            vals[*slot] = Scalar::Int(p as i64);
+        }
+    }
+    RefTensor::from_scalars(x.shape.clone(), DType::I64, vals.into_iter())
 }
 
 fn scatter_add(

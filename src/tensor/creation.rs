@@ -184,6 +184,7 @@ impl Tensor {
 
     /// Fallible [`Tensor::eye`].
     pub fn try_eye(n: usize, dtype: DType) -> Result<Tensor> {
+        crate::shape::check_shape("eye", &[n, n], dtype)?;
         let i = Self::try_arange(0, n as i64, 1, DType::I64)?;
         let rows = i.try_reshape(&[n as isize, 1])?;
         let cols = i.try_reshape(&[1, n as isize])?;

@@ -94,6 +94,8 @@ fn align<'o>(op: &'static str, a: &'o Operand<'_>, b: &'o Operand<'_>) -> Result
             )));
         }
     };
+    // The result's size is checked under this op's name before any operand is broadcast.
+    crate::shape::check_shape(op, &shape, dtype)?;
     let lift = |o: &'o Operand<'_>| -> Result<Cow<'o, Tensor>> {
         match o {
             Operand::Scalar(s) => Tensor::try_full_on(&shape, *s, dtype, device).map(Cow::Owned),

@@ -16,6 +16,8 @@ mod movement;
 mod operators;
 mod realize;
 mod reduce;
+mod scan;
+mod sort;
 mod transfer;
 
 pub use elementwise::Operand;

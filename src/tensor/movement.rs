@@ -225,9 +225,11 @@ impl Tensor {
                     ),
                 });
             }
+            // In i128: a dimension of an empty tensor may exceed isize::MAX.
             let clampi = |i: isize| -> usize {
-                let i = if i < 0 { i + n as isize } else { i };
-                i.clamp(0, n as isize) as usize
+                let (i, n) = (i as i128, n as i128);
+                let i = if i < 0 { i + n } else { i };
+                i.clamp(0, n) as usize
             };
             let (start, end) = (clampi(s), clampi(e));
             out.push(SliceRange {

@@ -140,7 +140,12 @@ impl Tensor {
         self.arg_reduce(ReduceOp::ArgMin, dim, keepdim)
     }
 
-    fn arg_reduce(&self, op: ReduceOp, dim: Option<isize>, keepdim: bool) -> Result<Tensor> {
+    pub(super) fn arg_reduce(
+        &self,
+        op: ReduceOp,
+        dim: Option<isize>,
+        keepdim: bool,
+    ) -> Result<Tensor> {
         match dim {
             Some(d) if self.ndim() == 0 => self.reduce(op, &[d], keepdim),
             Some(d) => {
@@ -273,7 +278,15 @@ impl Tensor {
         shifted.try_sub(&lse)
     }
 
-    fn float_input(&self, _op: &'static str) -> Result<Tensor> {
+    fn float_input(&self, op: &'static str) -> Result<Tensor> {
+        // Half types and integers are computed in f32 inside: check that size under `op`'s
+        // name before any cast records.
+        let wide = if self.dtype.is_float() && !self.dtype.is_half() {
+            self.dtype
+        } else {
+            DType::F32
+        };
+        crate::shape::check_shape(op, &self.shape, wide)?;
         if self.dtype.is_float() {
             Ok(self.clone())
         } else {

@@ -7,6 +7,7 @@
 //! * [`ops`] holds the typed elementwise and reduction loops, [`matmul`] the products.
 
 mod exec;
+mod lanes;
 mod matmul;
 mod ops;
 mod program;
@@ -17,7 +18,7 @@ pub use exec::simd_level;
 use crate::device::Device;
 use crate::dtype::Scalar;
 use crate::error::{KilnError, Result};
-use crate::kernel::{IrOp, Kernel, PlannedKernel};
+use crate::kernel::{IrOp, Kernel, PlannedKernel, Special};
 use crate::memory::Buffer;
 use exec::ArgPtr;
 
@@ -41,7 +42,7 @@ fn compile(kernel: &Kernel) -> Result<Compiled> {
     kernel
         .validate()
         .map_err(|e| KilnError::internal(format!("kernel {}: {e}", kernel.name)))?;
-    if kernel.scatter.is_some() {
+    if kernel.special.is_some() {
         return Ok(Compiled { program: None });
     }
     let mut in_place: Vec<usize> = (0..kernel.args.len())
@@ -108,10 +109,28 @@ pub fn run_kernel(pk: &PlannedKernel, args: &[&Buffer], params: &[Scalar]) -> Re
     let kernel = &pk.kernel;
     let compiled = pk.compiled.get_or_try_init(|| compile(kernel))?;
     let ptrs = bind_args(kernel, args)?;
-    if let Some(spec) = &kernel.scatter {
-        return scatter::run(kernel, spec, &ptrs);
+    match &kernel.special {
+        Some(Special::Scatter(spec)) => return scatter::run(kernel, spec, &ptrs),
+        Some(Special::Scan {
+            input,
+            view,
+            axis,
+            op,
+            out,
+        }) => return lanes::scan(kernel, *input, view, *axis, *op, *out, &ptrs),
+        Some(Special::ArgSort {
+            input,
+            view,
+            axis,
+            descending,
+            out,
+        }) => return lanes::argsort(kernel, *input, view, *axis, *descending, *out, &ptrs),
+        None => {}
     }
-    if let Some(mm) = &kernel.matmul {
+    // A product without elements has nothing to compute, however large its batch.
+    if let Some(mm) = &kernel.matmul
+        && kernel.shape.iter().all(|&n| n > 0)
+    {
         let dtype = kernel.args[mm.out].dtype;
         matmul::run(mm, &kernel.shape, dtype, &ptrs)?;
     }

@@ -115,7 +115,7 @@ fn operand(
             },
         ],
         matmul: None,
-        scatter: None,
+        special: None,
         fused_ops: vec!["copy".into()],
     };
     let r = render::render(&k)?;

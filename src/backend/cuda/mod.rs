@@ -20,7 +20,7 @@ pub mod nvrtc;
 use crate::device::Device;
 use crate::dtype::Scalar;
 use crate::error::{KilnError, Result};
-use crate::kernel::{IrOp, Kernel, PlannedKernel};
+use crate::kernel::{IrOp, Kernel, PlannedKernel, Special};
 use crate::memory::Buffer;
 
 /// The number of usable CUDA devices, or why there are none (probed once per process).
@@ -108,7 +108,9 @@ fn check_args(ordinal: usize, kernel: &Kernel, args: &[&Buffer]) -> Result<()> {
     Ok(())
 }
 
-/// A kernel rendered for CUDA, kept with its planned kernel.
+/// A kernel rendered for CUDA, kept with its planned kernel (rendered, and so checked,
+/// even in builds without the `cuda` feature, which then cannot launch it).
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 enum Rendered {
     /// A fused kernel (none for a bare matmul).
     Fused(Option<render::RenderedKernel>),
@@ -133,9 +135,15 @@ pub fn run_kernel(
         kernel
             .validate()
             .map_err(|e| KilnError::internal(format!("kernel {}: {e}", kernel.name)))?;
-        if kernel.scatter.is_some() {
-            let (zero, scatter) = render::render_scatter(kernel)?;
-            return Ok(Rendered::Scatter { zero, scatter });
+        match &kernel.special {
+            Some(Special::Scatter(_)) => {
+                let (zero, scatter) = render::render_scatter(kernel)?;
+                return Ok(Rendered::Scatter { zero, scatter });
+            }
+            Some(Special::Scan { .. } | Special::ArgSort { .. }) => {
+                return render::render_lanes(kernel).map(|r| Rendered::Fused(Some(r)));
+            }
+            None => {}
         }
         let trivial = kernel.matmul.is_some()
             && kernel.ops.len() == 2

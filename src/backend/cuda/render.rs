@@ -15,7 +15,7 @@
 
 use crate::dtype::{ComputeType, DType, Scalar};
 use crate::error::{KilnError, Result};
-use crate::kernel::{IrOp, Kernel, Level, ValueId};
+use crate::kernel::{IrOp, Kernel, Level, ScanOp, Special, ValueId};
 use crate::ops::{GenKind, ReduceOp};
 use crate::shape::View;
 use std::fmt::Write;
@@ -304,10 +304,11 @@ fn offset_expr(view: &View, idx: &str) -> String {
 /// Renders a scatter kernel as two CUDA kernels: one zeroing the output, one adding every
 /// value into its place with `atomicAdd` (the CPU's scatter is the deterministic one).
 pub fn render_scatter(k: &Kernel) -> Result<(RenderedKernel, RenderedKernel)> {
-    let spec = k
-        .scatter
-        .as_ref()
-        .ok_or_else(|| KilnError::internal("render_scatter of a kernel without a scatter"))?;
+    let Some(Special::Scatter(spec)) = &k.special else {
+        return Err(KilnError::internal(
+            "render_scatter of a kernel without a scatter",
+        ));
+    };
     let out = &k.args[spec.out];
     let ty = storage_ctype(out.dtype);
     if !matches!(out.dtype, DType::F32 | DType::F64 | DType::I32 | DType::I64) {
@@ -402,6 +403,198 @@ pub fn render_scatter(k: &Kernel) -> Result<(RenderedKernel, RenderedKernel)> {
         error_word: true,
     };
     Ok((zero_kernel, scatter))
+}
+
+/// Every CUDA kernel that runs `k`, in launch order: one for fused and lane kernels, a
+/// zeroing kernel and the scatter for scatters, none for a bare matmul (cuBLAS alone).
+pub fn render_all(k: &Kernel) -> Result<Vec<RenderedKernel>> {
+    Ok(match &k.special {
+        Some(Special::Scatter(_)) => {
+            let (zero, scatter) = render_scatter(k)?;
+            vec![zero, scatter]
+        }
+        Some(Special::Scan { .. } | Special::ArgSort { .. }) => vec![render_lanes(k)?],
+        None if k.matmul.is_some()
+            && k.ops.len() == 2
+            && matches!(k.ops[0].op, IrOp::MatmulResult) =>
+        {
+            vec![]
+        }
+        None => vec![render(k)?],
+    })
+}
+
+/// Renders a scan or sort kernel. Scans run one thread per lane, in order along the axis
+/// (f64 totals for floats, wrapping 64-bit totals for integers, as on the CPU). Sorts run
+/// one thread per element: each counts the elements of its lane that sort before it (by key,
+/// then index — a strict total order, so the counts are a permutation) and writes its index
+/// at that rank; O(len²) work per lane, no synchronization.
+pub fn render_lanes(k: &Kernel) -> Result<RenderedKernel> {
+    k.validate()
+        .map_err(|e| KilnError::internal(format!("render {}: {e}", k.name)))?;
+    let Some((input, view, axis, out)) = k.special.as_ref().and_then(Special::lanes) else {
+        return Err(KilnError::internal("render_lanes of another kernel"));
+    };
+    let name = ident(&k.name);
+    let (idt, odt) = (k.args[input].dtype, k.args[out].dtype);
+    let (it, ot) = (storage_ctype(idt), storage_ctype(odt));
+    let len = k.shape[axis];
+    let out_strides = crate::shape::contiguous_strides(&k.shape);
+    let total: usize = k.shape.iter().product();
+    let lanes = total.checked_div(len).unwrap_or(0);
+    let load = |at: &str| -> String {
+        if idt.is_float() {
+            format!("(double){}", load_conv(idt, &format!("a{input}[{at}]")))
+        } else {
+            format!("(long long)a{input}[{at}]")
+        }
+    };
+    // Lane bases from the off-axis coordinates c{d}.
+    let bases = |body: &mut String, var: &str| {
+        let _ = writeln!(body, "        long long r_ = {var};");
+        for d in (0..k.shape.len()).rev().filter(|&d| d != axis) {
+            let n = k.shape[d];
+            let _ = writeln!(
+                body,
+                "        const long long c{d} = r_ % {n}LL; r_ /= {n}LL;"
+            );
+        }
+        let mut ib = vec![format!("{}LL", view.offset)];
+        let mut ob = vec!["0LL".to_string()];
+        for d in (0..k.shape.len()).filter(|&d| d != axis) {
+            ib.push(format!("c{d} * {}LL", view.strides[d]));
+            ob.push(format!("c{d} * {}LL", out_strides[d]));
+        }
+        let _ = writeln!(body, "        const long long ib_ = {};", ib.join(" + "));
+        let _ = writeln!(body, "        const long long ob_ = {};", ob.join(" + "));
+    };
+    let (ist, ost) = (view.strides[axis], out_strides[axis]);
+    let mut body = String::new();
+    let launch_n;
+    match &k.special {
+        Some(Special::Scan { op, .. }) => {
+            launch_n = lanes;
+            let (acc_t, init, step) = match (odt.is_float(), op) {
+                (true, ScanOp::Sum) => ("double", "0.0", "acc_ += x_;"),
+                (true, ScanOp::Prod) => ("double", "1.0", "acc_ *= x_;"),
+                (false, ScanOp::Sum) => (
+                    "unsigned long long",
+                    "0ULL",
+                    "acc_ += (unsigned long long)x_;",
+                ),
+                (false, ScanOp::Prod) => (
+                    "unsigned long long",
+                    "1ULL",
+                    "acc_ *= (unsigned long long)x_;",
+                ),
+            };
+            let conv = if odt.is_float() {
+                "(double)"
+            } else {
+                "(long long)"
+            };
+            let store = match odt {
+                DType::F16 | DType::BF16 => store_conv(odt, "(float)acc_"),
+                DType::F32 => "(float)acc_".into(),
+                DType::F64 => "acc_".into(),
+                DType::Bool => "(unsigned char)(acc_ != 0)".into(),
+                _ => format!("({ot})(long long)acc_"),
+            };
+            let _ = writeln!(
+                body,
+                "    for (long long q_ = (long long)blockIdx.x * blockDim.x + threadIdx.x; q_ < {lanes}LL; q_ += (long long)gridDim.x * blockDim.x) {{"
+            );
+            bases(&mut body, "q_");
+            let _ = writeln!(body, "        {acc_t} acc_ = {init};");
+            let _ = writeln!(
+                body,
+                "        for (long long j_ = 0; j_ < {len}LL; ++j_) {{"
+            );
+            let _ = writeln!(
+                body,
+                "            const auto x_ = {conv}({});",
+                load(&format!("ib_ + j_ * {ist}LL"))
+            );
+            let _ = writeln!(body, "            {step}");
+            let _ = writeln!(body, "            a{out}[ob_ + j_ * {ost}LL] = {store};");
+            let _ = writeln!(body, "        }}\n    }}");
+        }
+        Some(Special::ArgSort { descending, .. }) => {
+            launch_n = total;
+            let kt = if idt.is_float() {
+                "double"
+            } else {
+                "long long"
+            };
+            // less(a, b): NaN above every number.
+            let less = if idt.is_float() {
+                "(!isnan(A) && (isnan(B) || A < B))"
+            } else {
+                "(A < B)"
+            };
+            let lt = |a: &str, b: &str| {
+                let (a, b) = if *descending { (b, a) } else { (a, b) };
+                less.replace('A', a).replace('B', b)
+            };
+            let _ = writeln!(
+                body,
+                "    for (long long i_ = (long long)blockIdx.x * blockDim.x + threadIdx.x; i_ < {total}LL; i_ += (long long)gridDim.x * blockDim.x) {{"
+            );
+            let _ = writeln!(
+                body,
+                "        const long long j_ = (i_ / {}LL) % {len}LL;",
+                ost
+            );
+            let _ = writeln!(
+                body,
+                "        const long long q_ = (i_ / ({len}LL * {ost}LL)) * {ost}LL + i_ % {ost}LL;"
+            );
+            bases(&mut body, "q_");
+            let _ = writeln!(
+                body,
+                "        const {kt} me_ = {};",
+                load(&format!("ib_ + j_ * {ist}LL"))
+            );
+            let _ = writeln!(body, "        long long rank_ = 0;");
+            let _ = writeln!(
+                body,
+                "        for (long long t_ = 0; t_ < {len}LL; ++t_) {{"
+            );
+            let _ = writeln!(
+                body,
+                "            const {kt} o_ = {};",
+                load(&format!("ib_ + t_ * {ist}LL"))
+            );
+            let _ = writeln!(
+                body,
+                "            if ({} || (!{} && t_ < j_)) ++rank_;",
+                lt("o_", "me_"),
+                lt("me_", "o_")
+            );
+            let _ = writeln!(body, "        }}");
+            let _ = writeln!(body, "        a{out}[ob_ + rank_ * {ost}LL] = j_;\n    }}");
+        }
+        _ => return Err(KilnError::internal("render_lanes of another kernel")),
+    }
+    let mut src = String::new();
+    let _ = writeln!(
+        src,
+        "// kiln kernel {name} — generated from a lane kernel; do not edit."
+    );
+    src.push_str(COMMON_CUH);
+    let _ = write!(
+        src,
+        "\nextern \"C\" __global__ void __launch_bounds__({BLOCK}) {name}(const {it}* __restrict__ a{input}, {ot}* __restrict__ a{out}) {{\n{body}}}\n"
+    );
+    Ok(RenderedKernel {
+        name,
+        source: src,
+        launch: Launch::Elementwise {
+            numel: launch_n as u64,
+        },
+        params: vec![],
+        error_word: false,
+    })
 }
 
 impl Renderer<'_> {
