@@ -32,7 +32,7 @@ fn small_graph(a: &Tensor, b: &Tensor) -> Tensor {
 }
 
 fn benches(c: &mut Criterion) {
-    let x = Tensor::rand(&[64], 1);
+    let x = Tensor::rand_seeded([64], 1);
     x.realize().expect("input");
     let mut g = c.benchmark_group("plan_chain");
     g.sample_size(10).measurement_time(Duration::from_secs(3));
@@ -44,7 +44,7 @@ fn benches(c: &mut Criterion) {
     }
     g.finish();
 
-    let (a, bb) = (Tensor::rand(&[16], 2), Tensor::rand(&[16], 3));
+    let (a, bb) = (Tensor::rand_seeded([16], 2), Tensor::rand_seeded([16], 3));
     a.realize().expect("input");
     bb.realize().expect("input");
     let mut g = c.benchmark_group("replay_100_ops");

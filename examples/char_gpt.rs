@@ -131,8 +131,8 @@ fn batch(data: &[i64], rng: &mut Rng, device: Device) -> (Tensor, Tensor) {
         y.extend_from_slice(&data[s + 1..s + CONTEXT + 1]);
     }
     (
-        Tensor::from_vec(x, &[BATCH, CONTEXT]).to(device),
-        Tensor::from_vec(y, &[BATCH, CONTEXT]).to(device),
+        Tensor::from_vec(x, [BATCH, CONTEXT]).to(device),
+        Tensor::from_vec(y, [BATCH, CONTEXT]).to(device),
     )
 }
 
@@ -140,8 +140,8 @@ fn loss_of(model: &Gpt, x: &Tensor, y: &Tensor) -> kiln::Result<Tensor> {
     let logits = model.forward(x)?;
     let v = logits.shape()[2];
     cross_entropy(
-        &logits.try_reshape(&[(BATCH * CONTEXT) as isize, v as isize])?,
-        &y.try_reshape(&[(BATCH * CONTEXT) as isize])?,
+        &logits.try_reshape([(BATCH * CONTEXT) as isize, v as isize])?,
+        &y.try_reshape([(BATCH * CONTEXT) as isize])?,
     )
 }
 
@@ -342,10 +342,11 @@ fn generate(
     let mut out = String::new();
     for _ in 0..n {
         let window = &ctx[ctx.len().saturating_sub(CONTEXT)..];
-        let ids = Tensor::from_vec(window.to_vec(), &[1, window.len()]).to(device);
+        let ids = Tensor::from_vec(window.to_vec(), [1, window.len()]).to(device);
         let probs = no_grad(|| {
             let logits = model.forward(&ids)?;
-            let last = logits.try_narrow(1, window.len() as isize - 1, window.len() as isize, 1)?;
+            let last =
+                logits.try_slice_dim(1, window.len() as isize - 1, window.len() as isize, 1)?;
             last.try_softmax(-1)?.try_cast(DType::F64)
         })?
         .to_vec::<f64>()?;

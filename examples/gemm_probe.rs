@@ -72,11 +72,11 @@ fn main() -> kiln::Result<()> {
     };
     println!("threads={} reps={reps}", rayon::current_num_threads());
     for &n in &sizes {
-        let a = Tensor::randn(&[n, n], 1);
-        let b = Tensor::randn(&[n, n], 2);
-        let bias = Tensor::randn(&[n], 3);
+        let a = Tensor::randn_seeded([n, n], 1);
+        let b = Tensor::randn_seeded([n, n], 2);
+        let bias = Tensor::randn_seeded([n], 3);
         // Every other column of an [n, 2n] tensor: row stride 2n, column stride 2.
-        let wide = Tensor::randn(&[n, 2 * n], 4);
+        let wide = Tensor::randn_seeded([n, 2 * n], 4);
         let strided = wide.slice(&[(0, n as isize, 1), (0, 2 * n as isize, 2)]);
         for t in [&a, &b, &bias, &wide] {
             t.realize()?;
@@ -108,8 +108,8 @@ fn main() -> kiln::Result<()> {
             if !want(&format!("{dtype:?}")) {
                 continue;
             }
-            let ah = Tensor::try_randn(&[n, n], 1, dtype)?;
-            let bh = Tensor::try_randn(&[n, n], 2, dtype)?;
+            let ah = Tensor::try_randn([n, n], 1, dtype)?;
+            let bh = Tensor::try_randn([n, n], 2, dtype)?;
             ah.realize()?;
             bh.realize()?;
             let (s, k) = best_of(reps, &|| ah.matmul(&bh))?;

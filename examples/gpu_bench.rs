@@ -29,7 +29,7 @@ fn main() -> kiln::Result<()> {
     let copy = cuda::copy_bandwidth_gbps(0, bytes, 10)?;
     println!("device-to-device copy: {copy:.0} GB/s (read + write)");
 
-    let x = Tensor::try_randn(&[n], 1, DType::F32)?.to(d);
+    let x = Tensor::try_randn([n], 1, DType::F32)?.to(d);
     x.realize()?;
     // Two cheap ops: bound by memory, so this is the renderer's bandwidth efficiency.
     for (label, opts) in [
@@ -61,7 +61,7 @@ fn main() -> kiln::Result<()> {
             100.0 * gbs / copy
         );
     }
-    let s = Tensor::try_randn(&[16384, 4096], 2, DType::F32)?.to(d);
+    let s = Tensor::try_randn([16384, 4096], 2, DType::F32)?.to(d);
     s.realize()?;
     for (label, opts) in [
         ("fused", RealizeOptions::default()),
@@ -72,10 +72,10 @@ fn main() -> kiln::Result<()> {
         println!("softmax 16384x4096 f32, {label}: {ms:.2} ms, {gbs:.0} GB/s effective");
     }
     let m = 8192;
-    let a = Tensor::try_randn(&[m, m], 3, DType::F32)?
+    let a = Tensor::try_randn([m, m], 3, DType::F32)?
         .cast(DType::BF16)
         .to(d);
-    let b = Tensor::try_randn(&[m, m], 4, DType::F32)?
+    let b = Tensor::try_randn([m, m], 4, DType::F32)?
         .cast(DType::BF16)
         .to(d);
     kiln::realize_all(&[&a, &b])?;

@@ -123,8 +123,8 @@ fn batch(s: &Split, rows: &[usize]) -> (Tensor, Tensor) {
         .collect();
     let y: Vec<i64> = rows.iter().map(|&r| s.y[r]).collect();
     (
-        Tensor::from_vec(x, &[rows.len(), f]),
-        Tensor::from_vec(y, &[rows.len()]),
+        Tensor::from_vec(x, [rows.len(), f]),
+        Tensor::from_vec(y, [rows.len()]),
     )
 }
 
@@ -133,8 +133,8 @@ fn accuracy(model: &Mlp, s: &Split) -> kiln::Result<f64> {
     let mut correct = 0;
     for chunk in all.chunks(1000) {
         let (x, y) = batch(s, chunk);
-        let pred = no_grad(|| model.forward(&x))?.try_argmax(Some(1), false)?;
-        let eq = pred.try_eq(&y)?.try_cast(DType::I64)?.try_sum(&[], false)?;
+        let pred = no_grad(|| model.forward(&x))?.try_argmax(1)?;
+        let eq = pred.try_eq(&y)?.try_cast(DType::I64)?.try_sum(..)?;
         correct += eq.item::<i64>()?;
     }
     Ok(correct as f64 / s.len() as f64)

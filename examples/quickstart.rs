@@ -14,7 +14,7 @@ const RUNS: usize = 10;
 /// Eight elementwise ops (mul, add, tanh, mul, sub, exp, mul, maximum), then a row sum.
 fn expression(x: &Tensor) -> Tensor {
     let y = ((x * 1.5 + 0.5).tanh() * x - 0.25).exp();
-    (y * 0.5).maximum(x).sum(&[1], false)
+    (y * 0.5).maximum(x).sum(1)
 }
 
 struct Run {
@@ -48,7 +48,7 @@ fn run(x: &Tensor, options: &RealizeOptions) -> kiln::Result<Run> {
 }
 
 fn main() -> kiln::Result<()> {
-    let x = Tensor::try_rand(&[ROWS, COLS], 42, DType::F32)?;
+    let x = Tensor::try_rand([ROWS, COLS], 42, DType::F32)?;
     x.realize()?;
     let y = expression(&x);
     println!("== lazy graph (before planning) ==\n{}", y.dump_text());

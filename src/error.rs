@@ -61,13 +61,6 @@ pub enum KilnError {
         lhs: Device,
         rhs: Device,
     },
-    /// A read-back asked for a Rust type that is not the tensor's dtype.
-    #[error("{op}: tensor has dtype {actual}, but {requested} was requested (cast first)")]
-    ReadBackType {
-        op: &'static str,
-        actual: DType,
-        requested: DType,
-    },
     /// The data given to a constructor does not fill the shape.
     #[error("{op}: {len} values cannot fill shape {shape:?} ({numel} elements)")]
     DataLength {

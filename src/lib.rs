@@ -9,8 +9,8 @@
 //! ```
 //! use kiln::{RealizeOptions, Tensor};
 //!
-//! let x = Tensor::randn(&[256, 512], 0);
-//! let y = (&x * 2.0 + 1.0).exp().softmax(-1).sum(&[1], false);
+//! let x = Tensor::randn_seeded(&[256, 512], 0);
+//! let y = (&x * 2.0 + 1.0).exp().softmax(-1).sum(1);
 //! let plan = y.plan(&RealizeOptions::default()).unwrap();
 //! assert_eq!(plan.kernel_count(), 1); // the whole expression is one kernel
 //! let v = y.to_vec::<f32>().unwrap();
@@ -50,6 +50,13 @@ pub use autograd::{NoGradGuard, no_grad};
 pub use device::Device;
 pub use dtype::{DType, Element, Scalar};
 pub use error::{KilnError, Result};
+/// The half-precision element types of `DType::F16` and `DType::BF16` (from the `half` crate),
+/// so `from_vec(vec![f16::from_f32(1.0)], [1])` needs no extra dependency.
+pub use half::{bf16, f16};
 pub use plan::cache::{CacheStats, cache_stats, clear_cache};
 pub use plan::{Plan, RealizeOptions};
-pub use tensor::{Operand, RealizeReport, Tensor, plan_all, realize_all, realize_all_with};
+pub use random::manual_seed;
+pub use shape::{Axes, ShapeLike};
+pub use tensor::{
+    Operand, RealizeReport, ScalarOperand, Tensor, plan_all, realize_all, realize_all_with,
+};

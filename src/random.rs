@@ -4,6 +4,32 @@
 //! repeats the CPU's `log`/`cos` polynomials operation for operation); f64 `randn` uses the
 //! platform's `log`/`cos` and may differ between backends in the last bit.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The state of the process-wide seed sequence that unseeded `rand`/`randn` draw from.
+static SEED_STATE: AtomicU64 = AtomicU64::new(0);
+
+/// Restarts the seed sequence that [`Tensor::rand`](crate::Tensor::rand) and
+/// [`Tensor::randn`](crate::Tensor::randn) draw from (PyTorch's `torch.manual_seed`): after
+/// the same `manual_seed`, the same calls give the same samples.
+///
+/// ```
+/// use kiln::{Tensor, manual_seed};
+/// manual_seed(7);
+/// let a = Tensor::rand([4]).to_vec::<f32>().unwrap();
+/// manual_seed(7);
+/// assert_eq!(Tensor::rand([4]).to_vec::<f32>().unwrap(), a);
+/// ```
+pub fn manual_seed(seed: u64) {
+    SEED_STATE.store(seed, Ordering::Relaxed);
+}
+
+/// The next seed of the sequence (a Weyl step hashed, so consecutive seeds are unrelated).
+pub(crate) fn next_seed() -> u64 {
+    let s = SEED_STATE.fetch_add(1, Ordering::Relaxed);
+    bits(0x6B69_6C6E, s)
+}
+
 /// 64 well-mixed bits for `(seed, index)` (the SplitMix64 finalizer over a Weyl sequence).
 #[inline(always)]
 pub fn bits(seed: u64, index: u64) -> u64 {

@@ -101,13 +101,13 @@ fn corpus(dev: Device) -> Vec<(String, Tensor)> {
             format!("layer_norm {dt}"),
             x.layer_norm(&[96], Some(&y), None, 1e-5),
         ));
-        out.push((format!("row sum {dt}"), (&x * &x).sum(&[1], false)));
-        out.push((format!("col max {dt}"), x.max(&[0], true)));
-        out.push((format!("argmax {dt}"), x.argmax(Some(1), false)));
+        out.push((format!("row sum {dt}"), (&x * &x).sum(1)));
+        out.push((format!("col max {dt}"), x.max_keepdim(0)));
+        out.push((format!("argmax {dt}"), x.argmax(1)));
         out.push((
             format!("views {dt}"),
             x.t()
-                .flip(&[0])
+                .flip([0])
                 .slice(&[(1, 90, 2)])
                 .pad(&[(2, 1)], 0.5)
                 .gelu(),
@@ -115,16 +115,16 @@ fn corpus(dev: Device) -> Vec<(String, Tensor)> {
         out.push((format!("matmul {dt}"), (x.matmul(&x.t()) + 1.0).relu()));
         out.push((
             format!("batched matmul {dt}"),
-            x.reshape(&[4, 16, 96]).matmul(&x.t()),
+            x.reshape([4, 16, 96]).matmul(&x.t()),
         ));
     }
     for dt in [DType::I32, DType::I64, DType::U8, DType::Bool] {
-        let a = Tensor::from_vec((0..256).map(|v| (v * 37 % 101) as i64).collect(), &[16, 16])
+        let a = Tensor::from_vec((0..256).map(|v| (v * 37 % 101) as i64).collect(), [16, 16])
             .cast(dt)
             .to(dev);
         out.push((
             format!("int ops {dt}"),
-            (&a + &a.t()).maximum(&a).cast(DType::I64).sum(&[0], false),
+            (&a + &a.t()).maximum(&a).cast(DType::I64).sum(0),
         ));
         out.push((format!("compare {dt}"), a.gt(a.t()).cast(DType::I32)));
         if dt != DType::Bool {
@@ -133,7 +133,8 @@ fn corpus(dev: Device) -> Vec<(String, Tensor)> {
     }
     out.push((
         "rand".into(),
-        Tensor::try_full_on(&[4], 0.0, DType::F32, dev).unwrap() + Tensor::rand(&[4], 5).to(dev),
+        Tensor::try_full_on([4], 0.0, DType::F32, dev).unwrap()
+            + Tensor::rand_seeded([4], 5).to(dev),
     ));
     out
 }
@@ -205,7 +206,7 @@ fn the_gpu_corpus_is_valid_on_the_cpu() {
 
 #[test]
 fn generators_move_to_a_usable_device_without_a_transfer() {
-    let r = Tensor::rand(&[64], 9).to(Device::Cuda(0));
+    let r = Tensor::rand_seeded([64], 9).to(Device::Cuda(0));
     assert_eq!(r.device(), Device::Cuda(0));
     let plan = (&r * 2.0).plan(&RealizeOptions::default()).unwrap();
     let transfers = plan
@@ -246,9 +247,9 @@ fn random_draws_match_the_cpu_bit_for_bit() {
     ] {
         let draw = |dev: Device| {
             let t = if kind == "rand" {
-                Tensor::try_rand(&[n], 77, dt)
+                Tensor::try_rand([n], 77, dt)
             } else {
-                Tensor::try_randn(&[n], 77, dt)
+                Tensor::try_randn([n], 77, dt)
             }
             .unwrap()
             .to(dev);
@@ -287,7 +288,7 @@ fn device_out_of_memory_is_a_typed_error_with_the_numbers() {
     let dev = Device::Cuda(0);
     // 1 TiB of f32: more than any single GPU holds, so the allocator trims, retries once
     // and reports.
-    let huge = Tensor::try_full_on(&[1 << 38], 1.0, DType::F32, dev).unwrap();
+    let huge = Tensor::try_full_on([1 << 38], 1.0, DType::F32, dev).unwrap();
     match (&huge + 1.0).realize() {
         Err(KilnError::OutOfMemory {
             device,
@@ -302,6 +303,6 @@ fn device_out_of_memory_is_a_typed_error_with_the_numbers() {
         other => panic!("expected OutOfMemory, got {other:?}"),
     }
     // The device is still usable afterwards.
-    let small = Tensor::try_full_on(&[16], 2.0, DType::F32, dev).unwrap();
+    let small = Tensor::try_full_on([16], 2.0, DType::F32, dev).unwrap();
     assert_eq!((&small * 2.0).to_vec::<f32>().unwrap(), vec![4.0; 16]);
 }

@@ -49,7 +49,7 @@ fn chain(x: &Tensor, n: usize) -> Tensor {
 }
 
 fn input() -> Tensor {
-    let x = Tensor::rand(&[64], 3);
+    let x = Tensor::rand_seeded([64], 3);
     x.realize().expect("input");
     x
 }

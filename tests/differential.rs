@@ -183,7 +183,7 @@ fn wrong(t: Tensor) -> Result<bool, String> {
 }
 
 fn probe_reduce_size_one() -> Result<bool, String> {
-    wrong(arange_f32(&[4, 1], 1.0).sum(&[1], false))
+    wrong(arange_f32(&[4, 1], 1.0).sum(1))
 }
 
 fn probe_identical_operands() -> Result<bool, String> {
@@ -198,11 +198,11 @@ fn probe_matmul_epilogue_dtype() -> Result<bool, String> {
 }
 
 fn probe_row_lift() -> Result<bool, String> {
-    wrong((arange_f32(&[4, 3], 0.25) + arange_f32(&[3], 0.5).exp()).sum(&[0], false))
+    wrong((arange_f32(&[4, 3], 0.25) + arange_f32(&[3], 0.5).exp()).sum(0))
 }
 
 fn probe_reduction_epilogue() -> Result<bool, String> {
-    wrong(arange_f32(&[7, 5], 0.25).sum(&[0], false) + arange_f32(&[5], 1.0))
+    wrong(arange_f32(&[7, 5], 0.25).sum(0) + arange_f32(&[5], 1.0))
 }
 
 /// gelu(0) used to hang (an endless series in erfc): probed on a thread with a deadline,
@@ -211,7 +211,7 @@ fn probe_gelu_zero() -> bool {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let r = catch(|| {
-            let x = Tensor::from_vec(vec![0.0f64, -0.0], &[2]).gelu();
+            let x = Tensor::from_vec(vec![0.0f64, -0.0], [2]).gelu();
             reference::evaluate(&x).map_err(|e| e.to_string())?;
             x.to_vec::<f64>().map_err(|e| e.to_string())
         });
@@ -224,8 +224,10 @@ fn probe_gelu_zero() -> bool {
 }
 
 fn probe_padding_only_reduce() -> Result<bool, String> {
-    let s = arange_f32(&[1], 1.0).pad(&[(0, 1)], 0.5).narrow(0, 1, 2, 1);
-    wrong(&s + s.max(&[0], true))
+    let s = arange_f32(&[1], 1.0)
+        .pad(&[(0, 1)], 0.5)
+        .slice_dim(0, 1, 2, 1);
+    wrong(&s + s.max_keepdim(0))
 }
 
 fn probe_pad_values() -> Result<bool, String> {
@@ -235,7 +237,7 @@ fn probe_pad_values() -> Result<bool, String> {
 
 fn probe_view_of_fused_reduction() -> Result<bool, String> {
     let x = arange_f32(&[2, 5], 0.1);
-    wrong((&x - x.max(&[0], true)).narrow(0, 0, 1, 1).reshape(&[5]) + 3.0)
+    wrong((&x - x.max_keepdim(0)).slice_dim(0, 0, 1, 1).reshape([5]) + 3.0)
 }
 
 /// Values that would grow beyond this are first scaled down by a power of two.
@@ -1935,8 +1937,8 @@ impl<'p> Res<'p> {
     ///   result that also reads another tensor (`x.sum(&[0]) + y`, `x.sum(&[1]) + x.sum(&[0])`)
     ///   reads it at the wrong places unless the last axis is reduced;
     /// * `bug_view_of_fused_reduction`: a value that contains a reduction, read through a
-    ///   view whose shape happens to be the reduced shape (`(x - x.max(&[0], true))
-    ///   .narrow(0, 0, 1, 1).reshape(&[5]) + 3`), is taken for the reduction's row value;
+    ///   view whose shape happens to be the reduced shape (`(x - x.max_keepdim(0))
+    ///   .slice_dim(0, 0, 1, 1).reshape(&[5]) + 3`), is taken for the reduction's row value;
     /// * a reduction whose input already contains a reduction over other axes, and
     ///   `layer_norm` weights that contain one (the same family, conservatively).
     fn steer(&mut self, step: &mut Step, out_shape: &[usize], out_dtype: DType) {
@@ -3877,7 +3879,7 @@ fn gen_tensor(kind: &GenKind, shape: &[usize], d: DType) -> kiln::Result<Tensor>
     match kind {
         GenKind::Rand(s) => Tensor::try_rand(shape, *s, d),
         GenKind::Randn(s) => Tensor::try_randn(shape, *s, d),
-        GenKind::Full(v) => Ok(Tensor::full(shape, *v, d)),
+        GenKind::Full(v) => Ok(Tensor::full_dtype(shape, *v, d)),
         GenKind::Arange(start, step) => {
             let n = numel(shape);
             let end = match (start, step) {
@@ -3983,7 +3985,7 @@ fn emit_step(v: &[Tensor], s: &Step, opts: Option<&RealizeOptions>) -> kiln::Res
         Step::T(a) => v[*a].t(),
         Step::Expand(a, s) => v[*a].try_broadcast_to(s)?,
         Step::Slice(a, r) => v[*a].try_slice(r)?,
-        Step::Narrow(a, d, s, e, st) => v[*a].try_narrow(*d, *s, *e, *st)?,
+        Step::Narrow(a, d, s, e, st) => v[*a].try_slice_dim(*d, *s, *e, *st)?,
         Step::Pad(a, p, val) => v[*a].try_pad(p, *val)?,
         Step::Flip(a, axes) => v[*a].try_flip(axes)?,
         Step::Squeeze(a) => v[*a].squeeze(),
@@ -3992,19 +3994,39 @@ fn emit_step(v: &[Tensor], s: &Step, opts: Option<&RealizeOptions>) -> kiln::Res
         Step::Flatten(a) => v[*a].flatten(),
         Step::FlattenDims(a, s, e) => v[*a].try_flatten_dims(*s, *e)?,
         Step::Contiguous(a) => v[*a].try_contiguous()?,
-        Step::Reduce(a, op, axes, keep) => match op {
-            R::Sum => v[*a].try_sum(axes, *keep)?,
-            R::Prod => v[*a].try_prod(axes, *keep)?,
-            R::Max => v[*a].try_max(axes, *keep)?,
-            R::Min => v[*a].try_min(axes, *keep)?,
-            R::Mean => v[*a].try_mean(axes, *keep)?,
-        },
-        Step::Var(a, axes, keep, corr) => v[*a].try_var(axes, *keep, *corr)?,
-        Step::Arg(a, is_max, dim, keep) => {
-            if *is_max {
-                v[*a].try_argmax(*dim, *keep)?
+        Step::Reduce(a, op, axes, keep) => {
+            let x = &v[*a];
+            match (op, *keep) {
+                (R::Sum, false) => x.try_sum(axes)?,
+                (R::Sum, true) => x.try_sum_keepdim(axes)?,
+                (R::Prod, false) => x.try_prod(axes)?,
+                (R::Prod, true) => x.try_prod_keepdim(axes)?,
+                (R::Max, false) => x.try_max(axes)?,
+                (R::Max, true) => x.try_max_keepdim(axes)?,
+                (R::Min, false) => x.try_min(axes)?,
+                (R::Min, true) => x.try_min_keepdim(axes)?,
+                (R::Mean, false) => x.try_mean(axes)?,
+                (R::Mean, true) => x.try_mean_keepdim(axes)?,
+            }
+        }
+        Step::Var(a, axes, keep, corr) => {
+            if *keep {
+                v[*a].try_var_keepdim(axes, *corr)?
             } else {
-                v[*a].try_argmin(*dim, *keep)?
+                v[*a].try_var(axes, *corr)?
+            }
+        }
+        Step::Arg(a, is_max, dim, keep) => {
+            let x = &v[*a];
+            match (*is_max, *dim, *keep) {
+                (true, Some(d), false) => x.try_argmax(d)?,
+                (true, Some(d), true) => x.try_argmax_keepdim(d)?,
+                (true, None, false) => x.try_argmax(..)?,
+                (true, None, true) => x.try_argmax_keepdim(..)?,
+                (false, Some(d), false) => x.try_argmin(d)?,
+                (false, Some(d), true) => x.try_argmin_keepdim(d)?,
+                (false, None, false) => x.try_argmin(..)?,
+                (false, None, true) => x.try_argmin_keepdim(..)?,
             }
         }
         Step::Softmax(a, d) => v[*a].try_softmax(*d)?,
@@ -4119,7 +4141,9 @@ fn render_step(s: &Step) -> String {
                     "Tensor::try_randn(&{shape:?}, {s}, {}).unwrap()",
                     dt(*dtype)
                 ),
-                GenKind::Full(v) => format!("Tensor::full(&{shape:?}, {}, {})", sc(v), dt(*dtype)),
+                GenKind::Full(v) => {
+                    format!("Tensor::full_dtype(&{shape:?}, {}, {})", sc(v), dt(*dtype))
+                }
                 GenKind::Arange(a, st) => {
                     let n = numel(shape);
                     let end = match (a, st) {
@@ -4156,7 +4180,7 @@ fn render_step(s: &Step) -> String {
         Step::T(a) => format!("v{a}.t()"),
         Step::Expand(a, s) => format!("v{a}.expand(&{s:?})"),
         Step::Slice(a, r) => format!("v{a}.slice(&{r:?})"),
-        Step::Narrow(a, d, s, e, st) => format!("v{a}.narrow({d}, {s}, {e}, {st})"),
+        Step::Narrow(a, d, s, e, st) => format!("v{a}.slice_dim({d}, {s}, {e}, {st})"),
         Step::Pad(a, p, val) => format!("v{a}.pad(&{p:?}, {})", sc(val)),
         Step::Flip(a, axes) => format!("v{a}.flip(&{axes:?})"),
         Step::Squeeze(a) => format!("v{a}.squeeze()"),
@@ -4165,14 +4189,18 @@ fn render_step(s: &Step) -> String {
         Step::Flatten(a) => format!("v{a}.flatten()"),
         Step::FlattenDims(a, s, e) => format!("v{a}.flatten_dims({s}, {e})"),
         Step::Contiguous(a) => format!("v{a}.contiguous()"),
-        Step::Reduce(a, op, axes, keep) => format!("v{a}.{}(&{axes:?}, {keep})", op.name()),
-        Step::Var(a, axes, keep, corr) => format!("v{a}.var(&{axes:?}, {keep}, {corr})"),
-        Step::Arg(a, is_max, d, keep) => {
-            format!(
-                "v{a}.{}({d:?}, {keep})",
-                if *is_max { "argmax" } else { "argmin" }
-            )
+        Step::Reduce(a, op, axes, keep) => {
+            format!("v{a}.{}{}(&{axes:?})", op.name(), keep_suffix(*keep))
         }
+        Step::Var(a, axes, keep, corr) => {
+            format!("v{a}.var{}(&{axes:?}, {corr})", keep_suffix(*keep))
+        }
+        Step::Arg(a, is_max, d, keep) => format!(
+            "v{a}.{}{}({})",
+            if *is_max { "argmax" } else { "argmin" },
+            keep_suffix(*keep),
+            d.map_or("..".to_string(), |d| d.to_string())
+        ),
         Step::Softmax(a, d) => format!("v{a}.softmax({d})"),
         Step::LogSoftmax(a, d) => format!("v{a}.log_softmax({d})"),
         Step::LayerNorm(a, norm, w, b, eps) => format!(
@@ -4854,7 +4882,7 @@ fn iota(shape: &[usize], scale: f32, offset: f32) -> Tensor {
 fn reshape_after_transpose_copies() {
     let x = || iota(&[2, 3], 1.0, 0.0);
     agree(
-        || x().t().reshape(&[6]),
+        || x().t().reshape([6]),
         Some(&[0.0, 3.0, 1.0, 4.0, 2.0, 5.0]),
         0.0,
     );
@@ -4864,7 +4892,7 @@ fn reshape_after_transpose_copies() {
         0.0,
     );
     agree(
-        || x().t().reshape(&[2, 3]) * 2.0,
+        || x().t().reshape([2, 3]) * 2.0,
         Some(&[0.0, 6.0, 2.0, 8.0, 4.0, 10.0]),
         0.0,
     );
@@ -4872,9 +4900,9 @@ fn reshape_after_transpose_copies() {
     agree(
         || {
             iota(&[2, 3, 4], 1.0, 0.0)
-                .permute(&[2, 0, 1])
-                .reshape(&[4, 6])
-                .sum(&[1], false)
+                .permute([2, 0, 1])
+                .reshape([4, 6])
+                .sum(1)
         },
         None,
         1e-6,
@@ -4896,7 +4924,7 @@ fn tiled_transposes_with_partial_tiles() {
             || {
                 iota(&[r, c], 1.0, 0.0)
                     .t()
-                    .flip(&[0])
+                    .flip([0])
                     .pad(&[(1, 2), (3, 0)], -1.0)
                     .contiguous()
             },
@@ -4907,14 +4935,14 @@ fn tiled_transposes_with_partial_tiles() {
     agree(
         || {
             iota(&[5, 130, 70], 1.0, 0.0)
-                .permute(&[2, 0, 1])
+                .permute([2, 0, 1])
                 .contiguous()
         },
         None,
         0.0,
     );
     agree(
-        || iota(&[300, 3, 90], 1.0, 0.0).permute(&[1, 2, 0]) + 0.5,
+        || iota(&[300, 3, 90], 1.0, 0.0).permute([1, 2, 0]) + 0.5,
         None,
         0.0,
     );
@@ -4927,16 +4955,16 @@ fn tiled_transposes_with_partial_tiles() {
 fn short_last_dimension_outputs_run_along_a_long_one() {
     let x = || iota(&[3, 200], 1.0, 0.0);
     agree(|| x().t().contiguous(), None, 0.0);
-    agree(|| x().flip(&[1]).t() * 3.0, None, 0.0);
+    agree(|| x().flip([1]).t() * 3.0, None, 0.0);
     agree(|| x().t().pad(&[(2, 1), (0, 2)], 7.0) + 1.0, None, 0.0);
     agree(
-        || Tensor::try_rand(&[3, 200], 9, DType::F32).unwrap().t() + x().t(),
+        || Tensor::try_rand([3, 200], 9, DType::F32).unwrap().t() + x().t(),
         None,
         0.0,
     );
     agree(|| x().t().gt(100.0).cast(DType::F32), None, 0.0);
     agree(
-        || iota(&[5, 2, 100], 1.0, 0.0).permute(&[2, 1, 0]).sqrt(),
+        || iota(&[5, 2, 100], 1.0, 0.0).permute([2, 1, 0]).sqrt(),
         None,
         1e-6,
     );
@@ -4979,9 +5007,9 @@ fn flip_then_pad_then_reshape() {
     agree(
         || {
             iota(&[2, 3], 1.0, 0.0)
-                .flip(&[1])
+                .flip([1])
                 .pad(&[(1, 0), (0, 1)], -1.0)
-                .reshape(&[4, 3])
+                .reshape([4, 3])
         },
         Some(&[
             -1.0, -1.0, -1.0, -1.0, 2.0, 1.0, 0.0, -1.0, 5.0, 4.0, 3.0, -1.0,
@@ -4991,9 +5019,9 @@ fn flip_then_pad_then_reshape() {
     agree(
         || {
             (iota(&[2, 3], 1.0, 0.0)
-                .flip(&[0, 1])
+                .flip([0, 1])
                 .pad(&[(1, 1)], 9.0)
-                .reshape(&[12])
+                .reshape([12])
                 + 1.0)
                 .exp()
         },
@@ -5005,19 +5033,15 @@ fn flip_then_pad_then_reshape() {
 #[test]
 fn expand_then_reduce_over_the_expanded_axis() {
     let x = || iota(&[3, 1], 1.0, 1.0);
+    agree(|| x().expand([3, 4]).sum(1), Some(&[4.0, 8.0, 12.0]), 0.0);
     agree(
-        || x().expand(&[3, 4]).sum(&[1], false),
-        Some(&[4.0, 8.0, 12.0]),
-        0.0,
-    );
-    agree(
-        || (x() * 2.0).expand(&[3, 4]).max(&[1], true),
+        || (x() * 2.0).expand([3, 4]).max_keepdim(1),
         Some(&[2.0, 4.0, 6.0]),
         0.0,
     );
-    agree(|| x().exp().expand(&[3, 4]).mean(&[1], false), None, 1e-6);
+    agree(|| x().exp().expand([3, 4]).mean(1), None, 1e-6);
     agree(
-        || x().unsqueeze(0).expand(&[5, 3, 1]).sum(&[0], false),
+        || x().unsqueeze(0).expand([5, 3, 1]).sum(0),
         Some(&[5.0, 10.0, 15.0]),
         0.0,
     );
@@ -5037,7 +5061,7 @@ fn value_read_through_two_views_is_recomputed_correctly() {
     agree(
         || {
             let x = a().exp();
-            &x * &x.flip(&[0]) - &x.t()
+            &x * &x.flip([0]) - &x.t()
         },
         None,
         1e-6,
@@ -5061,7 +5085,7 @@ fn reduction_broadcast_back() {
     agree(
         || {
             let x = x();
-            &x - x.mean(&[1], true)
+            &x - x.mean_keepdim(1)
         },
         None,
         1e-6,
@@ -5069,16 +5093,16 @@ fn reduction_broadcast_back() {
     agree(
         || {
             let x = x();
-            &x - x.max(&[0], true)
+            &x - x.max_keepdim(0)
         },
         None,
         1e-6,
     );
     let centered = {
         let x = x();
-        &x - x.mean(&[1], true)
+        &x - x.mean_keepdim(1)
     };
-    for row in read(&centered.sum(&[1], false)).unwrap() {
+    for row in read(&centered.sum(1)).unwrap() {
         assert!(row.abs() < 1e-5, "row of x - mean sums to {row}");
     }
 }
@@ -5089,7 +5113,7 @@ fn softmax_over_first_and_last_axis() {
     for dim in [0isize, -1] {
         agree(|| x().softmax(dim), None, 1e-6);
         agree(|| x().log_softmax(dim), None, 1e-6);
-        let s = read(&x().softmax(dim).sum(&[dim], false)).unwrap();
+        let s = read(&x().softmax(dim).sum(dim)).unwrap();
         assert!(
             s.iter().all(|v| (v - 1.0).abs() < 1e-5),
             "softmax({dim}) sums: {s:?}"
@@ -5102,7 +5126,7 @@ fn matmul_of_transposed_and_permuted_reshaped_views() {
     let a = || iota(&[3, 4], 0.5, -1.0);
     let b = || iota(&[2, 3, 5], 0.25, -2.0);
     // a.t(): [4, 3]; b.permute([1, 0, 2]).reshape([3, 10]): [3, 10] (needs a copy).
-    let f = || a().t().matmul(&b().permute(&[1, 0, 2]).reshape(&[3, 10]));
+    let f = || a().t().matmul(&b().permute([1, 0, 2]).reshape([3, 10]));
     let (av, bv) = (read(&a()).unwrap(), read(&b()).unwrap());
     let mut expected = vec![0.0; 40];
     for i in 0..4 {
@@ -5120,11 +5144,11 @@ fn matmul_of_transposed_and_permuted_reshaped_views() {
 #[test]
 fn bug_reduce_over_only_size_one_axes() {
     agree(
-        || iota(&[4, 1], 1.0, 1.0).sum(&[1], false),
+        || iota(&[4, 1], 1.0, 1.0).sum(1),
         Some(&[1.0, 2.0, 3.0, 4.0]),
         0.0,
     );
-    agree(|| iota(&[1], 1.0, 5.0).max(&[0], true), Some(&[5.0]), 0.0);
+    agree(|| iota(&[1], 1.0, 5.0).max_keepdim(0), Some(&[5.0]), 0.0);
     agree(
         || iota(&[4, 1], 1.0, 1.0).softmax(-1),
         Some(&[1.0; 4]),
@@ -5173,7 +5197,7 @@ fn bug_binary_op_with_identical_operands() {
         Some(&[-2.0]),
         0.0,
     );
-    agree(|| iota(&[3, 5], 0.3, -2.0).var(&[1], false, 1), None, 1e-5);
+    agree(|| iota(&[3, 5], 0.3, -2.0).var(1, 1), None, 1e-5);
 }
 
 /// gelu(0) never returned (erfc's series had no stopping point at 0): reference and f64
@@ -5185,7 +5209,7 @@ fn bug_gelu_of_zero_hangs() {
         "gelu(0) did not finish within 10 s, or failed"
     );
     agree(
-        || Tensor::from_vec(vec![0.0f32, -0.0, 1.0], &[3]).gelu(),
+        || Tensor::from_vec(vec![0.0f32, -0.0, 1.0], [3]).gelu(),
         Some(&[0.0, 0.0, 0.8413447460685429]),
         1e-6,
     );
@@ -5195,14 +5219,14 @@ fn bug_gelu_of_zero_hangs() {
 /// garbage, and a comparison there failed with "dtype bool is not supported".
 #[test]
 fn bug_matmul_epilogue_changing_dtype() {
-    let a = || Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[2, 2]);
+    let a = || Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], [2, 2]);
     agree(
         || a().matmul(&a()).cast(DType::F64),
         Some(&[7.0, 10.0, 15.0, 22.0]),
         0.0,
     );
     agree(
-        || a().matmul(&a()) + Tensor::from_vec(vec![0.5f64; 4], &[2, 2]),
+        || a().matmul(&a()) + Tensor::from_vec(vec![0.5f64; 4], [2, 2]),
         Some(&[7.5, 10.5, 15.5, 22.5]),
         0.0,
     );
@@ -5211,7 +5235,7 @@ fn bug_matmul_epilogue_changing_dtype() {
         Some(&[0.0, 0.0, 1.0, 1.0]),
         0.0,
     );
-    let ai = || Tensor::from_vec(vec![1i32, -2, 3, 0], &[2, 2]);
+    let ai = || Tensor::from_vec(vec![1i32, -2, 3, 0], [2, 2]);
     agree(
         || Tensor::where_(&ai().matmul(&ai()).ne(0), 1.0f64, -1.0f64),
         None,
@@ -5224,20 +5248,17 @@ fn bug_matmul_epilogue_changing_dtype() {
 #[test]
 fn bug_reduce_of_broadcast_computed_operand() {
     agree(
-        || (iota(&[4, 3], 0.25, 0.0) + iota(&[3], 0.5, 1.0).exp()).sum(&[0], false),
+        || (iota(&[4, 3], 0.25, 0.0) + iota(&[3], 0.5, 1.0).exp()).sum(0),
         None,
         1e-6,
     );
     agree(
-        || {
-            (iota(&[4, 3], 1.0, -1.0) + Tensor::from_vec(vec![2i32, -18, -20], &[3]))
-                .sum(&[0], false)
-        },
+        || (iota(&[4, 3], 1.0, -1.0) + Tensor::from_vec(vec![2i32, -18, -20], [3])).sum(0),
         None,
         0.0,
     );
     agree(
-        || iota(&[1, 2, 2], 0.5, -1.0).softmax(1) + Tensor::from_vec(vec![1i64, 0], &[1, 1, 2]),
+        || iota(&[1, 2, 2], 0.5, -1.0).softmax(1) + Tensor::from_vec(vec![1i64, 0], [1, 1, 2]),
         None,
         1e-6,
     );
@@ -5247,25 +5268,20 @@ fn bug_reduce_of_broadcast_computed_operand() {
 #[test]
 fn bug_reduce_over_broadcast_computed_value_fails_to_plan() {
     agree(
-        || {
-            iota(&[3, 1], 1.0, -2.0)
-                .neg()
-                .expand(&[3, 4])
-                .sum(&[1], true)
-        },
+        || iota(&[3, 1], 1.0, -2.0).neg().expand([3, 4]).sum_keepdim(1),
         Some(&[8.0, 4.0, 0.0]),
         0.0,
     );
     agree(
         || {
-            let v = iota(&[3, 1], 1.0, -2.0).neg().expand(&[3, 4]);
-            &v * &v.max(&[1], true)
+            let v = iota(&[3, 1], 1.0, -2.0).neg().expand([3, 4]);
+            &v * &v.max_keepdim(1)
         },
         None,
         0.0,
     );
     agree(
-        || iota(&[3, 1], 1.0, -2.0).exp().expand(&[3, 4]).softmax(1),
+        || iota(&[3, 1], 1.0, -2.0).exp().expand([3, 4]).softmax(1),
         Some(&[0.25; 12]),
         1e-6,
     );
@@ -5277,19 +5293,19 @@ fn bug_reduce_over_broadcast_computed_value_fails_to_plan() {
 #[test]
 fn bug_reduction_epilogue_reading_other_tensors() {
     agree(
-        || iota(&[7, 5], 0.25, -1.0).sum(&[0], false) + iota(&[5], 1.0, 2.0),
+        || iota(&[7, 5], 0.25, -1.0).sum(0) + iota(&[5], 1.0, 2.0),
         None,
         1e-6,
     );
     agree(
-        || iota(&[2, 3, 4], 0.5, -1.0).sum(&[1], false) + iota(&[2, 4], 1.0, 0.0),
+        || iota(&[2, 3, 4], 0.5, -1.0).sum(1) + iota(&[2, 4], 1.0, 0.0),
         None,
         1e-6,
     );
     agree(
         || {
             let x = iota(&[3, 3], 0.25, 0.5);
-            x.sum(&[1], false) + x.sum(&[0], false)
+            x.sum(1) + x.sum(0)
         },
         None,
         1e-6,
@@ -5297,7 +5313,7 @@ fn bug_reduction_epilogue_reading_other_tensors() {
     agree(
         || {
             let x = iota(&[3, 6], 0.5, -2.0);
-            &x + x.unsqueeze(0).expand(&[3, 3, 6]).sum(&[1], false)
+            &x + x.unsqueeze(0).expand([3, 3, 6]).sum(1)
         },
         None,
         1e-6,
@@ -5312,13 +5328,13 @@ fn bug_view_of_fused_reduction() {
     agree(
         || {
             let x = x();
-            (&x - x.max(&[0], true)).narrow(0, 0, 1, 1).reshape(&[5]) + 3.0
+            (&x - x.max_keepdim(0)).slice_dim(0, 0, 1, 1).reshape([5]) + 3.0
         },
         None,
         1e-6,
     );
     agree(
-        || x().softmax(0).narrow(0, 0, 1, 1).reshape(&[5]) + 3.0,
+        || x().softmax(0).slice_dim(0, 0, 1, 1).reshape([5]) + 3.0,
         None,
         1e-6,
     );
@@ -5333,7 +5349,7 @@ fn bug_view_of_fused_reduction() {
 /// fused, expected `[-4, 6, 1]` (unfused and reference agree on that).
 #[test]
 fn bug_pads_differing_only_in_value() {
-    let x = || Tensor::from_vec(vec![-2.0f32, 3.0], &[2]);
+    let x = || Tensor::from_vec(vec![-2.0f32, 3.0], [2]);
     agree(
         || {
             let x = x();
@@ -5357,14 +5373,14 @@ fn bug_pads_differing_only_in_value() {
 #[test]
 fn bug_reduce_of_one_padding_element_fails_to_plan() {
     let s = || {
-        Tensor::from_vec(vec![1.0f32], &[1])
+        Tensor::from_vec(vec![1.0f32], [1])
             .pad(&[(0, 1)], 0.5)
-            .narrow(0, 1, 2, 1)
+            .slice_dim(0, 1, 2, 1)
     };
     agree(
         || {
             let s = s();
-            &s + s.max(&[0], true)
+            &s + s.max_keepdim(0)
         },
         Some(&[1.0]),
         0.0,
@@ -5372,7 +5388,7 @@ fn bug_reduce_of_one_padding_element_fails_to_plan() {
     agree(
         || {
             let s = s();
-            &s + s.max(&[], false)
+            &s + s.max(..)
         },
         Some(&[1.0]),
         0.0,
@@ -5579,4 +5595,9 @@ fn gpu_fuzz_corpus_matches_the_reference() {
         println!("--- {}", f.lines().next().unwrap_or_default());
     }
     assert!(failures.is_empty(), "{} GPU fuzz failures", failures.len());
+}
+
+/// The method-name suffix of a reduction's keepdim form (for printed programs).
+fn keep_suffix(keep: bool) -> &'static str {
+    if keep { "_keepdim" } else { "" }
 }

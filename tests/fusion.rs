@@ -42,7 +42,7 @@ fn elementwise_chain_is_one_kernel() {
 #[test]
 fn prologue_fuses_into_reduction() {
     let (x, y) = (input(&[64, 64], 3), input(&[64, 64], 4));
-    let t = (&x * &y + 1.0).sum(&[1], false);
+    let t = (&x * &y + 1.0).sum(1);
     assert_eq!(kernels(&t), 1);
     check(&t);
 }
@@ -50,11 +50,11 @@ fn prologue_fuses_into_reduction() {
 #[test]
 fn epilogue_fuses_after_reduction() {
     let x = input(&[64, 64], 5);
-    let t = x.sum(&[1], false).relu() * 2.0;
+    let t = x.sum(1).relu() * 2.0;
     assert_eq!(kernels(&t), 1);
     check(&t);
     let bias = input(&[64], 6);
-    let t = x.max(&[1], false) + &bias;
+    let t = x.max(1) + &bias;
     assert_eq!(kernels(&t), 1);
     check(&t);
 }
@@ -62,7 +62,7 @@ fn epilogue_fuses_after_reduction() {
 #[test]
 fn two_reductions_over_one_space_share_a_kernel() {
     let x = input(&[64, 64], 7);
-    let t = x.sum(&[1], false) + x.max(&[1], false);
+    let t = x.sum(1) + x.max(1);
     assert_eq!(kernels(&t), 1);
     check(&t);
 }
@@ -70,7 +70,7 @@ fn two_reductions_over_one_space_share_a_kernel() {
 #[test]
 fn reduction_broadcast_back_is_one_kernel() {
     let x = input(&[64, 64], 8);
-    let t = &x - x.mean(&[1], true);
+    let t = &x - x.mean_keepdim(1);
     assert_eq!(kernels(&t), 1);
     check(&t);
 }
@@ -78,12 +78,7 @@ fn reduction_broadcast_back_is_one_kernel() {
 #[test]
 fn softmax_log_softmax_layer_norm_var_are_one_kernel_each() {
     let x = input(&[32, 100], 9);
-    for t in [
-        x.softmax(-1),
-        x.softmax(0),
-        x.log_softmax(-1),
-        x.var(&[1], false, 1),
-    ] {
+    for t in [x.softmax(-1), x.softmax(0), x.log_softmax(-1), x.var(1, 1)] {
         assert_eq!(
             kernels(&t),
             1,
@@ -105,7 +100,7 @@ fn pad_then_elementwise_is_one_kernel() {
     assert_eq!(kernels(&t), 1);
     check(&t);
     // Padding a computed value wraps it (exp(0) != 0 in the padding).
-    let t = x.exp().pad(&[(2, 2)], 0.0).sum(&[0], false);
+    let t = x.exp().pad(&[(2, 2)], 0.0).sum(0);
     assert_eq!(kernels(&t), 1);
     check(&t);
 }
@@ -133,16 +128,16 @@ fn value_containing_a_reduction_used_by_two_kernels_is_stored_once() {
     // `c` contains a reduction and is needed by two separately stored targets: it is
     // computed once and stored, not recomputed in both.
     let x = input(&[64, 64], 16);
-    let c = (&x - x.max(&[1], true)).exp();
-    let a = c.sum(&[0], false);
-    let b = c.sum(&[1], false);
+    let c = (&x - x.max_keepdim(1)).exp();
+    let a = c.sum(0);
+    let b = c.sum(1);
     let opts = RealizeOptions::default();
     let report = kiln::realize_all_with(&[&a, &b], &opts).unwrap();
     assert_eq!(
         report.kernels, 3,
         "c stored once, then one kernel per target"
     );
-    let want_a = reference::evaluate(&(&x - x.max(&[1], true)).exp().sum(&[0], false)).unwrap();
+    let want_a = reference::evaluate(&(&x - x.max_keepdim(1)).exp().sum(0)).unwrap();
     let got_a = reference::evaluate(&a).unwrap();
     for (g, w) in got_a.to_f64().iter().zip(want_a.to_f64()) {
         assert!((g - w).abs() <= 1e-3 * (1.0 + w.abs()));
@@ -171,7 +166,7 @@ fn transposed_and_permuted_matmul_operands_need_no_copy() {
     let x = input(&[4, 8, 64], 22);
     // aᵀ is a transposed view; x.permute([2,0,1]).reshape([64, 32]) merges the two trailing
     // dims, which strides can express.
-    let rhs = x.permute(&[2, 0, 1]).reshape(&[64, 32]);
+    let rhs = x.permute([2, 0, 1]).reshape([64, 32]);
     let t = a.t().matmul(&rhs);
     let plan = t.plan(&RealizeOptions::default()).unwrap();
     assert_eq!(plan.kernel_count(), 1, "{}", plan.dump_text());
@@ -189,7 +184,7 @@ fn transposed_and_permuted_matmul_operands_need_no_copy() {
 #[test]
 fn reshape_strides_cannot_express_becomes_one_visible_copy() {
     let x = input(&[8, 12], 25);
-    let t = x.t().reshape(&[-1]) * 2.0;
+    let t = x.t().reshape([-1]) * 2.0;
     let plan = t.plan(&RealizeOptions::default()).unwrap();
     assert_eq!(plan.copy_count(), 1, "{}", plan.dump_text());
     assert!(plan.dump_text().contains("copy"));
@@ -199,7 +194,7 @@ fn reshape_strides_cannot_express_becomes_one_visible_copy() {
 #[test]
 fn unfused_runs_one_op_per_kernel() {
     let x = input(&[16, 16], 26);
-    let t = ((&x + 1.0).exp() * 2.0).sum(&[1], false);
+    let t = ((&x + 1.0).exp() * 2.0).sum(1);
     let plan = t.plan(&RealizeOptions::unfused()).unwrap();
     assert_eq!(plan.kernel_count(), 4);
     for k in plan.kernels() {
@@ -209,10 +204,10 @@ fn unfused_runs_one_op_per_kernel() {
 
 #[test]
 fn generators_fuse_as_leaves() {
-    let t = (Tensor::rand(&[128], 1) * 2.0 + Tensor::arange(0.0, 128.0, 1.0)).sum(&[0], false);
+    let t = (Tensor::rand_seeded([128], 1) * 2.0 + Tensor::arange(0.0, 128.0, 1.0)).sum(0);
     assert_eq!(kernels(&t), 1);
     check(&t);
     let eye = Tensor::eye(5, DType::F32);
     assert_eq!(kernels(&eye), 1);
-    assert_eq!(eye.sum(&[1], false).to_vec::<f32>().unwrap(), vec![1.0; 5]);
+    assert_eq!(eye.sum(1).to_vec::<f32>().unwrap(), vec![1.0; 5]);
 }

@@ -42,7 +42,7 @@ fn check_tol(
     tol: f64,
     f: impl Fn(&[Tensor]) -> Tensor,
 ) {
-    let loss_of = |xs: &[Tensor], w: &Tensor| (f(xs) * w).sum(&[], false);
+    let loss_of = |xs: &[Tensor], w: &Tensor| (f(xs) * w).sum(..);
     let leaves: Vec<Tensor> = inputs.iter().map(|(d, s)| leaf(d, s)).collect();
     let out = f(&leaves);
     let w = Tensor::from_vec(values(out.numel(), 99, -1.0, 1.0), out.shape());
@@ -135,7 +135,7 @@ fn ties_split_the_gradient_evenly() {
     // maximum/minimum: half to each side; max reduction (amax): even split among maxima.
     let a = leaf(&[1.0, 2.0, 3.0], &[3]);
     let b = leaf(&[1.0, 5.0, 0.0], &[3]);
-    a.maximum(&b).sum(&[], false).backward().unwrap();
+    a.maximum(&b).sum(..).backward().unwrap();
     assert_eq!(
         a.grad().unwrap().to_vec::<f64>().unwrap(),
         vec![0.5, 0.0, 1.0]
@@ -145,7 +145,7 @@ fn ties_split_the_gradient_evenly() {
         vec![0.5, 1.0, 0.0]
     );
     let x = leaf(&[3.0, 1.0, 3.0, 3.0], &[4]);
-    x.max(&[0], false).backward().unwrap();
+    x.max(0).backward().unwrap();
     let third = 1.0 / 3.0;
     assert_eq!(
         x.grad().unwrap().to_vec::<f64>().unwrap(),
@@ -156,13 +156,13 @@ fn ties_split_the_gradient_evenly() {
 #[test]
 fn reductions_and_composites() {
     let x = || vec![(values(24, 5, 0.5, 2.0), vec![2, 3, 4])];
-    check("sum", &x(), |t| t[0].sum(&[1], false));
-    check("sum all", &x(), |t| t[0].sum(&[], true));
-    check("prod", &x(), |t| t[0].prod(&[2], false));
-    check("max", &x(), |t| t[0].max(&[0, 2], false));
-    check("min", &x(), |t| t[0].min(&[1], true));
-    check("mean", &x(), |t| t[0].mean(&[0, 1], false));
-    check("var", &x(), |t| t[0].var(&[2], false, 1));
+    check("sum", &x(), |t| t[0].sum(1));
+    check("sum all", &x(), |t| t[0].sum_keepdim(..));
+    check("prod", &x(), |t| t[0].prod(2));
+    check("max", &x(), |t| t[0].max([0, 2]));
+    check("min", &x(), |t| t[0].min_keepdim(1));
+    check("mean", &x(), |t| t[0].mean([0, 1]));
+    check("var", &x(), |t| t[0].var(2, 1));
     check("softmax", &x(), |t| t[0].softmax(-1));
     check("log_softmax", &x(), |t| t[0].log_softmax(1));
     check(
@@ -224,9 +224,9 @@ fn matmul_where_and_cast() {
 fn inputs_reached_through_views() {
     let x = || vec![(values(24, 11, 0.5, 2.0), vec![4, 6])];
     check("permute", &x(), |t| t[0].t().exp());
-    check("reshape", &x(), |t| t[0].reshape(&[2, 12]).sin());
+    check("reshape", &x(), |t| t[0].reshape([2, 12]).sin());
     check("reshape of a transpose (copy)", &x(), |t| {
-        t[0].t().reshape(&[-1]).log()
+        t[0].t().reshape([-1]).log()
     });
     check("slice with steps", &x(), |t| {
         t[0].slice(&[(1, 4, 2), (0, 6, 3)]).exp()
@@ -235,9 +235,9 @@ fn inputs_reached_through_views() {
         t[0].slice(&[(0, 4, 1), (1, 6, 2)]) * 3.0
     });
     check("pad", &x(), |t| t[0].pad(&[(1, 2), (0, 1)], 0.5).tanh());
-    check("flip", &x(), |t| t[0].flip(&[0, 1]).sqrt());
+    check("flip", &x(), |t| t[0].flip([0, 1]).sqrt());
     check("expand", &[(values(4, 12, 0.5, 2.0), vec![4, 1])], |t| {
-        t[0].expand(&[4, 5]).log()
+        t[0].expand([4, 5]).log()
     });
     check(
         "broadcast in a binary op",
@@ -250,10 +250,10 @@ fn inputs_reached_through_views() {
     check("views composed", &x(), |t| {
         t[0].t()
             .slice(&[(1, 6, 2)])
-            .flip(&[1])
+            .flip([1])
             .pad(&[(1, 1)], 0.0)
             .exp()
-            .sum(&[1], false)
+            .sum(1)
     });
     check("contiguous", &x(), |t| t[0].t().contiguous() * 2.0);
 }
@@ -261,19 +261,19 @@ fn inputs_reached_through_views() {
 #[test]
 fn gradients_accumulate_until_zeroed_and_detach_stops_them() {
     let w = leaf(&[1.0, 2.0], &[2]);
-    (&w * 3.0).sum(&[], false).backward().unwrap();
-    (&w * &w).sum(&[], false).backward().unwrap();
+    (&w * 3.0).sum(..).backward().unwrap();
+    (&w * &w).sum(..).backward().unwrap();
     assert_eq!(w.grad().unwrap().to_vec::<f64>().unwrap(), vec![5.0, 7.0]);
     w.zero_grad();
     assert!(w.grad().is_none());
     let d = w.detach();
     assert!(!d.requires_grad());
-    let y = (&d * &w).sum(&[], false);
+    let y = (&d * &w).sum(..);
     y.backward().unwrap();
     assert_eq!(w.grad().unwrap().to_vec::<f64>().unwrap(), vec![1.0, 2.0]);
     // A second backward through the same (released) history is an error, not a silent 0.
     let z = (&w * 2.0).exp();
-    let s = z.sum(&[], false);
+    let s = z.sum(..);
     s.backward().unwrap();
     assert!(s.backward().is_err());
     // no_grad records no history.
@@ -283,23 +283,23 @@ fn gradients_accumulate_until_zeroed_and_detach_stops_them() {
 
 #[test]
 fn indexing_joining_and_masking_ops() {
-    let idx = Tensor::from_vec(vec![2i64, 0, 2, 1, 1, 0], &[2, 3]);
+    let idx = Tensor::from_vec(vec![2i64, 0, 2, 1, 1, 0], [2, 3]);
     check("gather", &[(values(12, 21, -1.0, 1.0), vec![4, 3])], |t| {
         t[0].gather(0, &idx).exp()
     });
-    let rows = Tensor::from_vec(vec![3i64, 0, 3], &[3]);
+    let rows = Tensor::from_vec(vec![3i64, 0, 3], [3]);
     check(
         "index_select",
         &[(values(12, 22, -1.0, 1.0), vec![4, 3])],
         |t| t[0].index_select(0, &rows).sin(),
     );
-    let ids = Tensor::from_vec(vec![1i64, 1, 0, 2], &[2, 2]);
+    let ids = Tensor::from_vec(vec![1i64, 1, 0, 2], [2, 2]);
     check(
         "embedding",
         &[(values(6, 23, -1.0, 1.0), vec![3, 2])],
         |t| Tensor::embedding(&ids, &t[0]).tanh(),
     );
-    let sidx = Tensor::from_vec(vec![0i64, 2, 0, 1], &[4]);
+    let sidx = Tensor::from_vec(vec![0i64, 2, 0, 1], [4]);
     check(
         "scatter_add",
         &[
@@ -330,7 +330,7 @@ fn indexing_joining_and_masking_ops() {
         |t| {
             let parts = t[0].split(4, 0);
             let halves = t[0].chunk(2, 0);
-            parts[1].exp().sum(&[0], true) * halves[0].sum(&[0], true) + parts[2].sum(&[0], true)
+            parts[1].exp().sum_keepdim(0) * halves[0].sum_keepdim(0) + parts[2].sum_keepdim(0)
         },
     );
     check("tril", &[(values(12, 31, -1.0, 1.0), vec![3, 4])], |t| {
@@ -339,7 +339,7 @@ fn indexing_joining_and_masking_ops() {
     check("triu", &[(values(12, 32, -1.0, 1.0), vec![3, 4])], |t| {
         t[0].triu(1).exp()
     });
-    let m = Tensor::from_vec(vec![true, false, false, true, true, false], &[2, 3]);
+    let m = Tensor::from_vec(vec![true, false, false, true, true, false], [2, 3]);
     check(
         "masked_fill",
         &[(values(6, 33, -1.0, 1.0), vec![2, 3])],
@@ -348,13 +348,13 @@ fn indexing_joining_and_masking_ops() {
     check(
         "logsumexp",
         &[(values(12, 34, -2.0, 2.0), vec![3, 4])],
-        |t| t[0].logsumexp(&[1], false),
+        |t| t[0].logsumexp(1),
     );
 }
 
 #[test]
 fn losses_and_dropout() {
-    let targets = Tensor::from_vec(vec![2i64, 0, 1], &[3]);
+    let targets = Tensor::from_vec(vec![2i64, 0, 1], [3]);
     check(
         "cross_entropy",
         &[(values(12, 35, -2.0, 2.0), vec![3, 4])],
@@ -414,6 +414,6 @@ fn scans_and_sorts() {
     check("max_dim", &[(distinct, vec![4, 2])], |t| {
         let (v, _) = t[0].max_dim(0, true);
         let (w, _) = t[0].min_dim(1, false);
-        v.sum(&[], false) * w.exp().sum(&[], false)
+        v.sum(..) * w.exp().sum(..)
     });
 }

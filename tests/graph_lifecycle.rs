@@ -4,15 +4,15 @@
 use kiln::{DType, Device, Tensor, graph, memory};
 
 fn loop_of_realizes_keeps_graph_and_memory_bounded() {
-    let w = Tensor::try_randn(&[64, 64], 1, DType::F32).unwrap();
+    let w = Tensor::try_randn([64, 64], 1, DType::F32).unwrap();
     w.realize().unwrap();
-    let mut acc = Tensor::zeros(&[64], DType::F32);
+    let mut acc = Tensor::zeros([64]);
     acc.realize().unwrap();
     let base_nodes = graph::live_nodes();
     let mut max_nodes = 0;
     let mut max_current = 0;
     for i in 0..10_000 {
-        let x = Tensor::try_rand(&[64], i, DType::F32).unwrap();
+        let x = Tensor::try_rand([64], i, DType::F32).unwrap();
         let y = ((&w * 0.5).matmul(&x.unsqueeze(1)).squeeze() + &acc).tanh();
         y.realize().unwrap();
         acc = y;
@@ -36,7 +36,7 @@ fn loop_of_realizes_keeps_graph_and_memory_bounded() {
 fn dropping_handles_prunes_unrealized_nodes() {
     let base = graph::live_nodes();
     {
-        let x = Tensor::ones(&[4], DType::F32);
+        let x = Tensor::ones([4]);
         let y = (&x + 1.0).exp();
         let _z = &y * &y;
         assert!(graph::live_nodes() >= base + 4);
@@ -45,7 +45,7 @@ fn dropping_handles_prunes_unrealized_nodes() {
 }
 
 fn realized_nodes_forget_their_inputs() {
-    let x = Tensor::ones(&[4], DType::F32);
+    let x = Tensor::ones([4]);
     let y = ((&x + 1.0) * 3.0).exp();
     drop(x);
     let before = graph::live_nodes();
@@ -56,7 +56,7 @@ fn realized_nodes_forget_their_inputs() {
 
 fn tensors_move_between_threads() {
     let x = Tensor::arange(0.0, 8.0, 1.0);
-    let h = std::thread::spawn(move || (&x * 2.0).sum(&[], false).item::<f32>().unwrap());
+    let h = std::thread::spawn(move || (&x * 2.0).sum(..).item::<f32>().unwrap());
     assert_eq!(h.join().unwrap(), 56.0);
 }
 

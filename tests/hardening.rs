@@ -20,19 +20,16 @@ fn too_large(r: kiln::Result<Tensor>, op: &str) {
 #[test]
 fn shapes_whose_element_count_overflows_are_rejected_when_recorded() {
     let s = [1usize << 40, 1 << 40, 1 << 40];
-    too_large(
-        Tensor::try_full_on(&s, 0.0, DType::F32, Device::Cpu),
-        "full",
-    );
-    too_large(Tensor::try_rand(&s, 1, DType::F32), "rand");
-    too_large(Tensor::try_randn(&s, 1, DType::F64), "randn");
-    too_large(Tensor::try_from_vec(vec![1.0f32; 4], &s), "from_vec");
+    too_large(Tensor::try_full_on(s, 0.0, DType::F32, Device::Cpu), "full");
+    too_large(Tensor::try_rand(s, 1, DType::F32), "rand");
+    too_large(Tensor::try_randn(s, 1, DType::F64), "randn");
+    too_large(Tensor::try_from_vec(vec![1.0f32; 4], s), "from_vec");
     too_large(
         Tensor::try_from_bytes(&[0u8; 8], &s, DType::U8),
         "from_bytes",
     );
     // The message names the shape.
-    let e = Tensor::try_full_on(&s, 0.0, DType::F32, Device::Cpu)
+    let e = Tensor::try_full_on(s, 0.0, DType::F32, Device::Cpu)
         .err()
         .unwrap();
     assert!(
@@ -45,12 +42,12 @@ fn shapes_whose_element_count_overflows_are_rejected_when_recorded() {
 fn a_shape_that_wraps_to_a_small_count_is_an_error_not_a_crash() {
     // Its element count wraps to 4 in 64 bits: it used to reach the executor and crash.
     too_large(
-        Tensor::try_full_on(&[(1 << 62) + 1, 4], 1.0, DType::F32, Device::Cpu),
+        Tensor::try_full_on([(1 << 62) + 1, 4], 1.0, DType::F32, Device::Cpu),
         "full",
     );
     // A byte size past the per-tensor limit (the element count alone fits).
     too_large(
-        Tensor::try_full_on(&[1 << 61], 1.0, DType::F32, Device::Cpu),
+        Tensor::try_full_on([1 << 61], 1.0, DType::F32, Device::Cpu),
         "full",
     );
 }
@@ -59,17 +56,17 @@ fn a_shape_that_wraps_to_a_small_count_is_an_error_not_a_crash() {
 fn a_sum_over_a_wrapping_shape_is_an_error_not_zero() {
     // [2^33, 2^33] has 2^66 elements: it used to give `[0.0]`.
     too_large(
-        Tensor::try_full_on(&[1 << 33, 1 << 33], 1.0, DType::F32, Device::Cpu),
+        Tensor::try_full_on([1 << 33, 1 << 33], 1.0, DType::F32, Device::Cpu),
         "full",
     );
     // Reached through a broadcast instead of a constructor.
-    let row = Tensor::full(&[1, 1 << 33], 1.0, DType::F32);
-    too_large(row.try_broadcast_to(&[1 << 33, 1 << 33]), "expand");
+    let row = Tensor::full_dtype([1, 1 << 33], 1.0, DType::F32);
+    too_large(row.try_broadcast_to([1 << 33, 1 << 33]), "expand");
 }
 
 #[test]
 fn padding_that_overflows_a_dimension_is_an_error() {
-    let x = Tensor::from_vec(vec![1.0f32, 2.0], &[2]);
+    let x = Tensor::from_vec(vec![1.0f32, 2.0], [2]);
     match x.try_pad(&[(usize::MAX, 1)], 0.0) {
         Err(KilnError::InvalidArgument {
             op: "pad",
@@ -88,7 +85,7 @@ fn padding_that_overflows_a_dimension_is_an_error() {
 #[test]
 fn sin_and_cos_are_right_for_huge_arguments() {
     let xs: Vec<f32> = vec![1e8, -1e8, 1.3e7, 3e9, 1e20, -7.7e28, f32::MAX, 16367173.0];
-    let t = Tensor::from_vec(xs.clone(), &[xs.len()]);
+    let t = Tensor::from_vec(xs.clone(), [xs.len()]);
     let s = t.sin().to_vec::<f32>().unwrap();
     let c = t.cos().to_vec::<f32>().unwrap();
     for (i, &x) in xs.iter().enumerate() {
@@ -106,7 +103,7 @@ fn sin_and_cos_are_right_for_huge_arguments() {
     }
     // sin(1e8) used to be a constant 0.9979 (the argument was clamped).
     assert!((s[0] - 0.931_639_5).abs() < 1e-6, "{}", s[0]);
-    let special = Tensor::from_vec(vec![f32::NAN, f32::INFINITY, f32::NEG_INFINITY], &[3]);
+    let special = Tensor::from_vec(vec![f32::NAN, f32::INFINITY, f32::NEG_INFINITY], [3]);
     assert!(
         special
             .sin()
@@ -119,20 +116,20 @@ fn sin_and_cos_are_right_for_huge_arguments() {
 
 #[test]
 fn mean_over_an_empty_axis_is_nan() {
-    let x = Tensor::zeros(&[0, 3], DType::F32);
-    let m = x.mean(&[0], false).to_vec::<f32>().unwrap();
+    let x = Tensor::zeros([0, 3]);
+    let m = x.mean(0).to_vec::<f32>().unwrap();
     assert_eq!(m.len(), 3);
     assert!(m.iter().all(|v| v.is_nan()), "{m:?}");
-    let all = Tensor::zeros(&[0], DType::F64).mean(&[], false);
+    let all = Tensor::zeros_dtype([0], DType::F64).mean(..);
     assert!(all.item::<f64>().unwrap().is_nan());
     // Not empty: unchanged.
-    let y = Tensor::from_vec(vec![1.0f32, 2.0, 4.0], &[3]).mean(&[0], false);
+    let y = Tensor::from_vec(vec![1.0f32, 2.0, 4.0], [3]).mean(0);
     assert!((y.item::<f32>().unwrap() - 7.0 / 3.0).abs() < 1e-6);
 }
 
 #[test]
 fn integer_pow_with_a_negative_exponent_is_an_error() {
-    let x = Tensor::from_vec(vec![2i64, 3], &[2]);
+    let x = Tensor::from_vec(vec![2i64, 3], [2]);
     match x.try_pow(-1i64) {
         Err(KilnError::InvalidArgument {
             op: "pow", reason, ..
@@ -149,7 +146,7 @@ fn integer_pow_with_a_negative_exponent_is_an_error() {
 
 #[test]
 fn where_needs_a_bool_condition() {
-    let c = Tensor::from_vec(vec![1.0f32, 0.0], &[2]);
+    let c = Tensor::from_vec(vec![1.0f32, 0.0], [2]);
     match Tensor::try_where(&c, 1.0, 2.0) {
         Err(KilnError::UnsupportedDType {
             op: "where",
@@ -170,20 +167,20 @@ fn reductions_and_softmax_over_dim_0_or_minus_1_of_a_0d_tensor() {
     let s = Tensor::scalar(3.5f32);
     for d in [0isize, -1] {
         for keepdim in [false, true] {
-            let r = s.sum(&[d], keepdim);
+            let r = if keepdim { s.sum_keepdim(d) } else { s.sum(d) };
             assert_eq!(r.shape(), &[] as &[usize]);
             assert_eq!(r.item::<f32>().unwrap(), 3.5);
         }
-        assert_eq!(s.max(&[d], false).item::<f32>().unwrap(), 3.5);
-        assert_eq!(s.mean(&[d], true).item::<f32>().unwrap(), 3.5);
+        assert_eq!(s.max(d).item::<f32>().unwrap(), 3.5);
+        assert_eq!(s.mean_keepdim(d).item::<f32>().unwrap(), 3.5);
         let sm = s.softmax(d);
         assert_eq!(sm.shape(), &[] as &[usize]);
         assert_eq!(sm.item::<f32>().unwrap(), 1.0);
         assert_eq!(s.log_softmax(d).item::<f32>().unwrap(), 0.0);
-        assert_eq!(s.argmax(Some(d), false).item::<i64>().unwrap(), 0);
+        assert_eq!(s.argmax(d).item::<i64>().unwrap(), 0);
     }
     let i = Tensor::scalar(7i32);
-    assert_eq!(i.sum(&[0], false).item::<i64>().unwrap(), 7);
+    assert_eq!(i.sum(0).item::<i64>().unwrap(), 7);
 }
 
 #[test]
@@ -194,10 +191,10 @@ fn a_tensor_on_a_missing_device_fails_at_realize() {
     }
     // Generators too: they are not silently computed on the CPU.
     for t in [
-        Tensor::randn(&[4], 1).to(Device::Cuda(0)),
-        Tensor::ones(&[4], DType::F32).to(Device::Cuda(0)),
-        Tensor::try_full_on(&[4], 2.0, DType::F32, Device::Cuda(0)).unwrap(),
-        Tensor::from_vec(vec![1.0f32; 4], &[4]).to(Device::Cuda(0)),
+        Tensor::randn_seeded([4], 1).to(Device::Cuda(0)),
+        Tensor::ones([4]).to(Device::Cuda(0)),
+        Tensor::try_full_on([4], 2.0, DType::F32, Device::Cuda(0)).unwrap(),
+        Tensor::from_vec(vec![1.0f32; 4], [4]).to(Device::Cuda(0)),
     ] {
         assert_eq!(t.device(), Device::Cuda(0));
         match t.to_vec::<f32>() {
@@ -216,11 +213,11 @@ fn a_tensor_on_a_missing_device_fails_at_realize() {
 
 #[test]
 fn reducing_an_empty_axis_without_identity_names_the_dimension() {
-    let x = Tensor::zeros(&[0, 3], DType::F32);
+    let x = Tensor::zeros([0, 3]);
     for (name, r) in [
-        ("max", x.try_max(&[0], false)),
-        ("argmax", x.try_argmax(Some(0), false)),
-        ("min", x.try_min(&[-2], true)),
+        ("max", x.try_max(0)),
+        ("argmax", x.try_argmax(0)),
+        ("min", x.try_min_keepdim(-2)),
     ] {
         let e = r.err().unwrap_or_else(|| panic!("{name} succeeded"));
         let text = e.to_string();
@@ -232,5 +229,5 @@ fn reducing_an_empty_axis_without_identity_names_the_dimension() {
         assert!(!text.contains("cannot turn shape"), "{text}");
     }
     // Over the non-empty axis it is fine (three empty rows... of zero rows).
-    assert_eq!(x.max(&[1], false).shape(), &[0]);
+    assert_eq!(x.max(1).shape(), &[0]);
 }

@@ -104,8 +104,8 @@ fn samples(with_bf16: bool) -> Vec<(String, Tensor)> {
             raw(&[1, 0, 1, 0, 0, 1], &[2, 3], DType::Bool),
         ),
         ("u8".to_string(), raw(&u8s, &[16, 16], DType::U8)),
-        ("i32".to_string(), Tensor::from_vec(i32s, &[2, 3])),
-        ("i64".to_string(), Tensor::from_vec(i64s, &[5])),
+        ("i32".to_string(), Tensor::from_vec(i32s, [2, 3])),
+        ("i64".to_string(), Tensor::from_vec(i64s, [5])),
         ("f16".to_string(), raw(&le16(&F16_BITS), &[11], DType::F16)),
         (
             "f32".to_string(),
@@ -236,7 +236,7 @@ fn safetensors_round_trips_every_dtype_bit_exactly() {
 
 #[test]
 fn safetensors_saves_lazy_tensors_by_realizing_them() {
-    let x = Tensor::arange(0.0, 6.0, 1.0).reshape(&[2, 3]);
+    let x = Tensor::arange(0.0, 6.0, 1.0).reshape([2, 3]);
     let y = (&x * 2.0 + 1.0).t(); // lazy, and a transposed view
     let z = Tensor::try_arange(0, 4, 1, DType::I64).unwrap();
     let bytes = st::save_to_bytes(&[("y", &y), ("z", &z)]).unwrap();
@@ -403,7 +403,7 @@ fn buffer_addr(t: &Tensor) -> Option<u64> {
 fn load_into_restores_parameters_in_place() {
     let dir = TempDir::new("st-load-into");
     let path = dir.path("ckpt.safetensors");
-    let w = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3]).requires_grad_(true);
+    let w = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], [2, 3]).requires_grad_(true);
     let params = vec![
         ("layer.w".to_string(), w),
         (
@@ -452,20 +452,23 @@ fn load_into_restores_parameters_in_place() {
 #[test]
 fn load_into_reports_every_mismatch_in_one_error() {
     let file_tensors = vec![
-        ("w".to_string(), Tensor::zeros(&[3, 2], DType::F32)), // shape differs
-        ("b".to_string(), Tensor::zeros(&[3], DType::F32)),    // matches
-        ("d".to_string(), Tensor::zeros(&[2], DType::F64)),    // dtype differs
-        ("both".to_string(), Tensor::zeros(&[5], DType::I64)), // shape and dtype differ
-        ("extra".to_string(), Tensor::zeros(&[4], DType::U8)), // not a parameter
+        ("w".to_string(), Tensor::zeros([3, 2])), // shape differs
+        ("b".to_string(), Tensor::zeros([3])),    // matches
+        ("d".to_string(), Tensor::zeros_dtype([2], DType::F64)), // dtype differs
+        ("both".to_string(), Tensor::zeros_dtype([5], DType::I64)), // shape and dtype differ
+        ("extra".to_string(), Tensor::zeros_dtype([4], DType::U8)), // not a parameter
     ];
     let file = st::save_to_bytes(&named(&file_tensors)).unwrap();
     let params = vec![
-        ("w".to_string(), Tensor::full(&[2, 3], 7.0, DType::F32)),
-        ("b".to_string(), Tensor::full(&[3], 7.0, DType::F32)),
-        ("d".to_string(), Tensor::full(&[2], 7, DType::I32)),
-        ("both".to_string(), Tensor::full(&[4], 7.0, DType::F16)),
-        ("gone".to_string(), Tensor::full(&[1], 7.0, DType::BF16)),
-        ("b".to_string(), Tensor::full(&[3], 7.0, DType::F32)),
+        ("w".to_string(), Tensor::full_dtype([2, 3], 7.0, DType::F32)),
+        ("b".to_string(), Tensor::full_dtype([3], 7.0, DType::F32)),
+        ("d".to_string(), Tensor::full_dtype([2], 7, DType::I32)),
+        ("both".to_string(), Tensor::full_dtype([4], 7.0, DType::F16)),
+        (
+            "gone".to_string(),
+            Tensor::full_dtype([1], 7.0, DType::BF16),
+        ),
+        ("b".to_string(), Tensor::full_dtype([3], 7.0, DType::F32)),
     ];
     for (_, p) in &params {
         p.realize().unwrap();
@@ -498,7 +501,7 @@ fn load_into_reports_every_mismatch_in_one_error() {
         r#"{"w":{"dtype":"I16","shape":[2],"data_offsets":[0,4]}}"#,
         &[1, 0, 2, 0],
     );
-    let params = vec![("w".to_string(), Tensor::zeros(&[2], DType::I32))];
+    let params = vec![("w".to_string(), Tensor::zeros_dtype([2], DType::I32))];
     let err = st::load_into_from_bytes(&params, &i16_file).unwrap_err();
     assert_invalid(
         err,
@@ -824,7 +827,7 @@ fn npy_round_trips_every_numpy_dtype_bit_exactly() {
         }
     }
     // A lazy, transposed tensor is written in its logical order.
-    let x = Tensor::arange(0.0, 6.0, 1.0).reshape(&[2, 3]).t();
+    let x = Tensor::arange(0.0, 6.0, 1.0).reshape([2, 3]).t();
     let back = npy::read_npy_bytes(&npy::write_npy_bytes(&x).unwrap()).unwrap();
     assert_eq!(back.shape(), &[3, 2]);
     assert_eq!(
@@ -1056,14 +1059,14 @@ mod ndarray_conversions {
         let t = Tensor::from_ndarray(&ndarray::arr1(&[nan]));
         assert_eq!(t.to_ndarray::<f32>().unwrap()[[0]].to_bits(), 0x7FC0_0123);
 
-        let err = Tensor::scalar(1.0f32).to_ndarray::<f64>().unwrap_err();
-        assert!(matches!(
-            err,
-            KilnError::ReadBackType {
-                actual: DType::F32,
-                requested: DType::F64,
-                ..
-            }
-        ));
+        // Other element types convert as `cast` does.
+        let a = Tensor::from_vec(vec![1.5f32, -2.5], [2])
+            .to_ndarray::<f64>()
+            .unwrap();
+        assert_eq!(a.as_slice().unwrap(), &[1.5, -2.5]);
+        let a = Tensor::from_vec(vec![1.5f32, -2.5], [2])
+            .to_ndarray::<i64>()
+            .unwrap();
+        assert_eq!(a.as_slice().unwrap(), &[1, -2]);
     }
 }

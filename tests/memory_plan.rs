@@ -20,7 +20,7 @@ fn chain(x: &Tensor, ops: usize) -> Tensor {
 }
 
 fn unfused_64_op_chain_peaks_at_three_buffers() {
-    let x = Tensor::try_rand(&[N], 7, DType::F32).unwrap();
+    let x = Tensor::try_rand([N], 7, DType::F32).unwrap();
     x.realize().unwrap();
     let y = chain(&x, 64);
     let plan = y.plan(&RealizeOptions::unfused()).unwrap();
@@ -55,12 +55,12 @@ fn unfused_64_op_chain_peaks_at_three_buffers() {
 }
 
 fn repeated_realize_reuses_cached_blocks() {
-    let x = Tensor::try_rand(&[1 << 20], 8, DType::F32).unwrap();
+    let x = Tensor::try_rand([1 << 20], 8, DType::F32).unwrap();
     x.realize().unwrap();
     let run = || {
         let y = chain(&x, 8);
         y.realize_with(&RealizeOptions::unfused()).unwrap();
-        y.sum(&[], false).item::<f32>().unwrap()
+        y.sum(..).item::<f32>().unwrap()
     };
     let first = run();
     let misses = memory::stats(Device::Cpu).misses;
@@ -76,11 +76,11 @@ fn repeated_realize_reuses_cached_blocks() {
 }
 
 fn buffers_held_by_live_tensors_are_kept() {
-    let x = Tensor::try_rand(&[1024], 9, DType::F32).unwrap();
+    let x = Tensor::try_rand([1024], 9, DType::F32).unwrap();
     x.realize().unwrap();
     // `mid` is stored (it is a matmul operand) and a live handle points at it: it keeps its
     // buffer after the plan runs and becomes realized without recomputation.
-    let mid = (&x * 2.0).reshape(&[32, 32]);
+    let mid = (&x * 2.0).reshape([32, 32]);
     let out = mid.matmul(&mid.t());
     out.realize().unwrap();
     assert!(mid.is_realized());
@@ -96,7 +96,7 @@ fn buffers_held_by_live_tensors_are_kept() {
 
 fn trim_returns_cached_memory() {
     {
-        let big = Tensor::try_rand(&[N], 10, DType::F32).unwrap();
+        let big = Tensor::try_rand([N], 10, DType::F32).unwrap();
         big.realize().unwrap();
     }
     let before = memory::stats(Device::Cpu);

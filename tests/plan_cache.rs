@@ -7,12 +7,12 @@ use kiln::{DType, Device, Tensor, backend, memory, plan};
 /// A small "training step": y = relu(x * w + b) * lr, summed; `lr` and the dropout-like
 /// random mask's seed change every step.
 fn step(x: &Tensor, w: &Tensor, lr: f64, seed: u64) -> Tensor {
-    let mask = Tensor::rand(&[4, 8], seed).lt(0.5).cast(DType::F32);
-    ((x * w + 1.0).relu() * &mask * lr).sum(&[1], false)
+    let mask = Tensor::rand_seeded([4, 8], seed).lt(0.5).cast(DType::F32);
+    ((x * w + 1.0).relu() * &mask * lr).sum(1)
 }
 
 fn expected(x: &[f32], w: &[f32], lr: f64, seed: u64) -> Vec<f32> {
-    let m = Tensor::rand(&[4, 8], seed).to_vec::<f32>().unwrap();
+    let m = Tensor::rand_seeded([4, 8], seed).to_vec::<f32>().unwrap();
     (0..4)
         .map(|r| {
             (0..8)
@@ -29,7 +29,7 @@ fn expected(x: &[f32], w: &[f32], lr: f64, seed: u64) -> Vec<f32> {
 #[test]
 fn a_repeated_structure_replays_without_planning_compiling_or_allocating() {
     let data = |s: u64| {
-        let t = Tensor::randn(&[4, 8], s);
+        let t = Tensor::randn_seeded([4, 8], s);
         t.realize().unwrap();
         t
     };
@@ -87,6 +87,6 @@ fn a_repeated_structure_replays_without_planning_compiling_or_allocating() {
 
     // A different structure misses.
     let (x, w) = (data(5), data(6));
-    let other = (&x * &w).exp().sum(&[0], false);
+    let other = (&x * &w).exp().sum(0);
     assert!(!other.realize_with(&Default::default()).unwrap().cache_hit);
 }

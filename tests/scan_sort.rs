@@ -30,31 +30,31 @@ fn agrees_with_reference(t: &Tensor) {
 
 #[test]
 fn cumsum_and_cumprod_values_and_dtypes() {
-    let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3]);
+    let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], [2, 3]);
     assert_eq!(f32s(&x.cumsum(1)), vec![1.0, 3.0, 6.0, 4.0, 9.0, 15.0]);
     assert_eq!(f32s(&x.cumsum(-2)), vec![1.0, 2.0, 3.0, 5.0, 7.0, 9.0]);
     assert_eq!(f32s(&x.cumprod(1)), vec![1.0, 2.0, 6.0, 4.0, 20.0, 120.0]);
     // torch.cumsum(tensor([True, False, True]), 0) -> int64 [1, 1, 2]
-    let b = Tensor::from_vec(vec![true, false, true], &[3]).cumsum(0);
+    let b = Tensor::from_vec(vec![true, false, true], [3]).cumsum(0);
     assert_eq!(b.dtype(), DType::I64);
     assert_eq!(i64s(&b), vec![1, 1, 2]);
     // uint8 [100, 100, 100] -> int64 [100, 200, 300] (no u8 wrap)
-    let u = Tensor::from_vec(vec![100u8, 100, 100], &[3]).cumsum(0);
+    let u = Tensor::from_vec(vec![100u8, 100, 100], [3]).cumsum(0);
     assert_eq!((u.dtype(), i64s(&u)), (DType::I64, vec![100, 200, 300]));
     // int64 sums wrap: [2^62]*3 -> [2^62, -2^63, -2^62]
-    let w = Tensor::from_vec(vec![1i64 << 62; 3], &[3]).cumsum(0);
+    let w = Tensor::from_vec(vec![1i64 << 62; 3], [3]).cumsum(0);
     assert_eq!(i64s(&w), vec![1 << 62, i64::MIN, -(1 << 62)]);
     // f32 accumulates in f64: [1e8, 1, -1e8, 1] -> [1e8, 1e8, 1, 2]
-    let c = Tensor::from_vec(vec![1e8f32, 1.0, -1e8, 1.0], &[4]).cumsum(0);
+    let c = Tensor::from_vec(vec![1e8f32, 1.0, -1e8, 1.0], [4]).cumsum(0);
     assert_eq!(f32s(&c), vec![1e8, 1e8, 1.0, 2.0]);
     // cumprod with zeros: [2, 0, 3, 0, 5] -> [2, 0, 0, 0, 0]
-    let z = Tensor::from_vec(vec![2.0f32, 0.0, 3.0, 0.0, 5.0], &[5]).cumprod(0);
+    let z = Tensor::from_vec(vec![2.0f32, 0.0, 3.0, 0.0, 5.0], [5]).cumprod(0);
     assert_eq!(f32s(&z), vec![2.0, 0.0, 0.0, 0.0, 0.0]);
     // NaN propagates from its position on.
-    let n = Tensor::from_vec(vec![1.0f32, f32::NAN, 1.0], &[3]).cumsum(0);
+    let n = Tensor::from_vec(vec![1.0f32, f32::NAN, 1.0], [3]).cumsum(0);
     assert!(same_bits(&f32s(&n)[..1], &[1.0]) && f32s(&n)[1..].iter().all(|v| v.is_nan()));
     // Half types keep their dtype.
-    let h = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], &[3])
+    let h = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], [3])
         .cast(DType::F16)
         .cumsum(0);
     assert_eq!(
@@ -78,19 +78,19 @@ fn scans_of_0d_empty_and_viewed_inputs() {
         s.try_cumsum(1),
         Err(KilnError::InvalidAxis { .. })
     ));
-    let e = Tensor::zeros(&[0, 3], DType::F32);
+    let e = Tensor::zeros([0, 3]);
     assert_eq!(e.cumsum(0).shape(), &[0, 3]);
     assert_eq!(e.cumprod(1).to_vec::<f32>().unwrap(), Vec::<f32>::new());
     // Transposed, flipped, expanded and padded inputs: read through their views.
-    let x = Tensor::arange(1.0, 7.0, 1.0).reshape(&[2, 3]);
+    let x = Tensor::arange(1.0, 7.0, 1.0).reshape([2, 3]);
     assert_eq!(f32s(&x.t().cumsum(1)), vec![1.0, 5.0, 2.0, 7.0, 3.0, 9.0]);
     assert_eq!(
-        f32s(&x.flip(&[1]).cumsum(1)),
+        f32s(&x.flip([1]).cumsum(1)),
         vec![3.0, 5.0, 6.0, 6.0, 11.0, 15.0]
     );
-    let row = Tensor::from_vec(vec![1.0f32, 2.0], &[1, 2]).expand(&[3, 2]);
+    let row = Tensor::from_vec(vec![1.0f32, 2.0], [1, 2]).expand([3, 2]);
     assert_eq!(f32s(&row.cumsum(0)), vec![1.0, 2.0, 2.0, 4.0, 3.0, 6.0]);
-    let padded = Tensor::from_vec(vec![1.0f32, 2.0], &[2]).pad(&[(1, 1)], 10.0);
+    let padded = Tensor::from_vec(vec![1.0f32, 2.0], [2]).pad(&[(1, 1)], 10.0);
     assert_eq!(f32s(&padded.cumsum(0)), vec![10.0, 11.0, 13.0, 23.0]);
     for t in [
         x.t().cumsum(1),
@@ -104,16 +104,16 @@ fn scans_of_0d_empty_and_viewed_inputs() {
 
 #[test]
 fn argsort_orders_nan_last_and_keeps_ties_stable() {
-    let x = Tensor::from_vec(vec![3.0f32, f32::NAN, 1.0, 3.0, -0.0, 0.0], &[6]);
+    let x = Tensor::from_vec(vec![3.0f32, f32::NAN, 1.0, 3.0, -0.0, 0.0], [6]);
     assert_eq!(i64s(&x.argsort(0, false)), vec![4, 5, 2, 0, 3, 1]);
     assert_eq!(i64s(&x.argsort(0, true)), vec![1, 0, 3, 2, 4, 5]);
     // torch.argsort(tensor([0.0, -0.0, 0.0]), stable=True, descending=True) -> [0, 1, 2]
-    let z = Tensor::from_vec(vec![0.0f32, -0.0, 0.0], &[3]);
+    let z = Tensor::from_vec(vec![0.0f32, -0.0, 0.0], [3]);
     assert_eq!(i64s(&z.argsort(0, true)), vec![0, 1, 2]);
     // torch.sort([[3, nan, 1], [-inf, 2, inf]], dim=1, descending=True, stable=True)
     let m = Tensor::from_vec(
         vec![3.0f32, f32::NAN, 1.0, f32::NEG_INFINITY, 2.0, f32::INFINITY],
-        &[2, 3],
+        [2, 3],
     );
     let (v, i) = m.sort(1, true);
     assert!(same_bits(
@@ -126,14 +126,14 @@ fn argsort_orders_nan_last_and_keeps_ties_stable() {
     assert_eq!(i64s(&i), vec![2, 0, 0, 1, 1, 2]);
     agrees_with_reference(&v);
     // int64 beyond 2^53 sorts exactly: [2^60+1, 2^60, -5] -> [-5, 2^60, 2^60+1], [2, 1, 0]
-    let big = Tensor::from_vec(vec![(1i64 << 60) + 1, 1 << 60, -5], &[3]);
+    let big = Tensor::from_vec(vec![(1i64 << 60) + 1, 1 << 60, -5], [3]);
     let (v, i) = big.sort(0, false);
     assert_eq!(
         (i64s(&v), i64s(&i)),
         (vec![-5, 1 << 60, (1 << 60) + 1], vec![2, 1, 0])
     );
     // torch.sort(tensor([True, False, True]), stable=True) -> [False, True, True], [1, 0, 2]
-    let b = Tensor::from_vec(vec![true, false, true], &[3]);
+    let b = Tensor::from_vec(vec![true, false, true], [3]);
     let (v, i) = b.sort(0, false);
     assert_eq!(
         (v.to_vec::<bool>().unwrap(), i64s(&i)),
@@ -148,10 +148,7 @@ fn argsort_orders_nan_last_and_keeps_ties_stable() {
             .unwrap(),
         0
     );
-    assert_eq!(
-        Tensor::zeros(&[2, 0], DType::F32).argsort(1, false).shape(),
-        &[2, 0]
-    );
+    assert_eq!(Tensor::zeros([2, 0]).argsort(1, false).shape(), &[2, 0]);
     for t in [
         x.argsort(0, false),
         m.argsort(1, true),
@@ -175,7 +172,7 @@ fn sort_of_a_long_lane_matches_a_stable_sort() {
             }
         })
         .collect();
-    let x = Tensor::from_vec(vals.clone(), &[3, n]).t().contiguous().t();
+    let x = Tensor::from_vec(vals.clone(), [3, n]).t().contiguous().t();
     let got = i64s(&x.argsort(1, false));
     for lane in 0..3 {
         let row = &vals[lane * n..(lane + 1) * n];
@@ -196,20 +193,20 @@ fn sort_of_a_long_lane_matches_a_stable_sort() {
 
 #[test]
 fn topk_values_and_indices() {
-    let x = Tensor::from_vec(vec![1.0f32, 5.0, 3.0, 5.0], &[4]);
+    let x = Tensor::from_vec(vec![1.0f32, 5.0, 3.0, 5.0], [4]);
     let (v, i) = x.topk(2, -1, true);
     assert_eq!((f32s(&v), i64s(&i)), (vec![5.0, 5.0], vec![1, 3]));
     let (v, i) = x.topk(3, 0, false);
     assert_eq!((f32s(&v), i64s(&i)), (vec![1.0, 3.0, 5.0], vec![0, 2, 1]));
     // torch.topk(tensor([1, nan, 3]), 2) -> [nan, 3], [1, 2]; largest=False -> [1, 3], [0, 2]
-    let n = Tensor::from_vec(vec![1.0f32, f32::NAN, 3.0], &[3]);
+    let n = Tensor::from_vec(vec![1.0f32, f32::NAN, 3.0], [3]);
     let (v, i) = n.topk(2, 0, true);
     assert!(same_bits(&f32s(&v), &[f32::NAN, 3.0]));
     assert_eq!(i64s(&i), vec![1, 2]);
     let (v, i) = n.topk(2, 0, false);
     assert_eq!((f32s(&v), i64s(&i)), (vec![1.0, 3.0], vec![0, 2]));
     // k = 0 gives empty results of shape [1, 0]; k above the size is an error naming topk.
-    let r = Tensor::from_vec(vec![1i64, 5, 5, 2], &[1, 4]);
+    let r = Tensor::from_vec(vec![1i64, 5, 5, 2], [1, 4]);
     let (v, i) = r.topk(0, 1, true);
     assert_eq!(
         (v.shape(), i.shape(), v.dtype()),
@@ -222,7 +219,7 @@ fn topk_values_and_indices() {
     );
     assert!(e.to_string().contains("[1, 4]"), "{e}");
     // Rows of a matrix, through a transposed view: [[4, 3, 9], [1, 2, 0]].
-    let m = Tensor::from_vec(vec![4.0f32, 1.0, 3.0, 2.0, 9.0, 0.0], &[3, 2]).t();
+    let m = Tensor::from_vec(vec![4.0f32, 1.0, 3.0, 2.0, 9.0, 0.0], [3, 2]).t();
     let (v, i) = m.topk(2, 1, true);
     assert_eq!(
         (f32s(&v), i64s(&i)),
@@ -233,7 +230,7 @@ fn topk_values_and_indices() {
 #[test]
 fn max_dim_and_min_dim_return_values_and_first_indices() {
     // torch.max([[3, 1, 3], [2, 2, 0]], 1) -> values [3, 2], indices [0, 0]
-    let y = Tensor::from_vec(vec![3.0f32, 1.0, 3.0, 2.0, 2.0, 0.0], &[2, 3]);
+    let y = Tensor::from_vec(vec![3.0f32, 1.0, 3.0, 2.0, 2.0, 0.0], [2, 3]);
     let (v, i) = y.max_dim(1, false);
     assert_eq!((f32s(&v), i64s(&i)), (vec![3.0, 2.0], vec![0, 0]));
     // torch.min(y, 0) -> values [2, 1, 0], indices [1, 0, 1]
@@ -242,13 +239,13 @@ fn max_dim_and_min_dim_return_values_and_first_indices() {
     let (v, i) = y.max_dim(-1, true);
     assert_eq!((v.shape(), i.shape()), (&[2, 1][..], &[2, 1][..]));
     // NaN wins both: torch.max / torch.min of [1, nan, 0, nan] -> (nan, 1)
-    let n = Tensor::from_vec(vec![1.0f32, f32::NAN, 0.0, f32::NAN], &[4]);
+    let n = Tensor::from_vec(vec![1.0f32, f32::NAN, 0.0, f32::NAN], [4]);
     for (v, i) in [n.max_dim(0, false), n.min_dim(0, false)] {
         assert!(v.item::<f32>().unwrap().is_nan());
         assert_eq!(i.item::<i64>().unwrap(), 1);
     }
     // Integers keep their dtype.
-    let (v, i) = Tensor::from_vec(vec![7i32, -2, 7], &[3]).max_dim(0, false);
+    let (v, i) = Tensor::from_vec(vec![7i32, -2, 7], [3]).max_dim(0, false);
     assert_eq!(
         (
             v.dtype(),
@@ -263,14 +260,14 @@ fn max_dim_and_min_dim_return_values_and_first_indices() {
 fn scans_and_sorts_replay_from_the_plan_cache() {
     // Same structure, new data: the second realize reuses the plan.
     let run = |seed: u64| {
-        let x = Tensor::rand(&[4, 16], seed);
+        let x = Tensor::rand_seeded([4, 16], seed);
         let (v, _) = x.sort(1, true);
         (x.cumsum(1) + v).to_vec::<f32>().unwrap()
     };
     let a = run(1);
     let b = run(2);
     assert_ne!(a, b);
-    let x = Tensor::rand(&[4, 16], 2);
+    let x = Tensor::rand_seeded([4, 16], 2);
     let (v, _) = x.sort(1, true);
     assert_eq!((x.cumsum(1) + v).to_vec::<f32>().unwrap(), b);
 }

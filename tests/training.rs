@@ -34,14 +34,20 @@ fn parameters_are_named_by_their_path() {
         block.num_parameters(),
         2 * 8 + (8 * 24 + 24) + (64 + 8) + 2 * 8 + (8 * 32 + 32) + (32 * 8 + 8)
     );
-    let x = Tensor::randn(&[2, 5, 8], 4);
+    let x = Tensor::randn_seeded([2, 5, 8], 4);
     let y = block.forward(&x).unwrap();
     assert_eq!(y.shape(), &[2, 5, 8]);
     // Causality: changing a later position does not change earlier outputs.
-    let x2 = Tensor::cat(&[&x.narrow(1, 0, 4, 1), &Tensor::randn(&[2, 1, 8], 9)], 1);
+    let x2 = Tensor::cat(
+        &[
+            &x.slice_dim(1, 0, 4, 1),
+            &Tensor::randn_seeded([2, 1, 8], 9),
+        ],
+        1,
+    );
     let y2 = block.forward(&x2).unwrap();
-    let a = y.narrow(1, 0, 4, 1).to_vec::<f32>().unwrap();
-    let b = y2.narrow(1, 0, 4, 1).to_vec::<f32>().unwrap();
+    let a = y.slice_dim(1, 0, 4, 1).to_vec::<f32>().unwrap();
+    let b = y2.slice_dim(1, 0, 4, 1).to_vec::<f32>().unwrap();
     for (p, q) in a.iter().zip(&b) {
         assert!((p - q).abs() < 1e-5);
     }
@@ -49,9 +55,9 @@ fn parameters_are_named_by_their_path() {
 
 #[test]
 fn a_backward_needing_an_overwritten_value_fails_clearly() {
-    let w = Tensor::from_vec(vec![1.0f32, 2.0], &[2]).requires_grad_(true);
+    let w = Tensor::from_vec(vec![1.0f32, 2.0], [2]).requires_grad_(true);
     w.realize().unwrap();
-    let y = (&w * &w).sum(&[], false);
+    let y = (&w * &w).sum(..);
     y.realize().unwrap();
     no_grad(|| w.add_(1.0));
     w.realize().unwrap();
@@ -67,14 +73,14 @@ fn a_backward_needing_an_overwritten_value_fails_clearly() {
 
 #[test]
 fn sgd_with_momentum_matches_the_update_rule() {
-    let w = Tensor::from_vec(vec![1.0f64], &[1]).requires_grad_(true);
+    let w = Tensor::from_vec(vec![1.0f64], [1]).requires_grad_(true);
     w.realize().unwrap();
     let mut opt = Sgd::with_momentum(vec![w.clone()], 0.1, 0.5, 0.0, false).unwrap();
     // loss = 3w: g = 3 every step. b1 = 3, w1 = 1 - 0.3 = 0.7; b2 = 0.5*3 + 3 = 4.5,
     // w2 = 0.7 - 0.45 = 0.25.
     for want in [0.7, 0.25] {
         opt.zero_grad();
-        (&w * 3.0).sum(&[], false).backward().unwrap();
+        (&w * 3.0).sum(..).backward().unwrap();
         opt.step().unwrap();
         assert!((w.item::<f64>().unwrap() - want).abs() < 1e-12);
     }
@@ -82,14 +88,14 @@ fn sgd_with_momentum_matches_the_update_rule() {
 
 #[test]
 fn adamw_matches_the_update_rule() {
-    let w = Tensor::from_vec(vec![2.0f64], &[1]).requires_grad_(true);
+    let w = Tensor::from_vec(vec![2.0f64], [1]).requires_grad_(true);
     w.realize().unwrap();
     let (lr, b1, b2, eps, wd) = (0.1, 0.9, 0.999, 1e-8, 0.01);
     let mut opt = AdamW::new(vec![w.clone()], lr, (b1, b2), eps, wd).unwrap();
     let (mut p, mut m, mut v) = (2.0f64, 0.0f64, 0.0f64);
     for t in 1..=5 {
         opt.zero_grad();
-        (&w * &w).sum(&[], false).backward().unwrap();
+        (&w * &w).sum(..).backward().unwrap();
         opt.step().unwrap();
         let g = 2.0 * p;
         m = b1 * m + (1.0 - b1) * g;
@@ -102,10 +108,10 @@ fn adamw_matches_the_update_rule() {
 
 #[test]
 fn clipping_scales_gradients_to_the_norm() {
-    let a = Tensor::from_vec(vec![0.0f32, 0.0], &[2]).requires_grad_(true);
-    let b = Tensor::from_vec(vec![0.0f32], &[1]).requires_grad_(true);
+    let a = Tensor::from_vec(vec![0.0f32, 0.0], [2]).requires_grad_(true);
+    let b = Tensor::from_vec(vec![0.0f32], [1]).requires_grad_(true);
     // Gradients (3, 0) and (4): global norm 5.
-    ((&a * Tensor::from_vec(vec![3.0f32, 0.0], &[2])).sum(&[], false) + (&b * 4.0).sum(&[], false))
+    ((&a * Tensor::from_vec(vec![3.0f32, 0.0], [2])).sum(..) + (&b * 4.0).sum(..))
         .backward()
         .unwrap();
     let norm = clip_grad_norm(&[a.clone(), b.clone()], 1.0).unwrap();
@@ -118,8 +124,8 @@ fn clipping_scales_gradients_to_the_norm() {
 #[test]
 fn cross_entropy_matches_its_definition_and_gradient() {
     let logits =
-        Tensor::from_vec(vec![1.0f64, 2.0, 0.5, -1.0, 0.0, 3.0], &[2, 3]).requires_grad_(true);
-    let t = Tensor::from_vec(vec![1i64, 2], &[2]);
+        Tensor::from_vec(vec![1.0f64, 2.0, 0.5, -1.0, 0.0, 3.0], [2, 3]).requires_grad_(true);
+    let t = Tensor::from_vec(vec![1i64, 2], [2]);
     let loss = cross_entropy(&logits, &t).unwrap();
     let lse = |r: &[f64]| r.iter().map(|x| x.exp()).sum::<f64>().ln();
     let want = ((lse(&[1.0, 2.0, 0.5]) - 2.0) + (lse(&[-1.0, 0.0, 3.0]) - 3.0)) / 2.0;
@@ -136,9 +142,9 @@ fn cross_entropy_matches_its_definition_and_gradient() {
         }
     }
     // The backward is one kernel.
-    let logits2 = Tensor::randn(&[8, 5], 1).requires_grad_(true);
+    let logits2 = Tensor::randn_seeded([8, 5], 1).requires_grad_(true);
     logits2.realize().unwrap();
-    cross_entropy(&logits2, &Tensor::from_vec(vec![0i64; 8], &[8]))
+    cross_entropy(&logits2, &Tensor::from_vec(vec![0i64; 8], [8]))
         .unwrap()
         .backward()
         .unwrap();
@@ -154,8 +160,8 @@ fn embedding_and_linear_learn_a_lookup() {
     let mut params = emb.parameters();
     params.extend(head.parameters());
     let mut opt = AdamW::new(params, 0.05, (0.9, 0.999), 1e-8, 0.0).unwrap();
-    let ids = Tensor::from_vec(vec![0i64, 1, 2, 3], &[4]);
-    let targets = Tensor::from_vec(vec![3i64, 2, 1, 0], &[4]);
+    let ids = Tensor::from_vec(vec![0i64, 1, 2, 3], [4]);
+    let targets = Tensor::from_vec(vec![3i64, 2, 1, 0], [4]);
     let mut last = f32::MAX;
     for _ in 0..60 {
         opt.zero_grad();
@@ -169,10 +175,7 @@ fn embedding_and_linear_learn_a_lookup() {
         last = loss.item::<f32>().unwrap();
     }
     assert!(last < 0.05, "loss {last}");
-    let pred = head
-        .forward(&emb.forward(&ids).unwrap())
-        .unwrap()
-        .argmax(Some(1), false);
+    let pred = head.forward(&emb.forward(&ids).unwrap()).unwrap().argmax(1);
     assert_eq!(pred.to_vec::<i64>().unwrap(), vec![3, 2, 1, 0]);
     let _ = DType::F32;
 }

@@ -10,9 +10,9 @@ use kiln::{Device, Tensor, memory, no_grad};
 
 fn data(n: usize, seed: u64) -> (Tensor, Tensor) {
     // y = sum of the features' squares, a smooth target an MLP can fit.
-    let x = Tensor::randn(&[n, 4], seed);
+    let x = Tensor::randn_seeded([n, 4], seed);
     x.realize().expect("x");
-    let y = no_grad(|| (&x * &x).sum(&[1], true));
+    let y = no_grad(|| (&x * &x).sum_keepdim(1));
     y.realize().expect("y");
     (x, y)
 }

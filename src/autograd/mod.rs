@@ -12,7 +12,7 @@
 //! ```
 //! use kiln::Tensor;
 //! let w = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], &[3]).requires_grad_(true);
-//! let loss = (&w * &w).sum(&[0], false); // sum of squares
+//! let loss = (&w * &w).sum(0); // sum of squares
 //! loss.backward().unwrap();
 //! assert_eq!(w.grad().unwrap().to_vec::<f32>().unwrap(), vec![2.0, 4.0, 6.0]);
 //! ```

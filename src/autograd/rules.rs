@@ -35,7 +35,7 @@ pub(super) fn vjp(
         }
         Op::Where => {
             let c = x(0)?;
-            let zero = Tensor::try_full_on(&[], 0, g.dtype(), g.device())?;
+            let zero = Tensor::try_full_on((), 0, g.dtype(), g.device())?;
             vec![
                 None,
                 need(1)
@@ -75,7 +75,7 @@ pub(super) fn vjp(
 /// `Σ_{j ≥ i} t_j` along `axis`: a reversed running sum.
 fn suffix_sum(t: &Tensor, axis: usize) -> Result<Tensor> {
     let a = [axis as isize];
-    t.try_flip(&a)?.scan_axis(ScanOp::Sum, axis)?.try_flip(&a)
+    t.try_flip(a)?.scan_axis(ScanOp::Sum, axis)?.try_flip(a)
 }
 
 /// Scan gradients. cumsum: `gx_i = Σ_{j ≥ i} g_j`. cumprod: `gx_i = Σ_{j ≥ i} g_j ·
@@ -237,7 +237,7 @@ fn reduce(
                 .try_eq(&out.try_broadcast_to(&shape)?)?
                 .try_cast(g.dtype())?;
             let axes: Vec<isize> = axes.iter().map(|&a| a as isize).collect();
-            let count = hit.try_sum(&axes, true)?;
+            let count = hit.try_sum_keepdim(&axes)?;
             Some(g.try_div(&count)?.try_broadcast_to(&shape)?.try_mul(&hit)?)
         }
         ReduceOp::ArgMax | ReduceOp::ArgMin => None,
@@ -248,7 +248,7 @@ fn movement(m: &Movement, x: &Tensor, g: &Tensor) -> Result<Tensor> {
     let shape = x.shape();
     match m {
         Movement::Reshape(_) => {
-            g.try_reshape(&shape.iter().map(|&d| d as isize).collect::<Vec<_>>())
+            g.try_reshape(shape.iter().map(|&d| d as isize).collect::<Vec<_>>())
         }
         Movement::Permute(p) => {
             let mut inv = vec![0isize; p.len()];
@@ -265,7 +265,7 @@ fn movement(m: &Movement, x: &Tensor, g: &Tensor) -> Result<Tensor> {
             if axes.is_empty() {
                 Ok(g.clone())
             } else {
-                g.try_sum(&axes, true)
+                g.try_sum_keepdim(&axes)
             }
         }
         Movement::Pad { pads, .. } => {
@@ -276,7 +276,7 @@ fn movement(m: &Movement, x: &Tensor, g: &Tensor) -> Result<Tensor> {
                 .collect();
             g.try_slice(&ranges)
         }
-        Movement::Flip(axes) => g.try_flip(&axes.iter().map(|&a| a as isize).collect::<Vec<_>>()),
+        Movement::Flip(axes) => g.try_flip(axes.iter().map(|&a| a as isize).collect::<Vec<_>>()),
         Movement::Slice(ranges) => unslice(g, ranges, shape),
     }
 }

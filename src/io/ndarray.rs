@@ -78,8 +78,8 @@ impl Tensor {
     /// The tensor's values (realized first) as an owned, row-major `ndarray` array.
     ///
     /// # Errors
-    /// [`KilnError::ReadBackType`] when `T` is not the tensor's dtype (cast first); any
-    /// error realizing the tensor.
+    /// Any error realizing the tensor. Values convert to `T` as [`Tensor::to_vec`] converts
+    /// them.
     pub fn to_ndarray<T: Element>(&self) -> Result<ArrayD<T>> {
         let values = self.to_vec::<T>()?;
         ArrayD::from_shape_vec(IxDyn(self.shape()), values).map_err(|e| KilnError::InvalidShape {

@@ -40,15 +40,15 @@
 //! use kiln::{DType, Tensor};
 //!
 //! let params = vec![
-//!     ("w".to_string(), Tensor::randn(&[4, 3], 0)),
-//!     ("b".to_string(), Tensor::zeros(&[3], DType::F32)),
+//!     ("w".to_string(), Tensor::randn_seeded(&[4, 3], 0)),
+//!     ("b".to_string(), Tensor::zeros(&[3])),
 //! ];
 //! let named: Vec<(&str, &Tensor)> = params.iter().map(|(n, t)| (n.as_str(), t)).collect();
 //! let checkpoint = kiln::io::save_to_bytes(&named).unwrap();
 //!
 //! params[0].1.fill_(0.0); // training moves on...
 //! kiln::io::load_into_from_bytes(&params, &checkpoint).unwrap(); // ...and restores
-//! assert_eq!(params[0].1.to_vec::<f32>().unwrap(), Tensor::randn(&[4, 3], 0).to_vec::<f32>().unwrap());
+//! assert_eq!(params[0].1.to_vec::<f32>().unwrap(), Tensor::randn_seeded(&[4, 3], 0).to_vec::<f32>().unwrap());
 //! ```
 
 use std::borrow::Cow;

@@ -113,7 +113,7 @@ mod tests {
 
     #[test]
     fn softmax_has_two_rounds_and_a_storing_pass() {
-        let x = Tensor::try_rand(&[4, 8], 1, DType::F32).unwrap();
+        let x = Tensor::try_rand([4, 8], 1, DType::F32).unwrap();
         let p = x.softmax(-1).plan(&RealizeOptions::default()).unwrap();
         let Step::Kernel(k) = &p.program.steps[0] else {
             panic!()
@@ -128,8 +128,8 @@ mod tests {
 
     #[test]
     fn independent_reductions_share_a_pass() {
-        let x = Tensor::try_rand(&[4, 8], 1, DType::F32).unwrap();
-        let t = x.sum(&[1], false) + x.max(&[1], false);
+        let x = Tensor::try_rand([4, 8], 1, DType::F32).unwrap();
+        let t = x.sum(1) + x.max(1);
         let p = t.plan(&RealizeOptions::default()).unwrap();
         let Step::Kernel(k) = &p.program.steps[0] else {
             panic!()

@@ -47,16 +47,16 @@ impl Module for CausalSelfAttention {
         let (nh, hs) = (self.heads, c / self.heads);
         let qkv = self.qkv.forward(x)?;
         let heads = |i: usize| -> Result<Tensor> {
-            qkv.try_narrow(-1, (i * c) as isize, ((i + 1) * c) as isize, 1)?
-                .try_reshape(&[b as isize, t as isize, nh as isize, hs as isize])?
-                .try_permute(&[0, 2, 1, 3])
+            qkv.try_slice_dim(-1, (i * c) as isize, ((i + 1) * c) as isize, 1)?
+                .try_reshape([b as isize, t as isize, nh as isize, hs as isize])?
+                .try_permute([0, 2, 1, 3])
         };
         let (q, k, v) = (heads(0)?, heads(1)?, heads(2)?);
         let scores = q
             .try_matmul(&k.try_transpose(-2, -1)?)?
             .try_mul(1.0 / (hs as f64).sqrt())?;
         // Causal: position i attends to j <= i.
-        let future = Tensor::ones(&[t, t], scores.dtype())
+        let future = Tensor::ones_dtype([t, t], scores.dtype())
             .try_to(x.device())?
             .try_triu(1)?
             .try_ne(0)?;
@@ -66,8 +66,8 @@ impl Module for CausalSelfAttention {
         let att = self.dropout.forward(&att)?;
         let y = att
             .try_matmul(&v)?
-            .try_permute(&[0, 2, 1, 3])?
-            .try_reshape(&[b as isize, t as isize, c as isize])?;
+            .try_permute([0, 2, 1, 3])?
+            .try_reshape([b as isize, t as isize, c as isize])?;
         self.proj.forward(&y)
     }
 

@@ -47,12 +47,10 @@ pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
     // The forward records no history: the rule below is the whole backward.
     let (x, t, lse) = crate::autograd::no_grad(|| -> Result<(Tensor, Tensor, Tensor)> {
         let x = logits
-            .try_reshape(&[n as isize, c as isize])?
+            .try_reshape([n as isize, c as isize])?
             .try_cast(dtype)?;
-        let t = targets
-            .try_reshape(&[n as isize, 1])?
-            .try_cast(DType::I64)?;
-        let lse = x.try_logsumexp(&[1], true)?;
+        let t = targets.try_reshape([n as isize, 1])?.try_cast(DType::I64)?;
+        let lse = x.try_logsumexp_keepdim(1)?;
         Ok((x, t, lse))
     })?;
     let (xs, ts, lses) = (x.clone(), t.clone(), lse.clone());
@@ -60,11 +58,11 @@ pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
     let in_dtype = logits.dtype();
     composite(
         &[logits],
-        || lse.try_sub(&x.try_gather(1, &t)?)?.try_mean(&[], false),
+        || lse.try_sub(&x.try_gather(1, &t)?)?.try_mean(..),
         move |_, _, g| {
             let classes = Tensor::try_arange(0, c as i64, 1, DType::I64)?
                 .try_to(xs.device())?
-                .try_reshape(&[1, c as isize])?;
+                .try_reshape([1, c as isize])?;
             let hot = classes.try_eq(&ts)?.try_cast(dtype)?;
             let dx = xs
                 .try_sub(&lses)?
@@ -80,7 +78,7 @@ pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
 /// Mean squared error, `mean((prediction - target)²)`.
 pub fn mse_loss(prediction: &Tensor, target: &Tensor) -> Result<Tensor> {
     let d = prediction.try_sub(target)?;
-    d.try_mul(&d)?.try_mean(&[], false)
+    d.try_mul(&d)?.try_mean(..)
 }
 
 /// Dropout: zeroes each element with probability `p` and scales the rest by `1/(1-p)`
@@ -113,7 +111,7 @@ pub fn linear(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tens
     if x.ndim() > 2 && weight.ndim() == 2 {
         let lead = &x.shape()[..x.ndim() - 1];
         let features = x.shape()[x.ndim() - 1] as isize;
-        let flat = x.try_reshape(&[-1, features])?;
+        let flat = x.try_reshape([-1, features])?;
         let y = linear(&flat, weight, bias)?;
         let mut shape: Vec<isize> = lead.iter().map(|&d| d as isize).collect();
         shape.push(weight.shape()[0] as isize);

@@ -13,7 +13,7 @@
 //! let layer = Linear::new(4, 2, true, 0).unwrap();
 //! let names: Vec<String> = layer.named_parameters().into_iter().map(|(n, _)| n).collect();
 //! assert_eq!(names, vec!["weight", "bias"]);
-//! let y = layer.forward(&Tensor::ones(&[3, 4], kiln::DType::F32)).unwrap();
+//! let y = layer.forward(&Tensor::ones(&[3, 4])).unwrap();
 //! assert_eq!(y.shape(), &[3, 2]);
 //! ```
 

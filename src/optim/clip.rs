@@ -16,17 +16,14 @@ pub fn clip_grad_norm(params: &[Tensor], max_norm: f64) -> Result<Tensor> {
             .collect();
         let mut total: Option<Tensor> = None;
         for (_, g) in &grads {
-            let sq = g
-                .try_mul(g)?
-                .try_sum(&[], false)?
-                .try_cast(crate::DType::F32)?;
+            let sq = g.try_mul(g)?.try_sum(..)?.try_cast(crate::DType::F32)?;
             total = Some(match total {
                 Some(t) => t.try_add(&sq)?,
                 None => sq,
             });
         }
         let Some(total) = total else {
-            return Tensor::try_full_on(&[], 0.0, crate::DType::F32, crate::Device::Cpu);
+            return Tensor::try_full_on((), 0.0, crate::DType::F32, crate::Device::Cpu);
         };
         let norm = total.try_sqrt()?;
         let coef = norm.try_add(1e-6)?.try_rdiv(max_norm)?.try_minimum(1.0)?;

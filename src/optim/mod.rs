@@ -15,7 +15,7 @@
 //! let mut opt = AdamW::new(vec![w.clone()], 0.1, (0.9, 0.999), 1e-8, 0.0).unwrap();
 //! for _ in 0..100 {
 //!     opt.zero_grad();
-//!     (&w * &w).sum(&[], false).backward().unwrap();
+//!     (&w * &w).sum(..).backward().unwrap();
 //!     opt.step().unwrap();
 //! }
 //! assert!(w.to_vec::<f32>().unwrap().iter().all(|v| v.abs() < 0.2));

@@ -108,7 +108,7 @@ mod tests {
 
     #[test]
     fn intermediates_die_after_their_last_reader() {
-        let x = Tensor::try_rand(&[256], 4, DType::F32).unwrap();
+        let x = Tensor::try_rand([256], 4, DType::F32).unwrap();
         x.realize().unwrap();
         // a feeds b and c (a diamond); unfused: a, b, c, out.
         let t = {

@@ -461,8 +461,8 @@ mod tests {
     #[test]
     fn value_with_a_reduction_used_by_two_kernels_is_stored() {
         let x = input(&[8, 8]);
-        let c = &x - x.max(&[1], true);
-        let (a, b) = (c.sum(&[0], false), c.sum(&[1], false));
+        let c = &x - x.max_keepdim(1);
+        let (a, b) = (c.sum(0), c.sum(1));
         let (vg, f) = plan_of(&[&a, &b], true);
         let sub = vg
             .nodes
@@ -476,7 +476,7 @@ mod tests {
     #[test]
     fn reduction_seen_through_a_transpose_is_stored() {
         let x = input(&[8, 8]);
-        let m = x.sum(&[1], true).expand(&[8, 8]);
+        let m = x.sum_keepdim(1).expand([8, 8]);
         let t = &x + m.t();
         let (_, f) = plan_of(&[&t], true);
         assert_eq!(f.kernel_count(), 2);

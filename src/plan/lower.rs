@@ -881,7 +881,7 @@ mod tests {
     #[test]
     fn view_that_does_not_compose_stores_the_inlined_value() {
         let x = input(&[4, 6]);
-        let t = (x.t() + 1.0).reshape(&[-1]) * 2.0;
+        let t = (x.t() + 1.0).reshape([-1]) * 2.0;
         let p = planned(&t);
         assert_eq!(p.stored_by_lowering.len(), 1, "{}", p.dump_text());
         assert_eq!(p.kernel_count(), 2);
@@ -891,7 +891,7 @@ mod tests {
     #[test]
     fn loads_are_bounds_checked_views() {
         let x = input(&[5, 7]);
-        let t = x.flip(&[1]).slice(&[(1, 5, 2), (0, 7, 3)]).exp();
+        let t = x.flip([1]).slice(&[(1, 5, 2), (0, 7, 3)]).exp();
         let k = only_kernel(&planned(&t));
         let load = k.ops.iter().find_map(|i| match &i.op {
             IrOp::Load { view, .. } => Some(view.clone()),

@@ -112,11 +112,11 @@ mod tests {
 
     #[test]
     fn kernels_run_after_their_producers() {
-        let x = Tensor::try_rand(&[8, 8], 3, DType::F32).unwrap();
+        let x = Tensor::try_rand([8, 8], 3, DType::F32).unwrap();
         x.realize().unwrap();
         let a = (&x + 1.0).contiguous();
         let b = a.matmul(&a.t()).contiguous();
-        let t = (&b * 2.0).sum(&[1], false);
+        let t = (&b * 2.0).sum(1);
         let vg = with_graph(|g| collapse_views(g, &[t.node_key()])).unwrap();
         let f = fuse(&vg, true, &Default::default());
         let s = schedule(&vg, &f).unwrap();

@@ -397,7 +397,7 @@ mod tests {
         let t = x
             .t()
             .slice(&[(1, 7, 2)])
-            .flip(&[0])
+            .flip([0])
             .pad(&[(1, 1)], 0.0)
             .exp();
         let vg = collapse(&t);
@@ -413,7 +413,7 @@ mod tests {
     #[test]
     fn unexpressible_reshape_inserts_one_copy() {
         let x = input(&[4, 6]);
-        let t = x.t().reshape(&[-1]).exp();
+        let t = x.t().reshape([-1]).exp();
         let vg = collapse(&t);
         let copies: Vec<_> = vg
             .nodes
@@ -446,9 +446,7 @@ mod tests {
     #[test]
     fn matmul_operands_are_unmasked_buffers() {
         let x = input(&[4, 4]);
-        let t = x
-            .pad(&[(0, 0), (0, 1)], 0.0)
-            .matmul(&Tensor::ones(&[5, 2], DType::F32));
+        let t = x.pad(&[(0, 0), (0, 1)], 0.0).matmul(&Tensor::ones([5, 2]));
         let vg = collapse(&t);
         let mm = vg.nodes.iter().find(|n| n.op.is_matmul()).unwrap();
         for e in &mm.inputs {
@@ -460,7 +458,7 @@ mod tests {
     #[test]
     fn reshape_target_aliases_its_producer() {
         let x = input(&[4, 6]);
-        let t = (&x + 1.0).reshape(&[24]);
+        let t = (&x + 1.0).reshape([24]);
         let vg = collapse(&t);
         assert!(!vg.nodes.iter().any(|n| matches!(n.op, PlanOp::Copy { .. })));
         assert_eq!(

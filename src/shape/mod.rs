@@ -1,8 +1,11 @@
 //! Shapes and views: broadcasting rules, axis handling, and [`View`], the stride/offset/mask
 //! metadata that every movement op collapses into.
 
+mod args;
 mod view;
 
+pub(crate) use args::axis_list;
+pub use args::{Axes, AxisInt, IntList, ShapeLike};
 pub use view::{Movement, SliceRange, View};
 
 use crate::dtype::DType;

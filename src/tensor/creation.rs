@@ -7,7 +7,7 @@ use crate::dtype::{DType, Element, Scalar};
 use crate::error::{KilnError, Result};
 use crate::graph::{self, Generator, Op};
 use crate::memory;
-use crate::shape::check_shape;
+use crate::shape::{ShapeLike, check_shape};
 use std::sync::Arc;
 
 impl Tensor {
@@ -18,23 +18,24 @@ impl Tensor {
     /// assert_eq!(t.dtype(), kiln::DType::I32);
     /// ```
     #[track_caller]
-    pub fn from_vec<T: Element>(data: Vec<T>, shape: &[usize]) -> Tensor {
-        unwrap_or_panic(Self::try_from_slice(&data, shape))
+    pub fn from_vec<T: Element>(data: Vec<T>, shape: impl ShapeLike) -> Tensor {
+        unwrap_or_panic(Self::try_from_vec(data, shape))
     }
 
     /// Like [`Tensor::from_vec`], returning an error when `data` does not fill `shape`.
-    pub fn try_from_vec<T: Element>(data: Vec<T>, shape: &[usize]) -> Result<Tensor> {
+    pub fn try_from_vec<T: Element>(data: Vec<T>, shape: impl ShapeLike) -> Result<Tensor> {
         Self::try_from_slice(&data, shape)
     }
 
     /// A tensor copied from a slice.
     #[track_caller]
-    pub fn from_slice<T: Element>(data: &[T], shape: &[usize]) -> Tensor {
+    pub fn from_slice<T: Element>(data: &[T], shape: impl ShapeLike) -> Tensor {
         unwrap_or_panic(Self::try_from_slice(data, shape))
     }
 
     /// Like [`Tensor::from_slice`], returning an error when `data` does not fill `shape`.
-    pub fn try_from_slice<T: Element>(data: &[T], shape: &[usize]) -> Result<Tensor> {
+    pub fn try_from_slice<T: Element>(data: &[T], shape: impl ShapeLike) -> Result<Tensor> {
+        let shape = &shape.dims();
         let n = check_shape("from_vec", shape, T::DTYPE)?;
         if data.len() != n {
             return Err(KilnError::DataLength {
@@ -79,7 +80,7 @@ impl Tensor {
 
     /// A zero-dimensional tensor holding one value.
     pub fn scalar<T: Element>(value: T) -> Tensor {
-        Self::full(&[], value.to_scalar(), T::DTYPE)
+        Self::full_dtype([0usize; 0], value.to_scalar(), T::DTYPE)
     }
 
     pub(crate) fn generate(
@@ -91,30 +92,65 @@ impl Tensor {
         Tensor::record(Op::Generate(gen_), &[], shape.to_vec(), dtype, device)
     }
 
-    /// Every element equal to `value` (converted to `dtype`).
-    pub fn full(shape: &[usize], value: impl Into<Scalar>, dtype: DType) -> Tensor {
+    /// Every element equal to `value`, with PyTorch's dtype for it: a float gives f32, an
+    /// integer i64, a bool bool.
+    ///
+    /// ```
+    /// use kiln::{DType, Tensor};
+    /// assert_eq!(Tensor::full([2, 2], 1.5).dtype(), DType::F32);
+    /// assert_eq!(Tensor::full([2], 7).dtype(), DType::I64);
+    /// ```
+    #[track_caller]
+    pub fn full(shape: impl ShapeLike, value: impl Into<Scalar>) -> Tensor {
+        let v = value.into();
+        let dtype = match v {
+            Scalar::Float(_) => DType::default_float(),
+            Scalar::Int(_) => DType::I64,
+            Scalar::Bool(_) => DType::Bool,
+        };
+        Self::full_dtype(shape, v, dtype)
+    }
+
+    /// Every element equal to `value`, converted to `dtype`.
+    #[track_caller]
+    pub fn full_dtype(shape: impl ShapeLike, value: impl Into<Scalar>, dtype: DType) -> Tensor {
         unwrap_or_panic(Self::try_full_on(shape, value, dtype, Device::Cpu))
     }
 
-    /// [`Tensor::full`] on a chosen device.
+    /// [`Tensor::full_dtype`] on a chosen device, returning errors.
     pub fn try_full_on(
-        shape: &[usize],
+        shape: impl ShapeLike,
         value: impl Into<Scalar>,
         dtype: DType,
         device: Device,
     ) -> Result<Tensor> {
+        let shape = shape.dims();
         let v = value.into().cast(dtype);
-        Self::generate(Generator::Full(v), shape, dtype, device)
+        Self::generate(Generator::Full(v), &shape, dtype, device)
     }
 
-    /// All zeros.
-    pub fn zeros(shape: &[usize], dtype: DType) -> Tensor {
-        Self::full(shape, Scalar::Int(0), dtype)
+    /// All zeros, f32 (`Tensor::zeros([2, 3])`).
+    #[track_caller]
+    pub fn zeros(shape: impl ShapeLike) -> Tensor {
+        Self::full_dtype(shape, 0, DType::default_float())
     }
 
-    /// All ones.
-    pub fn ones(shape: &[usize], dtype: DType) -> Tensor {
-        Self::full(shape, Scalar::Int(1), dtype)
+    /// All zeros of `dtype`.
+    #[track_caller]
+    pub fn zeros_dtype(shape: impl ShapeLike, dtype: DType) -> Tensor {
+        Self::full_dtype(shape, 0, dtype)
+    }
+
+    /// All ones, f32.
+    #[track_caller]
+    pub fn ones(shape: impl ShapeLike) -> Tensor {
+        Self::full_dtype(shape, 1, DType::default_float())
+    }
+
+    /// All ones of `dtype`.
+    #[track_caller]
+    pub fn ones_dtype(shape: impl ShapeLike, dtype: DType) -> Tensor {
+        Self::full_dtype(shape, 1, dtype)
     }
 
     /// Zeros with this tensor's shape, dtype and device.
@@ -186,30 +222,48 @@ impl Tensor {
     pub fn try_eye(n: usize, dtype: DType) -> Result<Tensor> {
         crate::shape::check_shape("eye", &[n, n], dtype)?;
         let i = Self::try_arange(0, n as i64, 1, DType::I64)?;
-        let rows = i.try_reshape(&[n as isize, 1])?;
-        let cols = i.try_reshape(&[1, n as isize])?;
+        let rows = i.try_reshape([n as isize, 1])?;
+        let cols = i.try_reshape([1, n as isize])?;
         rows.try_eq(&cols)?.try_cast(dtype)
     }
 
-    /// Uniform samples in `[0, 1)`, f32, reproducible from `seed` (a counter-based hash of the
-    /// element index, identical on every backend).
-    pub fn rand(shape: &[usize], seed: u64) -> Tensor {
+    /// Uniform samples in `[0, 1)`, f32, seeded from the process-wide sequence that
+    /// [`manual_seed`](crate::manual_seed) restarts (PyTorch's `torch.rand`).
+    #[track_caller]
+    pub fn rand(shape: impl ShapeLike) -> Tensor {
+        Self::rand_seeded(shape, crate::random::next_seed())
+    }
+
+    /// Uniform samples in `[0, 1)`, f32, reproducible from `seed` (a counter-based hash of
+    /// the element index, identical on every backend).
+    #[track_caller]
+    pub fn rand_seeded(shape: impl ShapeLike, seed: u64) -> Tensor {
         unwrap_or_panic(Self::try_rand(shape, seed, DType::F32))
     }
 
-    /// Uniform samples of a float dtype.
-    pub fn try_rand(shape: &[usize], seed: u64, dtype: DType) -> Result<Tensor> {
-        Self::random(Generator::Rand { seed }, shape, dtype, "rand")
+    /// Uniform samples of a float dtype from `seed`.
+    pub fn try_rand(shape: impl ShapeLike, seed: u64, dtype: DType) -> Result<Tensor> {
+        let shape = shape.dims();
+        Self::random(Generator::Rand { seed }, &shape, dtype, "rand")
+    }
+
+    /// Standard normal samples, f32, seeded from the process-wide sequence (PyTorch's
+    /// `torch.randn`).
+    #[track_caller]
+    pub fn randn(shape: impl ShapeLike) -> Tensor {
+        Self::randn_seeded(shape, crate::random::next_seed())
     }
 
     /// Standard normal samples, f32, reproducible from `seed`.
-    pub fn randn(shape: &[usize], seed: u64) -> Tensor {
+    #[track_caller]
+    pub fn randn_seeded(shape: impl ShapeLike, seed: u64) -> Tensor {
         unwrap_or_panic(Self::try_randn(shape, seed, DType::F32))
     }
 
-    /// Standard normal samples of a float dtype.
-    pub fn try_randn(shape: &[usize], seed: u64, dtype: DType) -> Result<Tensor> {
-        Self::random(Generator::Randn { seed }, shape, dtype, "randn")
+    /// Standard normal samples of a float dtype from `seed`.
+    pub fn try_randn(shape: impl ShapeLike, seed: u64, dtype: DType) -> Result<Tensor> {
+        let shape = shape.dims();
+        Self::random(Generator::Randn { seed }, &shape, dtype, "randn")
     }
 
     fn random(g: Generator, shape: &[usize], dtype: DType, op: &'static str) -> Result<Tensor> {

@@ -372,14 +372,47 @@ binary_methods! {
 }
 
 impl Tensor {
-    /// `lhs - self` for a scalar or tensor `lhs` (so `2.0 - x` works).
-    pub(crate) fn try_rsub<'a>(&self, lhs: impl Into<Operand<'a>>) -> Result<Tensor> {
+    /// `lhs - self` (PyTorch's `rsub`; what `2.0 - &x` computes).
+    ///
+    /// ```
+    /// let x = kiln::Tensor::from_vec(vec![1.0f32, 5.0], [2]);
+    /// assert_eq!(x.rsub(2.0).to_vec::<f32>().unwrap(), vec![1.0, -3.0]);
+    /// ```
+    #[track_caller]
+    pub fn rsub<'a>(&self, lhs: impl Into<Operand<'a>>) -> Tensor {
+        unwrap_or_panic(self.try_rsub(lhs))
+    }
+
+    /// Fallible [`Tensor::rsub`].
+    pub fn try_rsub<'a>(&self, lhs: impl Into<Operand<'a>>) -> Result<Tensor> {
         Tensor::binary(lhs.into(), Operand::Ref(self), BinaryOp::Sub)
     }
 
-    /// `lhs / self` for a scalar or tensor `lhs`.
-    pub(crate) fn try_rdiv<'a>(&self, lhs: impl Into<Operand<'a>>) -> Result<Tensor> {
+    /// `lhs / self` (what `1.0 / &x` computes).
+    #[track_caller]
+    pub fn rdiv<'a>(&self, lhs: impl Into<Operand<'a>>) -> Tensor {
+        unwrap_or_panic(self.try_rdiv(lhs))
+    }
+
+    /// Fallible [`Tensor::rdiv`].
+    pub fn try_rdiv<'a>(&self, lhs: impl Into<Operand<'a>>) -> Result<Tensor> {
         Tensor::binary(lhs.into(), Operand::Ref(self), BinaryOp::Div)
+    }
+
+    /// `base ** self` (PyTorch's `torch.pow(base, x)`).
+    ///
+    /// ```
+    /// let x = kiln::Tensor::from_vec(vec![0.0f32, 3.0], [2]);
+    /// assert_eq!(x.rpow(2.0).to_vec::<f32>().unwrap(), vec![1.0, 8.0]);
+    /// ```
+    #[track_caller]
+    pub fn rpow<'a>(&self, base: impl Into<Operand<'a>>) -> Tensor {
+        unwrap_or_panic(self.try_rpow(base))
+    }
+
+    /// Fallible [`Tensor::rpow`].
+    pub fn try_rpow<'a>(&self, base: impl Into<Operand<'a>>) -> Result<Tensor> {
+        Tensor::binary(base.into(), Operand::Ref(self), BinaryOp::Pow)
     }
 }
 

@@ -147,7 +147,7 @@ impl Tensor {
                 reason: "the weight must be 2-D (vocabulary, dim)".into(),
             });
         }
-        let flat = ids.try_reshape(&[ids.numel() as isize])?;
+        let flat = ids.try_reshape([ids.numel() as isize])?;
         let rows = weight.try_index_select(0, &flat)?;
         let mut shape: Vec<isize> = ids.shape().iter().map(|&d| d as isize).collect();
         shape.push(weight.shape()[1] as isize);
@@ -159,7 +159,7 @@ impl Tensor {
     ///
     /// ```
     /// use kiln::{DType, Tensor};
-    /// let z = Tensor::zeros(&[3], DType::F32);
+    /// let z = Tensor::zeros(&[3]);
     /// let i = Tensor::from_vec(vec![0i64, 2, 0], &[3]);
     /// let v = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], &[3]);
     /// assert_eq!(z.scatter_add(0, &i, &v).to_vec::<f32>().unwrap(), vec![4.0, 0.0, 2.0]);

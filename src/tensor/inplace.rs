@@ -135,7 +135,7 @@ impl Tensor {
     ///
     /// ```
     /// use kiln::Tensor;
-    /// let p = Tensor::zeros(&[3], kiln::DType::F32);
+    /// let p = Tensor::zeros(&[3]);
     /// p.realize().unwrap();
     /// let before = &p + 1.0; // recorded before the update: reads the old value
     /// p.copy_(&Tensor::from_vec(vec![1.0f32, 2.0, 3.0], &[3]));

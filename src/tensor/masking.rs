@@ -20,10 +20,10 @@ impl Tensor {
         let (m, n) = (self.shape()[self.ndim() - 2], self.shape()[self.ndim() - 1]);
         let row = Tensor::try_arange(0, m as i64, 1, DType::I64)?
             .try_to(self.device())?
-            .try_reshape(&[m as isize, 1])?;
+            .try_reshape([m as isize, 1])?;
         let col = Tensor::try_arange(0, n as i64, 1, DType::I64)?
             .try_to(self.device())?
-            .try_reshape(&[1, n as isize])?;
+            .try_reshape([1, n as isize])?;
         col.try_sub(&row)
     }
 
@@ -31,7 +31,7 @@ impl Tensor {
     /// elsewhere.
     ///
     /// ```
-    /// let x = kiln::Tensor::ones(&[2, 2], kiln::DType::F32);
+    /// let x = kiln::Tensor::ones(&[2, 2]);
     /// assert_eq!(x.tril(0).to_vec::<f32>().unwrap(), vec![1.0, 0.0, 1.0, 1.0]);
     /// ```
     #[track_caller]
@@ -82,7 +82,7 @@ impl Tensor {
             });
         }
         let mask = mask.try_broadcast_to(self.shape())?;
-        let v = Tensor::try_full_on(&[], value.into(), self.dtype(), self.device())?;
+        let v = Tensor::try_full_on((), value.into(), self.dtype(), self.device())?;
         Tensor::try_where(&mask, &v, self)
     }
 

@@ -21,6 +21,7 @@ mod sort;
 mod transfer;
 
 pub use elementwise::Operand;
+pub use operators::ScalarOperand;
 pub use realize::{RealizeReport, plan_all, realize_all, realize_all_with};
 
 use crate::device::Device;
@@ -36,7 +37,7 @@ use crate::graph::{self, NodeKey, Op};
 /// ```
 /// use kiln::Tensor;
 /// let x = Tensor::arange(0.0, 6.0, 1.0).reshape(&[2, 3]);
-/// let y = (&x * 2.0 + 1.0).sum(&[1], false);
+/// let y = (&x * 2.0 + 1.0).sum(1);
 /// assert_eq!(y.to_vec::<f32>().unwrap(), vec![9.0, 27.0]);
 /// ```
 pub struct Tensor {
@@ -123,22 +124,23 @@ impl Tensor {
         })
     }
 
-    /// Reads the data back as a `Vec<T>` in row-major order, realizing first if needed.
-    /// `T` must match the dtype (cast first otherwise).
+    /// Reads the data back as a `Vec<T>` in row-major order, realizing first if needed. When
+    /// `T` is not the tensor's dtype the values are converted as [`Tensor::cast`] converts
+    /// them (in the same plan), so `to_vec::<f64>()` of an f32 tensor just works.
+    ///
+    /// ```
+    /// let x = kiln::Tensor::from_vec(vec![1.5f32, -2.5], [2]);
+    /// assert_eq!(x.to_vec::<f64>().unwrap(), vec![1.5, -2.5]);
+    /// assert_eq!(x.to_vec::<i32>().unwrap(), vec![1, -2]);
+    /// ```
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
-        if T::DTYPE != self.dtype {
-            return Err(KilnError::ReadBackType {
-                op: "to_vec",
-                actual: self.dtype,
-                requested: T::DTYPE,
-            });
-        }
-        let bytes = self.to_bytes()?;
-        let sz = self.dtype.size_bytes();
+        let t = self.try_cast(T::DTYPE)?;
+        let bytes = t.to_bytes()?;
+        let sz = T::DTYPE.size_bytes();
         Ok(bytes.chunks_exact(sz).map(T::read_bytes).collect())
     }
 
-    /// The only element of a one-element tensor.
+    /// The only element of a one-element tensor, converted to `T` as [`Tensor::to_vec`] does.
     pub fn item<T: Element>(&self) -> Result<T> {
         if self.numel() != 1 {
             return Err(KilnError::InvalidShape {
@@ -146,13 +148,6 @@ impl Tensor {
                 shape: self.shape.clone(),
                 requested: vec![],
                 reason: "item() needs exactly one element".into(),
-            });
-        }
-        if T::DTYPE != self.dtype {
-            return Err(KilnError::ReadBackType {
-                op: "item",
-                actual: self.dtype,
-                requested: T::DTYPE,
             });
         }
         let v = self.to_vec::<T>()?;

@@ -5,7 +5,10 @@ use super::{Tensor, unwrap_or_panic};
 use crate::dtype::Scalar;
 use crate::error::{KilnError, Result};
 use crate::graph::Op;
-use crate::shape::{Movement, SliceRange, normalize_axes, normalize_axis, numel};
+use crate::shape::{
+    Axes, IntList, Movement, ShapeLike, SliceRange, axis_list, normalize_axes, normalize_axis,
+    numel,
+};
 
 impl Tensor {
     /// Records one movement op (shape checked).
@@ -31,12 +34,18 @@ impl Tensor {
     /// assert_eq!(x.reshape(&[2, -1]).shape(), &[2, 3]);
     /// ```
     #[track_caller]
-    pub fn reshape(&self, shape: &[isize]) -> Tensor {
+    pub fn reshape(&self, shape: impl IntList) -> Tensor {
         unwrap_or_panic(self.try_reshape(shape))
     }
 
     /// Fallible [`Tensor::reshape`].
-    pub fn try_reshape(&self, shape: &[isize]) -> Result<Tensor> {
+    pub fn try_reshape(&self, shape: impl IntList) -> Result<Tensor> {
+        let shape: Vec<isize> = shape
+            .to_ints()
+            .into_iter()
+            .map(|d| d.clamp(isize::MIN as i128, isize::MAX as i128) as isize)
+            .collect();
+        let shape = shape.as_slice();
         let err = |reason: &str| KilnError::InvalidShape {
             op: "reshape",
             shape: self.shape.clone(),
@@ -79,12 +88,13 @@ impl Tensor {
 
     /// Reorders dimensions: output dimension `i` is input dimension `perm[i]`.
     #[track_caller]
-    pub fn permute(&self, perm: &[isize]) -> Tensor {
+    pub fn permute(&self, perm: impl Axes) -> Tensor {
         unwrap_or_panic(self.try_permute(perm))
     }
 
     /// Fallible [`Tensor::permute`].
-    pub fn try_permute(&self, perm: &[isize]) -> Result<Tensor> {
+    pub fn try_permute(&self, perm: impl Axes) -> Result<Tensor> {
+        let perm = &axis_list(&perm).unwrap_or_default()[..];
         if perm.len() != self.ndim() {
             return Err(KilnError::InvalidArgument {
                 op: "permute",
@@ -141,18 +151,19 @@ impl Tensor {
     /// Broadcasts to `shape` (NumPy rules: leading dimensions are added, size-1 dimensions
     /// repeat with stride 0).
     #[track_caller]
-    pub fn broadcast_to(&self, shape: &[usize]) -> Tensor {
+    pub fn broadcast_to(&self, shape: impl ShapeLike) -> Tensor {
         unwrap_or_panic(self.try_broadcast_to(shape))
     }
 
     /// Same as [`Tensor::broadcast_to`] (PyTorch's name).
     #[track_caller]
-    pub fn expand(&self, shape: &[usize]) -> Tensor {
+    pub fn expand(&self, shape: impl ShapeLike) -> Tensor {
         self.broadcast_to(shape)
     }
 
     /// Fallible [`Tensor::broadcast_to`].
-    pub fn try_broadcast_to(&self, shape: &[usize]) -> Result<Tensor> {
+    pub fn try_broadcast_to(&self, shape: impl ShapeLike) -> Result<Tensor> {
+        let shape = &shape.dims()[..];
         if shape == self.shape.as_slice() {
             return Ok(self.clone());
         }
@@ -248,23 +259,88 @@ impl Tensor {
         self.movement(Movement::Slice(out))
     }
 
-    /// `start..end` along one dimension with a step.
+    /// `start..end` with a step along one dimension, Python style (negative indices count
+    /// from the end, bounds clamp, `step >= 1`): `x[.., start:end:step]` for `dim = 1`.
+    ///
+    /// ```
+    /// let x = kiln::Tensor::arange(0.0, 10.0, 1.0);
+    /// assert_eq!(x.slice_dim(0, 1, -1, 4).to_vec::<f32>().unwrap(), vec![1.0, 5.0]);
+    /// ```
     #[track_caller]
-    pub fn narrow(&self, dim: isize, start: isize, end: isize, step: isize) -> Tensor {
-        unwrap_or_panic(self.try_narrow(dim, start, end, step))
+    pub fn slice_dim(&self, dim: isize, start: isize, end: isize, step: isize) -> Tensor {
+        unwrap_or_panic(self.try_slice_dim(dim, start, end, step))
     }
 
-    /// Fallible [`Tensor::narrow`].
-    pub fn try_narrow(&self, dim: isize, start: isize, end: isize, step: isize) -> Result<Tensor> {
-        let d = normalize_axis("narrow", dim, &self.shape)?;
+    /// Fallible [`Tensor::slice_dim`].
+    pub fn try_slice_dim(
+        &self,
+        dim: isize,
+        start: isize,
+        end: isize,
+        step: isize,
+    ) -> Result<Tensor> {
+        let d = normalize_axis("slice_dim", dim, &self.shape)?;
         let mut r: Vec<(isize, isize, isize)> = self
             .shape
             .iter()
             .take(d)
-            .map(|&n| (0, n as isize, 1))
+            .map(|&n| (0, n.min(isize::MAX as usize) as isize, 1))
             .collect();
         r.push((start, end, step));
         self.try_slice(&r)
+    }
+
+    /// PyTorch's `narrow(dim, start, length)`: elements `start..start + length` along `dim`,
+    /// a view. A negative `start` counts from the end; the range must lie inside the
+    /// dimension (no clamping, as PyTorch).
+    ///
+    /// ```
+    /// let x = kiln::Tensor::arange(0.0, 6.0, 1.0).reshape([2, 3]);
+    /// assert_eq!(x.narrow(1, 1, 2).to_vec::<f32>().unwrap(), vec![1.0, 2.0, 4.0, 5.0]);
+    /// assert_eq!(x.narrow(1, -1, 1).to_vec::<f32>().unwrap(), vec![2.0, 5.0]);
+    /// assert!(x.try_narrow(1, 2, 2).is_err());
+    /// ```
+    #[track_caller]
+    pub fn narrow(&self, dim: isize, start: isize, length: usize) -> Tensor {
+        unwrap_or_panic(self.try_narrow(dim, start, length))
+    }
+
+    /// Fallible [`Tensor::narrow`].
+    pub fn try_narrow(&self, dim: isize, start: isize, length: usize) -> Result<Tensor> {
+        let d = normalize_axis("narrow", dim, &self.shape)?;
+        let n = self.shape[d] as i128;
+        let s = if start < 0 {
+            start as i128 + n
+        } else {
+            start as i128
+        };
+        if s < 0 || s > n || s + length as i128 > n {
+            return Err(KilnError::InvalidArgument {
+                op: "narrow",
+                shape: self.shape.clone(),
+                reason: format!(
+                    "start {start} and length {length} do not fit dimension {dim} (size {n})"
+                ),
+            });
+        }
+        let mut ranges: Vec<SliceRange> = self
+            .shape
+            .iter()
+            .map(|&n| SliceRange {
+                start: 0,
+                end: n,
+                step: 1,
+            })
+            .collect();
+        ranges[d] = SliceRange {
+            start: s as usize,
+            end: s as usize + length,
+            step: 1,
+        };
+        if ranges[d].start == 0 && ranges[d].end == self.shape[d] {
+            return Ok(self.clone());
+        }
+        self.movement(Movement::Slice(ranges))
     }
 
     /// Pads the leading dimensions with `(before, after)` elements of `value`.
@@ -298,13 +374,14 @@ impl Tensor {
 
     /// Reverses the listed dimensions.
     #[track_caller]
-    pub fn flip(&self, axes: &[isize]) -> Tensor {
+    pub fn flip(&self, axes: impl Axes) -> Tensor {
         unwrap_or_panic(self.try_flip(axes))
     }
 
     /// Fallible [`Tensor::flip`].
-    pub fn try_flip(&self, axes: &[isize]) -> Result<Tensor> {
-        let a = normalize_axes("flip", axes, &self.shape)?;
+    pub fn try_flip(&self, axes: impl Axes) -> Result<Tensor> {
+        let axes = axis_list(&axes).unwrap_or_else(|| (0..self.ndim() as isize).collect());
+        let a = normalize_axes("flip", &axes, &self.shape)?;
         let a: Vec<usize> = a.into_iter().filter(|&d| self.shape[d] > 1).collect();
         if a.is_empty() {
             return Ok(self.clone());
@@ -370,7 +447,7 @@ impl Tensor {
 
     /// Flattens to one dimension.
     pub fn flatten(&self) -> Tensor {
-        unwrap_or_panic(self.try_reshape(&[self.numel() as isize]))
+        unwrap_or_panic(self.try_reshape([self.numel() as isize]))
     }
 
     /// Flattens dimensions `start..=end` into one.
@@ -382,7 +459,7 @@ impl Tensor {
     /// Fallible [`Tensor::flatten_dims`].
     pub fn try_flatten_dims(&self, start: isize, end: isize) -> Result<Tensor> {
         if self.ndim() == 0 {
-            return self.try_reshape(&[1]);
+            return self.try_reshape([1]);
         }
         let a = normalize_axis("flatten", start, &self.shape)?;
         let b = normalize_axis("flatten", end, &self.shape)?;

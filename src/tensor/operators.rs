@@ -2,6 +2,7 @@
 //! They panic with the op's error text on bad input; use the `try_` methods to handle errors.
 
 use super::{Tensor, unwrap_or_panic};
+use crate::dtype::Scalar;
 use std::ops::{Add, Div, Mul, Neg, Sub};
 
 macro_rules! tensor_tensor {
@@ -42,17 +43,52 @@ tensor_tensor!(Sub, sub);
 tensor_tensor!(Mul, mul);
 tensor_tensor!(Div, div);
 
-macro_rules! tensor_scalar {
-    ($($s:ty),*) => {$(
-        impl Add<$s> for Tensor { type Output = Tensor; #[track_caller] fn add(self, r: $s) -> Tensor { Tensor::add(&self, r) } }
-        impl Add<$s> for &Tensor { type Output = Tensor; #[track_caller] fn add(self, r: $s) -> Tensor { Tensor::add(self, r) } }
-        impl Sub<$s> for Tensor { type Output = Tensor; #[track_caller] fn sub(self, r: $s) -> Tensor { Tensor::sub(&self, r) } }
-        impl Sub<$s> for &Tensor { type Output = Tensor; #[track_caller] fn sub(self, r: $s) -> Tensor { Tensor::sub(self, r) } }
-        impl Mul<$s> for Tensor { type Output = Tensor; #[track_caller] fn mul(self, r: $s) -> Tensor { Tensor::mul(&self, r) } }
-        impl Mul<$s> for &Tensor { type Output = Tensor; #[track_caller] fn mul(self, r: $s) -> Tensor { Tensor::mul(self, r) } }
-        impl Div<$s> for Tensor { type Output = Tensor; #[track_caller] fn div(self, r: $s) -> Tensor { Tensor::div(&self, r) } }
-        impl Div<$s> for &Tensor { type Output = Tensor; #[track_caller] fn div(self, r: $s) -> Tensor { Tensor::div(self, r) } }
+/// The Rust number types that work as scalars on either side of `+ - * /`: f64, f32, i64,
+/// i32 and u8 (bool is not arithmetic). Sealed.
+pub trait ScalarOperand: Into<Scalar> + Copy + private::Sealed {}
 
+mod private {
+    pub trait Sealed {}
+}
+
+macro_rules! scalar_operand {
+    ($($s:ty),*) => {$(
+        impl private::Sealed for $s {}
+        impl ScalarOperand for $s {}
+    )*};
+}
+scalar_operand!(f64, f32, i64, i32, u8);
+
+// Tensor on the left: one generic impl per operator, so a literal on the right (`&x + 1.0`)
+// selects it before the literal's type is settled and the result is known to be a Tensor.
+macro_rules! tensor_scalar_rhs {
+    ($($trait:ident, $method:ident;)*) => {$(
+        impl<S: ScalarOperand> $trait<S> for Tensor {
+            type Output = Tensor;
+            #[track_caller]
+            fn $method(self, r: S) -> Tensor {
+                Tensor::$method(&self, r.into())
+            }
+        }
+        impl<S: ScalarOperand> $trait<S> for &Tensor {
+            type Output = Tensor;
+            #[track_caller]
+            fn $method(self, r: S) -> Tensor {
+                Tensor::$method(self, r.into())
+            }
+        }
+    )*};
+}
+tensor_scalar_rhs! {
+    Add, add;
+    Sub, sub;
+    Mul, mul;
+    Div, div;
+}
+
+// Number on the left: one impl per type (the orphan rule allows no generic one).
+macro_rules! scalar_tensor_lhs {
+    ($($s:ty),*) => {$(
         impl Add<Tensor> for $s { type Output = Tensor; #[track_caller] fn add(self, r: Tensor) -> Tensor { Tensor::add(&r, self) } }
         impl Add<&Tensor> for $s { type Output = Tensor; #[track_caller] fn add(self, r: &Tensor) -> Tensor { Tensor::add(r, self) } }
         impl Mul<Tensor> for $s { type Output = Tensor; #[track_caller] fn mul(self, r: Tensor) -> Tensor { Tensor::mul(&r, self) } }
@@ -63,10 +99,7 @@ macro_rules! tensor_scalar {
         impl Div<&Tensor> for $s { type Output = Tensor; #[track_caller] fn div(self, r: &Tensor) -> Tensor { unwrap_or_panic(r.try_rdiv(self)) } }
     )*};
 }
-
-// Only f64 and i64: with a single float and a single integer impl, literals like `2.0` and
-// `3` resolve without annotations. Other scalar types go through the methods (`x.mul(s)`).
-tensor_scalar!(f64, i64);
+scalar_tensor_lhs!(f64, f32, i64, i32, u8);
 
 impl Neg for Tensor {
     type Output = Tensor;

@@ -33,7 +33,7 @@ impl Tensor {
     /// Computes this tensor (if it is not already) with fusion on.
     ///
     /// ```
-    /// let t = kiln::Tensor::ones(&[3], kiln::DType::F32) * 2.0;
+    /// let t = kiln::Tensor::ones(&[3]) * 2.0;
     /// t.realize().unwrap();
     /// assert!(t.is_realized());
     /// ```

@@ -6,7 +6,7 @@ use super::{Tensor, unwrap_or_panic};
 use crate::dtype::DType;
 use crate::error::{KilnError, Result};
 use crate::graph::{Op, ReduceOp};
-use crate::shape::{normalize_axes, normalize_axis, numel};
+use crate::shape::{Axes, axis_list, normalize_axes, normalize_axis, numel};
 
 impl Tensor {
     fn reduce(&self, op: ReduceOp, axes: &[isize], keepdim: bool) -> Result<Tensor> {
@@ -15,7 +15,7 @@ impl Tensor {
             // As in PyTorch, a 0-d tensor reduces over "dimension 0 or -1" as if it had one
             // dimension of size 1: the result is the value itself (0-d, keepdim or not).
             normalize_axes(name, axes, &[1])?;
-            return self.try_reshape(&[1])?.reduce(op, &[0], false);
+            return self.try_reshape([1])?.reduce(op, &[0], false);
         }
         let axes: Vec<usize> = if axes.is_empty() {
             (0..self.ndim()).collect()
@@ -88,56 +88,175 @@ impl Tensor {
     }
 }
 
-macro_rules! reductions {
-    ($($name:ident, $try_name:ident, $op:ident, $doc:literal;)*) => {
+/// Generates the four public forms of a reduction from `fn(&Tensor, &[isize], keepdim)`:
+/// `name(axes)`, `name_keepdim(axes)` and their `try_` forms. `axes` is anything
+/// [`Axes`] accepts (`1`, `[0, 2]`, `..` for every axis).
+macro_rules! axes_api {
+    ($($name:ident, $keep:ident, $try_name:ident, $try_keep:ident, $imp:path, $doc:literal;)*) => {
         impl Tensor {
             $(
                 #[doc = $doc]
                 #[doc = ""]
-                #[doc = "`axes` may be negative; an empty list reduces over every axis. With `keepdim` the reduced axes stay with size 1."]
+                #[doc = concat!("`axes`: one axis, several (negative ones count from the end), or `..` for all. [`Tensor::", stringify!($keep), "`] keeps the reduced axes with size 1.")]
                 #[track_caller]
-                pub fn $name(&self, axes: &[isize], keepdim: bool) -> Tensor {
-                    unwrap_or_panic(self.$try_name(axes, keepdim))
+                pub fn $name(&self, axes: impl Axes) -> Tensor {
+                    unwrap_or_panic(self.$try_name(axes))
                 }
 
-                #[doc = concat!("Fallible form of `", stringify!($name), "`.")]
-                pub fn $try_name(&self, axes: &[isize], keepdim: bool) -> Result<Tensor> {
-                    self.reduce(ReduceOp::$op, axes, keepdim)
+                #[doc = concat!("[`Tensor::", stringify!($name), "`] keeping the reduced axes with size 1.")]
+                #[track_caller]
+                pub fn $keep(&self, axes: impl Axes) -> Tensor {
+                    unwrap_or_panic(self.$try_keep(axes))
+                }
+
+                #[doc = concat!("Fallible [`Tensor::", stringify!($name), "`].")]
+                pub fn $try_name(&self, axes: impl Axes) -> Result<Tensor> {
+                    $imp(self, &axis_list(&axes).unwrap_or_default(), false)
+                }
+
+                #[doc = concat!("Fallible [`Tensor::", stringify!($keep), "`].")]
+                pub fn $try_keep(&self, axes: impl Axes) -> Result<Tensor> {
+                    $imp(self, &axis_list(&axes).unwrap_or_default(), true)
                 }
             )*
         }
     };
 }
 
-reductions! {
-    sum, try_sum, Sum, "Sum over `axes` (integers and bools sum as i64).";
-    prod, try_prod, Prod, "Product over `axes` (integers and bools multiply as i64).";
-    max, try_max, Max, "Maximum over `axes` (NaN propagates).";
-    min, try_min, Min, "Minimum over `axes` (NaN propagates).";
+impl Tensor {
+    fn sum_impl(&self, axes: &[isize], keepdim: bool) -> Result<Tensor> {
+        self.reduce(ReduceOp::Sum, axes, keepdim)
+    }
+
+    fn prod_impl(&self, axes: &[isize], keepdim: bool) -> Result<Tensor> {
+        self.reduce(ReduceOp::Prod, axes, keepdim)
+    }
+
+    fn max_impl(&self, axes: &[isize], keepdim: bool) -> Result<Tensor> {
+        self.reduce(ReduceOp::Max, axes, keepdim)
+    }
+
+    fn min_impl(&self, axes: &[isize], keepdim: bool) -> Result<Tensor> {
+        self.reduce(ReduceOp::Min, axes, keepdim)
+    }
+
+    /// `any`: some element is nonzero (NaN counts as nonzero; no elements: false).
+    fn any_impl(&self, axes: &[isize], keepdim: bool) -> Result<Tensor> {
+        self.try_ne(0)?
+            .try_cast(DType::I64)?
+            .sum_impl(axes, keepdim)?
+            .try_gt(0)
+    }
+
+    /// `all`: every element is nonzero (no elements: true).
+    fn all_impl(&self, axes: &[isize], keepdim: bool) -> Result<Tensor> {
+        self.try_eq(0)?
+            .try_cast(DType::I64)?
+            .sum_impl(axes, keepdim)?
+            .try_eq(0)
+    }
+}
+
+axes_api! {
+    sum, sum_keepdim, try_sum, try_sum_keepdim, Tensor::sum_impl,
+        "Sum over `axes` (integers and bools sum as i64).";
+    prod, prod_keepdim, try_prod, try_prod_keepdim, Tensor::prod_impl,
+        "Product over `axes` (integers and bools multiply as i64).";
+    max, max_keepdim, try_max, try_max_keepdim, Tensor::max_impl,
+        "Maximum over `axes` (NaN propagates); PyTorch's `amax`. For the index too, see [`Tensor::max_dim`].";
+    min, min_keepdim, try_min, try_min_keepdim, Tensor::min_impl,
+        "Minimum over `axes` (NaN propagates); PyTorch's `amin`. For the index too, see [`Tensor::min_dim`].";
+    mean, mean_keepdim, try_mean, try_mean_keepdim, Tensor::mean_impl,
+        "Mean over `axes` (float dtypes; the mean of no elements is NaN).";
+    logsumexp, logsumexp_keepdim, try_logsumexp, try_logsumexp_keepdim, Tensor::logsumexp_impl,
+        "`log Σ exp(x)` over `axes`, computed stably as `m + log Σ exp(x - m)` with `m` the maximum (an all `-inf` row gives `-inf`, as PyTorch).";
+    any, any_keepdim, try_any, try_any_keepdim, Tensor::any_impl,
+        "Whether any element over `axes` is nonzero (bool; NaN counts as nonzero; over no elements, false).";
+    all, all_keepdim, try_all, try_all_keepdim, Tensor::all_impl,
+        "Whether every element over `axes` is nonzero (bool; over no elements, true).";
+}
+
+/// `PyTorch`'s `amax` and `amin` names for [`Tensor::max`] and [`Tensor::min`].
+impl Tensor {
+    /// The same as [`Tensor::max`] (PyTorch's `amax`).
+    #[track_caller]
+    pub fn amax(&self, axes: impl Axes) -> Tensor {
+        self.max(axes)
+    }
+
+    /// The same as [`Tensor::min`] (PyTorch's `amin`).
+    #[track_caller]
+    pub fn amin(&self, axes: impl Axes) -> Tensor {
+        self.min(axes)
+    }
 }
 
 impl Tensor {
-    /// Index (i64) of the largest element along `dim`, or over the flattened tensor when
-    /// `dim` is `None`. Ties go to the first occurrence; a NaN counts as the largest.
+    /// PyTorch's `argmax(dim)`: the i64 index of the largest element along `dim`, or over
+    /// the flattened tensor for `..`. Ties go to the first occurrence; NaN counts as the
+    /// largest.
+    ///
+    /// ```
+    /// use kiln::Tensor;
+    /// let x = Tensor::from_vec(vec![1.0f32, 9.0, 9.0, 2.0], [2, 2]);
+    /// assert_eq!(x.argmax(1).to_vec::<i64>().unwrap(), vec![1, 0]);
+    /// assert_eq!(x.argmax(..).item::<i64>().unwrap(), 1);
+    /// ```
     #[track_caller]
-    pub fn argmax(&self, dim: Option<isize>, keepdim: bool) -> Tensor {
-        unwrap_or_panic(self.try_argmax(dim, keepdim))
+    pub fn argmax(&self, dim: impl Axes) -> Tensor {
+        unwrap_or_panic(self.try_argmax(dim))
+    }
+
+    /// [`Tensor::argmax`] keeping the reduced axis (or every axis, for `..`) with size 1.
+    #[track_caller]
+    pub fn argmax_keepdim(&self, dim: impl Axes) -> Tensor {
+        unwrap_or_panic(self.try_argmax_keepdim(dim))
     }
 
     /// Fallible [`Tensor::argmax`].
-    pub fn try_argmax(&self, dim: Option<isize>, keepdim: bool) -> Result<Tensor> {
-        self.arg_reduce(ReduceOp::ArgMax, dim, keepdim)
+    pub fn try_argmax(&self, dim: impl Axes) -> Result<Tensor> {
+        self.arg_reduce(ReduceOp::ArgMax, self.one_dim("argmax", &dim)?, false)
     }
 
-    /// Index (i64) of the smallest element along `dim` (or overall for `None`).
+    /// Fallible [`Tensor::argmax_keepdim`].
+    pub fn try_argmax_keepdim(&self, dim: impl Axes) -> Result<Tensor> {
+        self.arg_reduce(ReduceOp::ArgMax, self.one_dim("argmax", &dim)?, true)
+    }
+
+    /// PyTorch's `argmin(dim)`: the i64 index of the smallest element (see
+    /// [`Tensor::argmax`]).
     #[track_caller]
-    pub fn argmin(&self, dim: Option<isize>, keepdim: bool) -> Tensor {
-        unwrap_or_panic(self.try_argmin(dim, keepdim))
+    pub fn argmin(&self, dim: impl Axes) -> Tensor {
+        unwrap_or_panic(self.try_argmin(dim))
+    }
+
+    /// [`Tensor::argmin`] keeping the reduced axis with size 1.
+    #[track_caller]
+    pub fn argmin_keepdim(&self, dim: impl Axes) -> Tensor {
+        unwrap_or_panic(self.try_argmin_keepdim(dim))
     }
 
     /// Fallible [`Tensor::argmin`].
-    pub fn try_argmin(&self, dim: Option<isize>, keepdim: bool) -> Result<Tensor> {
-        self.arg_reduce(ReduceOp::ArgMin, dim, keepdim)
+    pub fn try_argmin(&self, dim: impl Axes) -> Result<Tensor> {
+        self.arg_reduce(ReduceOp::ArgMin, self.one_dim("argmin", &dim)?, false)
+    }
+
+    /// Fallible [`Tensor::argmin_keepdim`].
+    pub fn try_argmin_keepdim(&self, dim: impl Axes) -> Result<Tensor> {
+        self.arg_reduce(ReduceOp::ArgMin, self.one_dim("argmin", &dim)?, true)
+    }
+
+    /// One axis, or `None` for `..`; several axes are an error naming `op`.
+    fn one_dim(&self, op: &'static str, dim: &impl Axes) -> Result<Option<isize>> {
+        match axis_list(dim) {
+            None => Ok(None),
+            Some(v) if v.len() == 1 => Ok(Some(v[0])),
+            Some(v) => Err(KilnError::InvalidArgument {
+                op,
+                shape: self.shape.clone(),
+                reason: format!("takes one dimension or `..`, not {v:?}"),
+            }),
+        }
     }
 
     pub(super) fn arg_reduce(
@@ -153,10 +272,10 @@ impl Tensor {
                 self.reduce(op, &[d as isize], keepdim)
             }
             None => {
-                let flat = self.try_reshape(&[self.numel() as isize])?;
+                let flat = self.try_reshape([self.numel() as isize])?;
                 let r = flat.reduce(op, &[0], false)?;
                 if keepdim {
-                    r.try_reshape(&vec![1; self.ndim()])
+                    r.try_reshape(vec![1; self.ndim()])
                 } else {
                     Ok(r)
                 }
@@ -164,18 +283,11 @@ impl Tensor {
         }
     }
 
-    /// Mean over `axes` (float dtypes only).
-    #[track_caller]
-    pub fn mean(&self, axes: &[isize], keepdim: bool) -> Tensor {
-        unwrap_or_panic(self.try_mean(axes, keepdim))
-    }
-
-    /// Fallible [`Tensor::mean`].
-    pub fn try_mean(&self, axes: &[isize], keepdim: bool) -> Result<Tensor> {
+    fn mean_impl(&self, axes: &[isize], keepdim: bool) -> Result<Tensor> {
         self.float_only("mean")?;
         let n = self.reduced_count("mean", axes)?;
         // The mean of no elements is 0 / 0 = NaN, as in PyTorch.
-        self.try_sum(axes, keepdim)?.try_div(n as f64)
+        self.sum_impl(axes, keepdim)?.try_div(n as f64)
     }
 
     fn reduced_count(&self, op: &'static str, axes: &[isize]) -> Result<usize> {
@@ -186,21 +298,43 @@ impl Tensor {
         Ok(a.iter().map(|&d| self.shape[d]).product())
     }
 
-    /// Variance over `axes` with `correction` (1 = sample variance, 0 = population).
+    /// Variance over `axes` with `correction` (1: the sample variance, PyTorch's default;
+    /// 0: the population variance).
+    ///
+    /// ```
+    /// use kiln::Tensor;
+    /// let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], [4]);
+    /// assert_eq!(x.var(.., 1).item::<f32>().unwrap(), 5.0 / 3.0);
+    /// ```
     #[track_caller]
-    pub fn var(&self, axes: &[isize], keepdim: bool, correction: usize) -> Tensor {
-        unwrap_or_panic(self.try_var(axes, keepdim, correction))
+    pub fn var(&self, axes: impl Axes, correction: usize) -> Tensor {
+        unwrap_or_panic(self.try_var(axes, correction))
+    }
+
+    /// [`Tensor::var`] keeping the reduced axes with size 1.
+    #[track_caller]
+    pub fn var_keepdim(&self, axes: impl Axes, correction: usize) -> Tensor {
+        unwrap_or_panic(self.try_var_keepdim(axes, correction))
     }
 
     /// Fallible [`Tensor::var`].
-    pub fn try_var(&self, axes: &[isize], keepdim: bool, correction: usize) -> Result<Tensor> {
+    pub fn try_var(&self, axes: impl Axes, correction: usize) -> Result<Tensor> {
+        self.var_impl(&axis_list(&axes).unwrap_or_default(), false, correction)
+    }
+
+    /// Fallible [`Tensor::var_keepdim`].
+    pub fn try_var_keepdim(&self, axes: impl Axes, correction: usize) -> Result<Tensor> {
+        self.var_impl(&axis_list(&axes).unwrap_or_default(), true, correction)
+    }
+
+    fn var_impl(&self, axes: &[isize], keepdim: bool, correction: usize) -> Result<Tensor> {
         self.float_only("var")?;
         let n = self.reduced_count("var", axes)?;
-        let centered = self.try_sub(&self.try_mean(axes, true)?)?;
+        let centered = self.try_sub(&self.mean_impl(axes, true)?)?;
         let denom = n.saturating_sub(correction) as f64;
         centered
             .try_mul(&centered)?
-            .try_sum(axes, keepdim)?
+            .sum_impl(axes, keepdim)?
             .try_div(denom)
     }
 
@@ -214,46 +348,33 @@ impl Tensor {
     pub fn try_softmax(&self, dim: isize) -> Result<Tensor> {
         if self.ndim() == 0 {
             normalize_axis("softmax", dim, &[1])?;
-            return self.try_reshape(&[1])?.try_softmax(0)?.try_reshape(&[]);
+            return self.try_reshape([1])?.try_softmax(0)?.try_reshape(());
         }
         let x = self.float_input("softmax")?;
         let d = normalize_axis("softmax", dim, &x.shape)? as isize;
         if x.shape[d as usize] == 0 {
             return Ok(x);
         }
-        let e = x.try_sub(&x.try_max(&[d], true)?)?.try_exp()?;
-        e.try_div(&e.try_sum(&[d], true)?)
+        let e = x.try_sub(&x.try_max_keepdim(d)?)?.try_exp()?;
+        e.try_div(&e.try_sum_keepdim(d)?)
     }
 
-    /// `log Σ exp(x)` over `axes`, computed stably as `m + log Σ exp(x - m)` with `m` the
-    /// maximum (an all `-inf` row gives `-inf`, as PyTorch).
-    ///
-    /// ```
-    /// let x = kiln::Tensor::from_vec(vec![0.0f32, 0.0], &[2]);
-    /// assert!((x.logsumexp(&[0], false).item::<f32>().unwrap() - 2f32.ln()).abs() < 1e-6);
-    /// ```
-    #[track_caller]
-    pub fn logsumexp(&self, axes: &[isize], keepdim: bool) -> Tensor {
-        unwrap_or_panic(self.try_logsumexp(axes, keepdim))
-    }
-
-    /// Fallible [`Tensor::logsumexp`].
-    pub fn try_logsumexp(&self, axes: &[isize], keepdim: bool) -> Result<Tensor> {
+    fn logsumexp_impl(&self, axes: &[isize], keepdim: bool) -> Result<Tensor> {
         let x = self.float_input("logsumexp")?;
-        let m = x.try_max(axes, true)?;
+        let m = x.max_impl(axes, true)?;
         // An infinite maximum would make `x - m` NaN: shift by 0 there instead.
         let finite = m.try_abs()?.try_lt(f64::INFINITY)?;
         let shift = Tensor::try_where(&finite, &m, 0.0)?;
         let lse = x
             .try_sub(&shift)?
             .try_exp()?
-            .try_sum(axes, true)?
+            .sum_impl(axes, true)?
             .try_log()?
             .try_add(&shift)?;
         if keepdim {
             return Ok(lse);
         }
-        lse.try_sum(axes, false)
+        lse.sum_impl(axes, false)
     }
 
     /// Log-softmax along `dim`: `x - max - log Σ exp(x - max)`.
@@ -266,15 +387,15 @@ impl Tensor {
     pub fn try_log_softmax(&self, dim: isize) -> Result<Tensor> {
         if self.ndim() == 0 {
             normalize_axis("log_softmax", dim, &[1])?;
-            return self.try_reshape(&[1])?.try_log_softmax(0)?.try_reshape(&[]);
+            return self.try_reshape([1])?.try_log_softmax(0)?.try_reshape(());
         }
         let x = self.float_input("log_softmax")?;
         let d = normalize_axis("log_softmax", dim, &x.shape)? as isize;
         if x.shape[d as usize] == 0 {
             return Ok(x);
         }
-        let shifted = x.try_sub(&x.try_max(&[d], true)?)?;
-        let lse = shifted.try_exp()?.try_sum(&[d], true)?.try_log()?;
+        let shifted = x.try_sub(&x.try_max_keepdim(d)?)?;
+        let lse = shifted.try_exp()?.try_sum_keepdim(d)?.try_log()?;
         shifted.try_sub(&lse)
     }
 
@@ -339,10 +460,10 @@ impl Tensor {
         let x = self.float_input("layer_norm")?;
         let axes: Vec<isize> = ((x.ndim() - k) as isize..x.ndim() as isize).collect();
         let n = numel(normalized_shape) as f64;
-        let centered = x.try_sub(&x.try_sum(&axes, true)?.try_mul(1.0 / n)?)?;
+        let centered = x.try_sub(&x.try_sum_keepdim(&axes)?.try_mul(1.0 / n)?)?;
         let var = centered
             .try_mul(&centered)?
-            .try_sum(&axes, true)?
+            .try_sum_keepdim(&axes)?
             .try_mul(1.0 / n)?;
         let inv_std = var.try_add(eps)?.try_sqrt()?.try_recip()?;
         let mut y = centered.try_mul(&inv_std)?;

@@ -48,7 +48,7 @@ impl Tensor {
         // A 0-d tensor scans as one element (PyTorch accepts dim 0 and -1).
         if self.ndim() == 0 {
             normalize_axis(op.name(), dim, &[1])?;
-            return self.try_reshape(&[1])?.scan(op, 0)?.try_reshape(&[]);
+            return self.try_reshape([1])?.scan(op, 0)?.try_reshape(());
         }
         let axis = normalize_axis(op.name(), dim, self.shape())?;
         let dtype = if self.dtype().is_float() {

@@ -28,9 +28,9 @@ impl Tensor {
         if self.ndim() == 0 {
             normalize_axis("argsort", dim, &[1])?;
             return self
-                .try_reshape(&[1])?
+                .try_reshape([1])?
                 .try_argsort(0, descending)?
-                .try_reshape(&[]);
+                .try_reshape(());
         }
         let axis = normalize_axis("argsort", dim, self.shape())?;
         if self.dtype() == crate::DType::Bool {
@@ -108,7 +108,7 @@ impl Tensor {
         if self.ndim() == 0 {
             return Ok((self.clone(), idx));
         }
-        let idx = idx.try_narrow(dim, 0, k as isize, 1)?;
+        let idx = idx.try_narrow(dim, 0, k)?;
         Ok((self.try_gather(dim, &idx)?, idx))
     }
 

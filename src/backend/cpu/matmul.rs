@@ -532,12 +532,12 @@ mod tests {
     #[test]
     fn half_products_match_the_rounded_f32_product_for_every_layout() {
         for (dtype, ulp) in [(DType::F16, 2f32.powi(-10)), (DType::BF16, 2f32.powi(-7))] {
-            let a = Tensor::try_randn(&[37, 53], 1, dtype).unwrap();
-            let b = Tensor::try_randn(&[53, 29], 2, dtype).unwrap();
-            let at = Tensor::try_randn(&[53, 37], 3, dtype).unwrap();
-            let bt = Tensor::try_randn(&[29, 53], 4, dtype).unwrap();
-            let wide = Tensor::try_randn(&[37, 106], 5, dtype).unwrap();
-            let batch = Tensor::try_randn(&[3, 37, 53], 6, dtype).unwrap();
+            let a = Tensor::try_randn([37, 53], 1, dtype).unwrap();
+            let b = Tensor::try_randn([53, 29], 2, dtype).unwrap();
+            let at = Tensor::try_randn([53, 37], 3, dtype).unwrap();
+            let bt = Tensor::try_randn([29, 53], 4, dtype).unwrap();
+            let wide = Tensor::try_randn([37, 106], 5, dtype).unwrap();
+            let batch = Tensor::try_randn([3, 37, 53], 6, dtype).unwrap();
             // Realized first, so the products read them through strided views.
             for t in [&a, &b, &at, &bt, &wide, &batch] {
                 t.realize().unwrap();
@@ -550,7 +550,7 @@ mod tests {
                 (
                     "a[:, ::2]@flip(b)",
                     wide.slice(&[(0, 37, 1), (0, 106, 2)]),
-                    b.flip(&[0]),
+                    b.flip([0]),
                 ),
                 ("batched", batch, b.clone()),
             ];
@@ -584,12 +584,12 @@ mod tests {
     /// (at least 16 output rows; sizes that leave partial 16×16 tiles).
     #[test]
     fn f32_products_with_column_major_right_operands() {
-        let a = Tensor::randn(&[37, 53], 1);
-        let at = Tensor::randn(&[53, 37], 2);
-        let bt = Tensor::randn(&[29, 53], 3);
-        let wide = Tensor::randn(&[58, 53], 4);
-        let batch = Tensor::randn(&[3, 37, 53], 5);
-        let btt = Tensor::randn(&[3, 29, 53], 6);
+        let a = Tensor::randn_seeded([37, 53], 1);
+        let at = Tensor::randn_seeded([53, 37], 2);
+        let bt = Tensor::randn_seeded([29, 53], 3);
+        let wide = Tensor::randn_seeded([58, 53], 4);
+        let batch = Tensor::randn_seeded([3, 37, 53], 5);
+        let btt = Tensor::randn_seeded([3, 29, 53], 6);
         for t in [&a, &at, &bt, &wide, &batch, &btt] {
             t.realize().unwrap();
         }
@@ -601,7 +601,7 @@ mod tests {
                 a.clone(),
                 wide.t().slice(&[(0, 53, 1), (0, 58, 2)]),
             ),
-            ("a@flip(b.t())", a.clone(), bt.t().flip(&[1])),
+            ("a@flip(b.t())", a.clone(), bt.t().flip([1])),
             ("batch@b.t()", batch.clone(), bt.t()),
             ("batch@batch.t()", batch, btt.transpose(1, 2)),
         ];
@@ -614,11 +614,11 @@ mod tests {
     #[test]
     fn empty_and_zero_depth_half_products() {
         for dtype in [DType::F16, DType::BF16] {
-            let a = Tensor::zeros(&[4, 0], dtype);
-            let b = Tensor::zeros(&[0, 3], dtype);
+            let a = Tensor::zeros_dtype([4, 0], dtype);
+            let b = Tensor::zeros_dtype([0, 3], dtype);
             let c = a.matmul(&b).cast(DType::F32).to_vec::<f32>().unwrap();
             assert_eq!(c, vec![0.0; 12]);
-            let e = Tensor::zeros(&[0, 5], dtype).matmul(&Tensor::zeros(&[5, 3], dtype));
+            let e = Tensor::zeros_dtype([0, 5], dtype).matmul(&Tensor::zeros_dtype([5, 3], dtype));
             assert!(e.cast(DType::F32).to_vec::<f32>().unwrap().is_empty());
         }
     }

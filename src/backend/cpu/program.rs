@@ -658,7 +658,7 @@ mod tests {
 
     #[test]
     fn softmax_saves_exp_for_the_final_pass() {
-        let x = Tensor::try_rand(&[8, 64], 1, DType::F32).expect("rand");
+        let x = Tensor::try_rand([8, 64], 1, DType::F32).expect("rand");
         let p = program_of(&x.softmax(-1));
         assert_eq!(p.strategy, Strategy::ReduceInner);
         assert_eq!(p.n_reuse, 1);
@@ -692,7 +692,7 @@ mod tests {
     #[test]
     fn cheap_values_are_recomputed_not_saved() {
         // layer_norm's passes share only `x - mean`: cheaper to recompute than to save.
-        let x = Tensor::try_rand(&[8, 64], 2, DType::F32).expect("rand");
+        let x = Tensor::try_rand([8, 64], 2, DType::F32).expect("rand");
         let p = program_of(&x.layer_norm(&[64], None, None, 1e-5));
         assert_eq!(p.n_reuse, 0);
         assert!(
