@@ -5,11 +5,12 @@
 //! the buffers with their sizes and lifetimes, and the kernel count.
 
 use crate::dtype::Scalar;
-use crate::graph::{Graph, NodeKey, Op};
+use crate::graph::{Graph, NodeKey, Op, Origin};
 use crate::kernel::{BufferRef, Step};
 use crate::kernel::{IrOp, Kernel, Level};
+use crate::ops::Generator;
 use crate::plan::{Plan, PlanOp};
-use crate::shape::View;
+use crate::shape::{Movement, View};
 use std::collections::HashMap;
 use std::fmt::Write;
 
@@ -42,40 +43,123 @@ pub fn fmt_view(v: &View) -> String {
     s
 }
 
-fn node_ids(g: &Graph, targets: &[NodeKey]) -> (Vec<NodeKey>, HashMap<NodeKey, usize>) {
-    let order = g.lazy_subgraph(targets).unwrap_or_default();
-    let ids = order.iter().enumerate().map(|(i, &k)| (k, i)).collect();
-    (order, ids)
+/// A movement op in kiln's words: `permute [1, 0]`, `slice [0:4:2, :]`, `pad [(1, 1)] with 0`.
+pub fn fmt_movement(m: &Movement) -> String {
+    match m {
+        Movement::Reshape(s) => format!("reshape {s:?}"),
+        Movement::Permute(p) => format!("permute {p:?}"),
+        Movement::Expand(s) => format!("expand {s:?}"),
+        Movement::Slice(r) => {
+            let parts: Vec<String> = r
+                .iter()
+                .map(|r| match r.step {
+                    1 => format!("{}:{}", r.start, r.end),
+                    st => format!("{}:{}:{st}", r.start, r.end),
+                })
+                .collect();
+            format!("slice [{}]", parts.join(", "))
+        }
+        Movement::Pad { pads, value } => format!("pad {pads:?} with {value}"),
+        Movement::Flip(a) => format!("flip {a:?}"),
+    }
 }
 
-/// The lazy graph behind `targets` as text, one node per line, inputs first.
-pub fn graph_text(g: &Graph, targets: &[NodeKey]) -> String {
-    let (order, ids) = node_ids(g, targets);
-    let mut s = format!("lazy graph: {} nodes\n", order.len());
-    for k in &order {
-        let Ok(n) = g.node(*k) else { continue };
+/// A generator in kiln's words: `full 1.5`, `arange 0 step 1`, `randn seed 7`.
+pub fn fmt_generator(g: &Generator) -> String {
+    match g {
+        Generator::Full(v) => format!("full {v}"),
+        Generator::Arange { start, step } => format!("arange {start} step {step}"),
+        Generator::Rand { seed } => format!("rand seed {seed}"),
+        Generator::Randn { seed } => format!("randn seed {seed}"),
+    }
+}
+
+/// Where an input's data came from.
+fn fmt_origin(o: &Origin) -> String {
+    match o {
+        Origin::Data => "data from the program".into(),
+        Origin::Realized(op) => format!("realized earlier as {op}"),
+        Origin::Recorded => "realized".into(),
+    }
+}
+
+/// The nodes a dump lists, inputs first, with their printed ids. Constants (`full` nodes
+/// that are not targets) are not listed: their users print the value in their place.
+struct Listing {
+    order: Vec<NodeKey>,
+    ids: HashMap<NodeKey, usize>,
+    constants: HashMap<NodeKey, Scalar>,
+}
+
+fn listing(g: &Graph, targets: &[NodeKey]) -> Listing {
+    let all = g.lazy_subgraph(targets).unwrap_or_default();
+    let mut constants = HashMap::new();
+    let mut order = vec![];
+    for k in all {
+        match g.node(k).map(|n| &n.op) {
+            Ok(Op::Generate(Generator::Full(v))) if !targets.contains(&k) => {
+                constants.insert(k, *v);
+            }
+            _ => order.push(k),
+        }
+    }
+    let ids = order.iter().enumerate().map(|(i, &k)| (k, i)).collect();
+    Listing {
+        order,
+        ids,
+        constants,
+    }
+}
+
+impl Listing {
+    /// An operand as printed: `%3`, or a constant's value.
+    fn operand(&self, k: &NodeKey) -> String {
+        match (self.ids.get(k), self.constants.get(k)) {
+            (Some(i), _) => format!("%{i}"),
+            (None, Some(v)) => v.to_string(),
+            (None, None) => "?".into(),
+        }
+    }
+
+    /// A node's op and arguments: `mul(%1, 1.5)`, `permute [1, 0] (%0)`, `input`.
+    fn describe(&self, g: &Graph, k: NodeKey) -> String {
+        let Ok(n) = g.node(k) else {
+            return "?".into();
+        };
         let ins: Vec<String> = g
-            .inputs(*k)
+            .inputs(k)
             .unwrap_or_default()
             .iter()
-            .map(|i| format!("%{}", ids.get(i).copied().unwrap_or(usize::MAX)))
+            .map(|i| self.operand(i))
             .collect();
-        let extra = match &n.op {
-            Op::Buffer => " (realized)".to_string(),
-            Op::Movement(m) => format!(" {m:?}"),
-            Op::Generate(gen_) => format!(" {gen_:?}"),
-            _ => String::new(),
-        };
+        match &n.op {
+            Op::Buffer => format!("input, {}", fmt_origin(&n.origin)),
+            Op::Generate(gen_) => fmt_generator(gen_),
+            Op::Movement(m) => format!("{} ({})", fmt_movement(m), ins.join(", ")),
+            op => format!("{}({})", op.name(), ins.join(", ")),
+        }
+    }
+}
+
+/// The lazy graph behind `targets` as text, one node per line, inputs first; constants
+/// print as values where they are used, realized targets are marked.
+pub fn graph_text(g: &Graph, targets: &[NodeKey]) -> String {
+    let l = listing(g, targets);
+    let mut s = format!("lazy graph: {} nodes", l.order.len());
+    if !l.constants.is_empty() {
+        let _ = write!(s, " (+{} constants shown inline)", l.constants.len());
+    }
+    s.push('\n');
+    for &k in &l.order {
+        let Ok(n) = g.node(k) else { continue };
         let _ = writeln!(
             s,
-            "  %{} = {}({}) : {:?} {}{}{}",
-            ids[k],
-            n.op.name(),
-            ins.join(", "),
+            "  %{} = {} : {:?} {}{}",
+            l.ids[&k],
+            l.describe(g, k),
             n.shape,
             n.dtype,
-            extra,
-            if targets.contains(k) {
+            if targets.contains(&k) {
                 "  <- target"
             } else {
                 ""
@@ -85,29 +169,43 @@ pub fn graph_text(g: &Graph, targets: &[NodeKey]) -> String {
     s
 }
 
-/// The lazy graph behind `targets` as Graphviz DOT.
+/// Escapes text for a DOT label.
+fn dot_escape(s: &str) -> String {
+    s.replace('\\', "\\\\").replace('"', "\\\"")
+}
+
+/// The lazy graph behind `targets` as Graphviz DOT: inputs are boxes, movement ops notes,
+/// targets drawn with a double outline; constants are folded into their users' labels.
 pub fn graph_dot(g: &Graph, targets: &[NodeKey]) -> String {
-    let (order, ids) = node_ids(g, targets);
+    let l = listing(g, targets);
     let mut s = String::from("digraph lazy {\n  rankdir=TB;\n  node [fontname=monospace];\n");
-    for k in &order {
-        let Ok(n) = g.node(*k) else { continue };
+    for &k in &l.order {
+        let Ok(n) = g.node(k) else { continue };
         let shape = match n.op {
             Op::Buffer => "box",
             Op::Movement(_) => "note",
             _ => "ellipse",
         };
-        let _ = writeln!(
-            s,
-            "  n{} [shape={shape}, label=\"%{} {}\\n{:?} {}\"];",
-            ids[k],
-            ids[k],
-            n.op.name(),
+        let target = if targets.contains(&k) {
+            ", peripheries=2, style=bold"
+        } else {
+            ""
+        };
+        let label = format!(
+            "%{} {}\\n{:?} {}",
+            l.ids[&k],
+            dot_escape(&l.describe(g, k)),
             n.shape,
             n.dtype
         );
-        for (pos, i) in g.inputs(*k).unwrap_or_default().iter().enumerate() {
-            if let Some(src) = ids.get(i) {
-                let _ = writeln!(s, "  n{src} -> n{} [label=\"{pos}\"];", ids[k]);
+        let _ = writeln!(
+            s,
+            "  n{} [shape={shape}{target}, label=\"{label}\"];",
+            l.ids[&k]
+        );
+        for (pos, i) in g.inputs(k).unwrap_or_default().iter().enumerate() {
+            if let Some(src) = l.ids.get(i) {
+                let _ = writeln!(s, "  n{src} -> n{} [label=\"{pos}\"];", l.ids[&k]);
             }
         }
     }

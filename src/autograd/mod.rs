@@ -201,14 +201,20 @@ impl Tensor {
         let _guard = NoGradGuard::new();
         let realized = graph::with_graph(|g| {
             g.node(self.node_key()).ok().and_then(|n| match n.op {
-                Op::Buffer => n.buffer.clone(),
+                Op::Buffer => n.buffer.clone().map(|b| (b, n.origin.clone())),
                 _ => None,
             })
         });
         match realized {
-            Some(buf) => {
+            Some((buf, origin)) => {
                 let key = graph::with_graph(|g| {
-                    g.add_buffer(buf, self.shape().to_vec(), self.dtype(), self.device())
+                    g.add_buffer(
+                        buf,
+                        self.shape().to_vec(),
+                        self.dtype(),
+                        self.device(),
+                        origin,
+                    )
                 });
                 Tensor::wrap(key, self.shape().to_vec(), self.dtype(), self.device())
             }

@@ -38,7 +38,20 @@ pub struct Node {
     pub version: u64,
     /// Gradient tracking, when the node requires grad.
     pub autograd: Option<Box<Autograd>>,
+    /// Where a buffer node's data came from (for dumps).
+    pub origin: Origin,
     handles: usize,
+}
+
+/// Where a node's value comes from, as dumps tell it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origin {
+    /// Computed by its op when realized.
+    Recorded,
+    /// Data handed in by the program (`from_vec`, a file load).
+    Data,
+    /// The result of an earlier realize; holds what the node computed (`"add"`, `"matmul"`).
+    Realized(String),
 }
 
 /// How a value that requires grad was computed.
@@ -135,6 +148,7 @@ impl Graph {
             dtype,
             device,
             buffer: None,
+            origin: Origin::Recorded,
             version: 0,
             autograd,
             handles: 1,
@@ -153,11 +167,13 @@ impl Graph {
         shape: Vec<usize>,
         dtype: DType,
         device: Device,
+        origin: Origin,
     ) -> NodeKey {
         let key = self.insert(Op::Buffer, &[], shape, dtype, device);
         let n = &mut self.dag[self.keys[key]];
         n.version = buffer.version();
         n.buffer = Some(buffer);
+        n.origin = origin;
         key
     }
 
@@ -226,6 +242,9 @@ impl Graph {
     pub fn set_realized(&mut self, key: NodeKey, buffer: Arc<Buffer>) -> Result<()> {
         let idx = self.index(key)?;
         let n = &mut self.dag[idx];
+        if n.op != Op::Buffer {
+            n.origin = Origin::Realized(n.op.name());
+        }
         n.op = Op::Buffer;
         n.version = buffer.version();
         n.buffer = Some(buffer);

@@ -73,8 +73,15 @@ impl Tensor {
             // nothing else references yet; the source slice cannot overlap it.
             unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf.host_ptr(), bytes.len()) };
         }
-        let key =
-            graph::with_graph(|g| g.add_buffer(Arc::new(buf), shape.to_vec(), dtype, Device::Cpu));
+        let key = graph::with_graph(|g| {
+            g.add_buffer(
+                Arc::new(buf),
+                shape.to_vec(),
+                dtype,
+                Device::Cpu,
+                graph::Origin::Data,
+            )
+        });
         Ok(Tensor::from_node(key, shape.to_vec(), dtype, Device::Cpu))
     }
 
