@@ -97,6 +97,11 @@ pub enum KilnError {
         index: i64,
         size: usize,
     },
+    /// An in-place update would write a buffer that a slice from `as_slice` still borrows.
+    #[error(
+        "{op}: {detail} is borrowed by `as_slice`; drop the slice guard before updating it in place"
+    )]
+    Borrowed { op: &'static str, detail: String },
     /// Reading or writing a file failed.
     #[error("{op}: {path}: {message}")]
     Io {

@@ -58,5 +58,6 @@ pub use plan::{Plan, RealizeOptions};
 pub use random::manual_seed;
 pub use shape::{Axes, ShapeLike};
 pub use tensor::{
-    Operand, RealizeReport, ScalarOperand, Tensor, plan_all, realize_all, realize_all_with,
+    Operand, RealizeReport, ScalarOperand, SliceGuard, Tensor, plan_all, realize_all,
+    realize_all_with,
 };

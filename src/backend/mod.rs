@@ -68,6 +68,21 @@ pub fn run_program(
             params.len()
         )));
     }
+    // In-place writes into a buffer that a host slice borrows are refused before anything
+    // runs, so a refused program leaves every buffer as it was.
+    for spec in &program.buffers {
+        if let Some(b) = spec.input.and_then(|slot| inputs.get(slot))
+            && b.is_borrowed()
+        {
+            return Err(KilnError::Borrowed {
+                op: "realize",
+                detail: format!(
+                    "an in-place update writes a {}-byte buffer that",
+                    b.len_bytes()
+                ),
+            });
+        }
+    }
     let mut bufs: ProgramOutputs = vec![None; program.buffers.len()];
     let profile = debug_level() >= 2;
     for (step_idx, step) in program.steps.iter().enumerate() {

@@ -24,6 +24,22 @@ impl<D: DeviceMemory> BlockOwner for CachingAllocator<D> {
     }
 }
 
+/// The owner of a vector adopted by [`Buffer::from_vec`]: releasing the block drops it.
+struct AdoptedVec {
+    data: std::sync::Mutex<Option<Box<dyn Send>>>,
+}
+
+impl BlockOwner for AdoptedVec {
+    fn release(&self, _block: Block) {
+        let mut data = self.data.lock().unwrap_or_else(|e| e.into_inner());
+        drop(data.take());
+    }
+
+    fn device(&self) -> Device {
+        Device::Cpu
+    }
+}
+
 /// A block of memory owned by a tensor's storage; returns the block to its owner on drop.
 ///
 /// Usually shared as `Arc<Buffer>`. `Buffer` is `Send + Sync` and never hands out `&mut`
@@ -38,6 +54,9 @@ pub struct Buffer {
     /// Bumped by every in-place write: a reader that recorded an older version reads a value
     /// that no longer exists (and is refused).
     version: std::sync::atomic::AtomicU64,
+    /// Live host slices borrowed from the buffer (`Tensor::as_slice`): while any exists, no
+    /// kernel may write it.
+    borrows: std::sync::atomic::AtomicUsize,
 }
 
 impl Buffer {
@@ -47,7 +66,45 @@ impl Buffer {
             block: Some(block),
             owner,
             version: std::sync::atomic::AtomicU64::new(0),
+            borrows: std::sync::atomic::AtomicUsize::new(0),
         }
+    }
+
+    /// Adopts a vector's memory as a host buffer without copying: the vector is dropped when
+    /// the buffer is (the allocator never sees this memory).
+    pub fn from_vec<T: Send + 'static>(data: Vec<T>) -> Self {
+        let bytes = std::mem::size_of_val(data.as_slice());
+        // Exposed so that `host_ptr` can recover a pointer with this allocation's provenance.
+        let addr = data.as_ptr().expose_provenance() as u64;
+        let block = Block {
+            addr,
+            // Only the initialized elements: `capacity_bytes` promises initialized memory.
+            size: bytes,
+            requested: bytes,
+        };
+        Self::new(
+            block,
+            Arc::new(AdoptedVec {
+                data: std::sync::Mutex::new(Some(Box::new(data))),
+            }),
+        )
+    }
+
+    /// Records a live borrow of the host memory (see [`Buffer::is_borrowed`]).
+    pub fn borrow(&self) {
+        self.borrows
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    /// Ends a borrow recorded by [`Buffer::borrow`].
+    pub fn unborrow(&self) {
+        self.borrows
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    /// True while a slice borrowed from this buffer is alive: in-place writes are refused.
+    pub fn is_borrowed(&self) -> bool {
+        self.borrows.load(std::sync::atomic::Ordering::Acquire) > 0
     }
 
     /// How many in-place writes the buffer has seen.

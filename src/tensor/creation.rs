@@ -11,7 +11,8 @@ use crate::shape::{ShapeLike, check_shape};
 use std::sync::Arc;
 
 impl Tensor {
-    /// A tensor holding `data` (row-major) with `shape`.
+    /// A tensor holding `data` (row-major) with `shape`. The vector's memory becomes the
+    /// tensor's buffer without a copy.
     ///
     /// ```
     /// let t = kiln::Tensor::from_vec(vec![1i32, 2, 3, 4], &[2, 2]);
@@ -24,7 +25,33 @@ impl Tensor {
 
     /// Like [`Tensor::from_vec`], returning an error when `data` does not fill `shape`.
     pub fn try_from_vec<T: Element>(data: Vec<T>, shape: impl ShapeLike) -> Result<Tensor> {
-        Self::try_from_slice(&data, shape)
+        let shape = shape.dims();
+        let n = check_shape("from_vec", &shape, T::DTYPE)?;
+        if data.len() != n {
+            return Err(KilnError::DataLength {
+                op: "from_vec",
+                len: data.len(),
+                shape,
+                numel: n,
+            });
+        }
+        if cfg!(target_endian = "big") {
+            // Buffers hold little-endian bytes: convert through a copy.
+            return Self::try_from_slice(&data, shape);
+        }
+        // The vector becomes the tensor's buffer: no copy (its memory is freed when the
+        // last tensor reading it is gone).
+        let buf = memory::Buffer::from_vec(data);
+        let key = graph::with_graph(|g| {
+            g.add_buffer(
+                Arc::new(buf),
+                shape.clone(),
+                T::DTYPE,
+                Device::Cpu,
+                graph::Origin::Data,
+            )
+        });
+        Ok(Tensor::from_node(key, shape, T::DTYPE, Device::Cpu))
     }
 
     /// A tensor copied from a slice.

@@ -52,6 +52,18 @@ impl Tensor {
                 ),
             });
         }
+        let borrowed = graph::with_graph(|g| {
+            g.node(self.key)
+                .ok()
+                .and_then(|n| n.buffer.as_ref().map(|b| b.is_borrowed()))
+                .unwrap_or(false)
+        });
+        if borrowed {
+            return Err(KilnError::Borrowed {
+                op,
+                detail: format!("the buffer of this {:?} {} tensor", self.shape, self.dtype),
+            });
+        }
         let value = value.try_cast(self.dtype)?;
         graph::with_graph(|g| {
             let old = g.begin_inplace(self.key)?;

@@ -28,6 +28,7 @@ use crate::device::Device;
 use crate::dtype::{DType, Element};
 use crate::error::{KilnError, Result};
 use crate::graph::{self, NodeKey, Op};
+use std::sync::Arc;
 
 /// A lazily evaluated n-dimensional array.
 ///
@@ -156,6 +157,50 @@ impl Tensor {
             .ok_or_else(|| KilnError::internal("item(): empty read-back"))
     }
 
+    /// Borrows the data of a CPU tensor whose dtype is `T`, without copying: realizes it
+    /// first if needed (a view of a realized tensor is copied once into a buffer of its
+    /// own). While the returned guard lives, in-place updates of the tensor are refused
+    /// with [`KilnError::Borrowed`]; the guard keeps the memory alive even if the tensor is
+    /// dropped.
+    ///
+    /// ```
+    /// let x = kiln::Tensor::from_vec(vec![1.0f32, 2.0, 3.0], [3]);
+    /// let s = x.as_slice::<f32>().unwrap();
+    /// assert_eq!(&*s, &[1.0, 2.0, 3.0]);
+    /// assert!(x.try_add_(1.0).is_err()); // borrowed
+    /// drop(s);
+    /// x.add_(1.0);
+    /// ```
+    pub fn as_slice<T: Element>(&self) -> Result<SliceGuard<T>> {
+        if T::DTYPE != self.dtype {
+            return Err(KilnError::DTypeMismatch {
+                op: "as_slice",
+                lhs: self.dtype,
+                rhs: T::DTYPE,
+            });
+        }
+        if self.device != Device::Cpu {
+            return Err(KilnError::DeviceMismatch {
+                op: "as_slice",
+                lhs: self.device,
+                rhs: Device::Cpu,
+            });
+        }
+        self.realize()?;
+        let buf = graph::with_graph(|g| g.node(self.key).map(|n| n.buffer.clone()))?
+            .ok_or_else(|| KilnError::internal("realized node has no buffer"))?;
+        let len = self.numel();
+        if buf.len_bytes() < len * std::mem::size_of::<T>() || buf.device() != Device::Cpu {
+            return Err(KilnError::internal("buffer shorter than its tensor"));
+        }
+        buf.borrow();
+        Ok(SliceGuard {
+            buf,
+            len,
+            _t: std::marker::PhantomData,
+        })
+    }
+
     /// Realizes (if needed) and returns the raw little-endian bytes, row-major.
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
         let t = if self.device == Device::Cpu {
@@ -178,6 +223,44 @@ impl Tensor {
             unsafe { std::ptr::copy_nonoverlapping(buf.host_ptr(), out.as_mut_ptr(), len) };
         }
         Ok(out)
+    }
+}
+
+/// A borrowed view of a realized CPU tensor's data (from [`Tensor::as_slice`]); derefs to
+/// `&[T]`. In-place updates of the tensor are refused while it lives.
+pub struct SliceGuard<T: Element> {
+    buf: Arc<crate::memory::Buffer>,
+    len: usize,
+    _t: std::marker::PhantomData<T>,
+}
+
+impl<T: Element> std::ops::Deref for SliceGuard<T> {
+    type Target = [T];
+
+    fn deref(&self) -> &[T] {
+        if self.len == 0 {
+            return &[];
+        }
+        // SAFETY: the buffer is a host allocation of at least `len * size_of::<T>()`
+        // initialized bytes (checked when the guard was made), aligned for `T` (the
+        // allocator aligns blocks to 64 bytes; an adopted vector was a `Vec<T>` of this
+        // dtype, whose element type has this alignment); the `Arc` keeps it alive; and no
+        // kernel writes it while the guard lives: the only writes into an existing buffer
+        // are in-place updates, which check the borrow count first (when recorded and
+        // before a program runs).
+        unsafe { std::slice::from_raw_parts(self.buf.host_ptr() as *const T, self.len) }
+    }
+}
+
+impl<T: Element> std::fmt::Debug for SliceGuard<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl<T: Element> Drop for SliceGuard<T> {
+    fn drop(&mut self) {
+        self.buf.unborrow();
     }
 }
 
