@@ -98,6 +98,66 @@ __device__ __forceinline__ double kiln_sigmoid(double x) {
     const double e = exp(x);
     return e / (1.0 + e);
 }
+// PyTorch's softplus (beta 1, threshold 20): x above 20, else ln(1 + e^x) without overflow.
+__device__ __forceinline__ float kiln_softplus(float x) {
+    return x > 20.0f ? x : (x > 0.0f ? x + log1pf(expf(-x)) : log1pf(expf(x)));
+}
+__device__ __forceinline__ double kiln_softplus(double x) {
+    return x > 20.0 ? x : (x > 0.0 ? x + log1p(exp(-x)) : log1p(exp(x)));
+}
+// SiLU x * sigmoid(x); NaN at -inf (-inf * 0), as PyTorch's x / (1 + e^-x).
+__device__ __forceinline__ float kiln_silu(float x) { return x * kiln_sigmoid(x); }
+__device__ __forceinline__ double kiln_silu(double x) { return x * kiln_sigmoid(x); }
+// Integer fmod, remainder and floor division: 0 for a zero divisor (kiln's choice, see
+// docs/semantics.md), MIN % -1 = 0 and MIN // -1 = MIN (wrapping, never undefined).
+template <typename T> __device__ __forceinline__ bool kiln_is_minus_one(T b) {
+    return (T)-1 < (T)0 && b == (T)-1;
+}
+template <typename T> __device__ __forceinline__ T kiln_ifmod(T a, T b) {
+    return (b == (T)0 || kiln_is_minus_one(b)) ? (T)0 : (T)(a % b);
+}
+template <typename T> __device__ __forceinline__ T kiln_iremainder(T a, T b) {
+    T r = kiln_ifmod(a, b);
+    return (r != (T)0 && ((r < (T)0) != (b < (T)0))) ? (T)(r + b) : r;
+}
+template <typename T> __device__ __forceinline__ T kiln_ifloor_divide(T a, T b) {
+    if (b == (T)0) return (T)0;
+    if (kiln_is_minus_one(b)) return kiln_sub((T)0, a);
+    T q = (T)(a / b);
+    return (a % b != (T)0 && ((a < (T)0) != (b < (T)0))) ? (T)(q - (T)1) : q;
+}
+// Float remainder (Python's %): fmod, plus b where the signs differ.
+__device__ __forceinline__ float kiln_fremainder(float a, float b) {
+    float m = fmodf(a, b);
+    return (m != 0.0f && ((b < 0.0f) != (m < 0.0f))) ? m + b : m;
+}
+__device__ __forceinline__ double kiln_fremainder(double a, double b) {
+    double m = fmod(a, b);
+    return (m != 0.0 && ((b < 0.0) != (m < 0.0))) ? m + b : m;
+}
+// Float floor division, PyTorch's algorithm step for step (so 1 // 0.1 = 9).
+__device__ __forceinline__ float kiln_ffloor_divide(float a, float b) {
+    if (b == 0.0f) return a / b;
+    float m = fmodf(a, b);
+    float div = (a - m) / b;
+    if (m != 0.0f && ((b < 0.0f) != (m < 0.0f))) div -= 1.0f;
+    if (div != 0.0f) {
+        float f = floorf(div);
+        return div - f > 0.5f ? f + 1.0f : f;
+    }
+    return copysignf(0.0f, a / b);
+}
+__device__ __forceinline__ double kiln_ffloor_divide(double a, double b) {
+    if (b == 0.0) return a / b;
+    double m = fmod(a, b);
+    double div = (a - m) / b;
+    if (m != 0.0 && ((b < 0.0) != (m < 0.0))) div -= 1.0;
+    if (div != 0.0) {
+        double f = floor(div);
+        return div - f > 0.5 ? f + 1.0 : f;
+    }
+    return copysign(0.0, a / b);
+}
 // Exact GELU through erfc (accurate for negative x); -0 at -inf, its limit (not -inf * 0).
 __device__ __forceinline__ float kiln_gelu(float x) { return isinf(x) && x < 0.0f ? -0.0f : 0.5f * x * erfcf(-x * 0.70710678118654752f); }
 __device__ __forceinline__ double kiln_gelu(double x) { return isinf(x) && x < 0.0 ? -0.0 : 0.5 * x * erfc(-x * 0.70710678118654752); }

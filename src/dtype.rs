@@ -6,13 +6,21 @@ use std::fmt;
 /// The element type of a tensor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum DType {
+    /// Boolean, one byte per element (0 or 1).
     Bool,
+    /// Unsigned 8-bit integer.
     U8,
+    /// Signed 32-bit integer.
     I32,
+    /// Signed 64-bit integer (the dtype of indices).
     I64,
+    /// IEEE 754 half precision (computed in f32).
     F16,
+    /// bfloat16: f32's exponent range with an 8-bit significand (computed in f32).
     BF16,
+    /// IEEE 754 single precision.
     F32,
+    /// IEEE 754 double precision.
     F64,
 }
 
@@ -154,10 +162,15 @@ impl fmt::Display for DType {
 /// The register type a backend computes a dtype in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ComputeType {
+    /// `u8`: bool and u8.
     U8,
+    /// `i32`.
     I32,
+    /// `i64`.
     I64,
+    /// `f32`: f32, f16 and bf16.
     F32,
+    /// `f64`.
     F64,
 }
 
@@ -167,8 +180,11 @@ pub enum ComputeType {
 /// constants structurally.
 #[derive(Debug, Clone, Copy)]
 pub enum Scalar {
+    /// A boolean.
     Bool(bool),
+    /// An integer.
     Int(i64),
+    /// A floating-point number.
     Float(f64),
 }
 

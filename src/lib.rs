@@ -21,6 +21,8 @@
 //! views, fusion, schedule, memory plan, lowering) → [`kernel`] (IR) → [`backend`] →
 //! [`memory`] (buffers, allocators).
 
+#![warn(missing_docs)]
+
 pub mod autograd;
 pub mod backend;
 pub mod device;
@@ -46,6 +48,11 @@ pub mod tensor;
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
 
+/// `docs/api.md`'s examples (one per op family), compiled and run as doctests.
+#[doc = include_str!("../docs/api.md")]
+#[cfg(doctest)]
+pub struct ApiDoctests;
+
 pub use autograd::{NoGradGuard, no_grad};
 pub use device::Device;
 pub use dtype::{DType, Element, Scalar};
@@ -53,6 +60,9 @@ pub use error::{KilnError, Result};
 /// The half-precision element types of `DType::F16` and `DType::BF16` (from the `half` crate),
 /// so `from_vec(vec![f16::from_f32(1.0)], [1])` needs no extra dependency.
 pub use half::{bf16, f16};
+/// Named tensors in the safetensors format (`kiln::safetensors::{save, load}`); the same
+/// module checkpoints use.
+pub use io::safetensors;
 pub use plan::cache::{CacheStats, cache_stats, clear_cache};
 pub use plan::{Plan, RealizeOptions};
 pub use random::manual_seed;

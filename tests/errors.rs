@@ -980,6 +980,42 @@ fn where_with_incompatible_shapes() {
     mentions(&e, &["where", "[5]", "[3]"]);
 }
 
+#[test]
+fn masked_fill_with_an_incompatible_mask() {
+    let x = f32s(&[2, 3]);
+    let m = Tensor::from_vec(vec![true, false], [2]);
+    let e = err(|| x.try_masked_fill(&m, 1.0));
+    assert!(
+        matches!(&e, KilnError::ShapeMismatch { op: "masked_fill", lhs, rhs, .. }
+            if lhs == &[2, 3] && rhs == &[2]),
+        "{e:?}"
+    );
+    mentions(&e, &["masked_fill", "[2, 3]", "[2]"]);
+    same_panic(&e, || x.masked_fill(&m, 1.0));
+    // A mask of the wrong dtype.
+    let e = err(|| x.try_masked_fill(&f32s(&[3]), 1.0));
+    assert!(
+        matches!(
+            &e,
+            KilnError::UnsupportedDType {
+                op: "masked_fill",
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    // As PyTorch's out-of-place form, a mask with more dimensions (or size-1 dimensions of
+    // the tensor against a longer mask) broadcasts the result.
+    let x = Tensor::from_vec(vec![0.0f32, 1.0], [2, 1]);
+    let m = Tensor::from_vec(vec![true, false, true], [1, 1, 3]);
+    let y = x.masked_fill(&m, 7.0);
+    assert_eq!(y.shape(), &[1, 2, 3]);
+    assert_eq!(
+        y.to_vec::<f32>().unwrap(),
+        vec![7.0, 0.0, 7.0, 7.0, 1.0, 7.0]
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // After errors
 // ---------------------------------------------------------------------------------------------

@@ -498,6 +498,18 @@ fn unary(t: &Tensor, u: UnaryOp) -> kiln::Result<Tensor> {
         UnaryOp::Sigmoid => t.try_sigmoid(),
         UnaryOp::Gelu => t.try_gelu(),
         UnaryOp::Erf => t.try_erf(),
+        UnaryOp::Floor => t.try_floor(),
+        UnaryOp::Ceil => t.try_ceil(),
+        UnaryOp::Round => t.try_round(),
+        UnaryOp::Trunc => t.try_trunc(),
+        UnaryOp::Sign => t.try_sign(),
+        UnaryOp::Log1p => t.try_log1p(),
+        UnaryOp::Expm1 => t.try_expm1(),
+        UnaryOp::Exp2 => t.try_exp2(),
+        UnaryOp::Rsqrt => t.try_rsqrt(),
+        UnaryOp::Square => t.try_square(),
+        UnaryOp::Softplus => t.try_softplus(),
+        UnaryOp::Silu => t.try_silu(),
     }
 }
 
@@ -517,6 +529,9 @@ fn binary(t: &Tensor, op: BinaryOp, rhs: Operand<'_>) -> kiln::Result<Tensor> {
         BinaryOp::Ge => t.try_ge(rhs),
         BinaryOp::Eq => t.try_eq(rhs),
         BinaryOp::Ne => t.try_ne(rhs),
+        BinaryOp::Remainder => t.try_remainder(rhs),
+        BinaryOp::Fmod => t.try_fmod(rhs),
+        BinaryOp::FloorDiv => t.try_floor_divide(rhs),
     }
 }
 

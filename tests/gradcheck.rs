@@ -176,6 +176,37 @@ fn reductions_and_composites() {
     );
 }
 
+/// The `nn::functional` forms, whose backward is one rule each rather than the derivative
+/// of every forward step.
+#[test]
+fn composites_with_their_own_rules() {
+    use kiln::nn::functional as f;
+    let x = || vec![(values(24, 5, 0.5, 2.0), vec![2, 3, 4])];
+    check("softmax rule", &x(), |t| f::softmax(&t[0], -1).unwrap());
+    check("softmax rule, dim 1", &x(), |t| {
+        f::softmax(&t[0], 1).unwrap()
+    });
+    check("log_softmax rule", &x(), |t| {
+        f::log_softmax(&t[0], 1).unwrap()
+    });
+    let ln = || {
+        vec![
+            (values(24, 6, -2.0, 2.0), vec![2, 3, 4]),
+            (values(4, 7, 0.5, 1.5), vec![4]),
+            (values(4, 8, -0.5, 0.5), vec![4]),
+        ]
+    };
+    check("layer_norm rule", &ln(), |t| {
+        f::layer_norm(&t[0], &[4], Some(&t[1]), Some(&t[2]), 1e-5).unwrap()
+    });
+    check("layer_norm rule, two dims", &ln()[..1], |t| {
+        f::layer_norm(&t[0], &[3, 4], None, None, 1e-5).unwrap()
+    });
+    check("layer_norm rule, all dims", &ln()[..1], |t| {
+        f::layer_norm(&t[0], &[2, 3, 4], None, None, 1e-5).unwrap()
+    });
+}
+
 #[test]
 fn matmul_where_and_cast() {
     check(
@@ -416,4 +447,60 @@ fn scans_and_sorts() {
         let (w, _) = t[0].min_dim(1, false);
         v.sum(..) * w.exp().sum(..)
     });
+}
+
+#[test]
+fn rounding_division_and_repeat_ops() {
+    // Piecewise-constant ops have a zero gradient away from their steps (PyTorch's rule):
+    // inputs kept off integers and half-integers, where the finite difference is 0 too.
+    let off_steps = || {
+        let mut x = values(12, 50, -3.0, 3.0);
+        for v in &mut x {
+            let f = (*v * 2.0).fract().abs();
+            if !(0.1..=0.9).contains(&f) {
+                *v += 0.23;
+            }
+        }
+        vec![(x, vec![3, 4])]
+    };
+    check("floor ceil round trunc sign", &off_steps(), |t| {
+        (t[0].floor() + t[0].ceil() + t[0].round() + t[0].trunc() + t[0].sign()) * &t[0]
+    });
+    // remainder / fmod: ∂/∂b = -floor(a/b) or -trunc(a/b), with mixed signs.
+    let signed = || {
+        let a = values(12, 51, -6.0, 6.0);
+        let mut b = values(12, 52, 0.7, 2.0);
+        for (k, v) in b.iter_mut().enumerate() {
+            if k % 3 == 0 {
+                *v = -*v;
+            }
+        }
+        vec![(a, vec![3, 4]), (b, vec![3, 4])]
+    };
+    check("remainder (mixed signs)", &signed(), |t| {
+        t[0].remainder(&t[1])
+    });
+    check("fmod (mixed signs)", &signed(), |t| t[0].fmod(&t[1]));
+    check("floor_divide times a smooth op", &signed(), |t| {
+        t[0].floor_divide(&t[1]) * t[0].sin()
+    });
+    check(
+        "clamp with tensor bounds (broadcast)",
+        &[
+            (values(12, 53, -2.0, 2.0), vec![3, 4]),
+            (values(4, 54, -1.5, -0.5), vec![4]),
+            (values(3, 55, 0.5, 1.5), vec![3, 1]),
+        ],
+        |t| t[0].clamp_tensor(&t[1], &t[2]),
+    );
+    check(
+        "repeat and tile",
+        &[(values(6, 56, -1.0, 1.0), vec![2, 3])],
+        |t| t[0].repeat([2, 1, 3]).exp() * t[0].t().tile([2, 2]).sum(..).sin(),
+    );
+    check(
+        "activations",
+        &[(values(12, 57, -4.0, 4.0), vec![3, 4])],
+        |t| t[0].softplus() * t[0].silu() + (&t[0] * 0.5).expm1() + t[0].exp2().log1p(),
+    );
 }

@@ -3,11 +3,11 @@
 //! A tensor that requires grad makes every op recorded on it (while gradients are enabled)
 //! remember how it was computed: its graph node keeps the op and its input edges. A
 //! [`Tensor::backward`] walks that history from the output and records, for every op, the
-//! ops of its derivative ([`rules`]) — lazily, like any op, so the gradients are planned,
-//! fused and memory-planned together with the forward pass when they are realized, and an
-//! activation is freed as soon as its last backward reader ran. Gradients accumulate into
-//! the leaves' `grad` slots across backward calls until zeroed; the history is released
-//! once used.
+//! ops of its derivative (the `rules` module) — lazily, like any op, so the gradients are
+//! planned, fused and memory-planned together with the forward pass when they are
+//! realized, and an activation is freed as soon as its last backward reader ran. Gradients
+//! accumulate into the leaves' `grad` slots across backward calls until zeroed; the history
+//! is released once used.
 //!
 //! ```
 //! use kiln::Tensor;

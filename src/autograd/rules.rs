@@ -120,12 +120,10 @@ fn unary(u: UnaryOp, x: &Tensor, y: &Tensor, g: &Tensor) -> Result<Tensor> {
         UnaryOp::Tanh => g.try_mul(&y.try_mul(y)?.try_rsub(1.0)?),
         UnaryOp::Sigmoid => g.try_mul(&y.try_mul(&y.try_rsub(1.0)?)?),
         UnaryOp::Gelu => {
-            // d/dx x·Φ(x) = Φ(x) + x·φ(x).
-            let cdf = x
-                .try_mul(std::f64::consts::FRAC_1_SQRT_2)?
-                .try_erf()?
-                .try_add(1.0)?
-                .try_mul(0.5)?;
+            // d/dx x·Φ(x) = Φ(x) + x·φ(x), with Φ(x) = gelu(x) / x read off the output
+            // (an erf per element costs more than the rest of the rule together); Φ is
+            // 1/2 to working precision where |x| is too small for the division.
+            let cdf = Tensor::try_where(&x.try_abs()?.try_lt(1e-20)?, 0.5, &y.try_div(x)?)?;
             let pdf = x.try_mul(x)?.try_mul(-0.5)?.try_exp()?.try_mul(
                 0.5 * std::f64::consts::FRAC_2_SQRT_PI * std::f64::consts::FRAC_1_SQRT_2,
             )?;
@@ -138,7 +136,33 @@ fn unary(u: UnaryOp, x: &Tensor, y: &Tensor, g: &Tensor) -> Result<Tensor> {
                 .try_exp()?
                 .try_mul(std::f64::consts::FRAC_2_SQRT_PI)?,
         ),
+        // Piecewise constant: a zero gradient everywhere, as PyTorch.
+        UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round | UnaryOp::Trunc | UnaryOp::Sign => {
+            zeros_like(g)
+        }
+        UnaryOp::Log1p => g.try_div(&x.try_add(1.0)?),
+        UnaryOp::Expm1 => g.try_mul(&y.try_add(1.0)?),
+        UnaryOp::Exp2 => g.try_mul(&y.try_mul(std::f64::consts::LN_2)?),
+        // d/dx x^(-1/2) = -1/2 · y³ (PyTorch's rule).
+        UnaryOp::Rsqrt => g.try_mul(&y.try_mul(y)?.try_mul(y)?.try_mul(-0.5)?),
+        UnaryOp::Square => g.try_mul(&x.try_mul(2.0)?),
+        // sigmoid(x) below the threshold, 1 above it (where softplus is x itself).
+        UnaryOp::Softplus => g.try_mul(&Tensor::try_where(
+            &x.try_gt(20.0)?,
+            1.0,
+            &x.try_sigmoid()?,
+        )?),
+        // d/dx x·σ(x) = σ(x)·(1 + x·(1 - σ(x))).
+        UnaryOp::Silu => {
+            let s = x.try_sigmoid()?;
+            g.try_mul(&s.try_mul(&x.try_mul(&s.try_rsub(1.0)?)?.try_add(1.0)?)?)
+        }
     }
+}
+
+/// Zeros shaped like `g` (the gradient of a piecewise-constant op).
+fn zeros_like(g: &Tensor) -> Result<Tensor> {
+    Tensor::try_full_on(g.shape(), 0, g.dtype(), g.device())
 }
 
 /// `sign(x)` as x's dtype: -1, 0 or 1.
@@ -216,6 +240,23 @@ fn binary(
         BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge | BinaryOp::Eq | BinaryOp::Ne => {
             Ok((None, None))
         }
+        // x - q·y with q = floor(x / y) (remainder) or trunc(x / y) (fmod), q piecewise
+        // constant: ∂/∂x = 1, ∂/∂y = -q (PyTorch's rules).
+        BinaryOp::Remainder | BinaryOp::Fmod => both(
+            Ok(g.clone()),
+            if need_y {
+                let q = if b == BinaryOp::Remainder {
+                    x.try_floor_divide(y)?
+                } else {
+                    x.try_div(y)?.try_trunc()?
+                };
+                g.try_mul(&q)?.try_neg()
+            } else {
+                Ok(g.clone())
+            },
+        ),
+        // Piecewise constant in both operands.
+        BinaryOp::FloorDiv => both(zeros_like(g), zeros_like(g)),
     }
 }
 
@@ -229,8 +270,24 @@ fn reduce(
     let shape = x.shape().to_vec();
     Ok(match op {
         ReduceOp::Sum => Some(g.try_broadcast_to(&shape)?),
-        // ∂/∂x_i Π x = Π x / x_i (where x_i ≠ 0).
-        ReduceOp::Prod => Some(g.try_mul(out)?.try_broadcast_to(&shape)?.try_div(x)?),
+        // ∂/∂x_i Π x = Π_{j≠i} x_j, exact with zeros (PyTorch's rule): a group without
+        // zeros gives Π x / x_i; one with a single zero gives the product of the others at
+        // the zero and 0 elsewhere; one with more zeros gives 0.
+        ReduceOp::Prod => {
+            let axes: Vec<isize> = axes.iter().map(|&a| a as isize).collect();
+            let is_zero = x.try_eq(0)?;
+            let zeros = is_zero.try_cast(DType::I64)?.try_sum_keepdim(&axes)?;
+            let safe_x = Tensor::try_where(&is_zero, 1, x)?;
+            let nonzero_prod = safe_x.try_prod_keepdim(&axes)?;
+            let no_zero = nonzero_prod.try_broadcast_to(&shape)?.try_div(&safe_x)?;
+            let one_zero = Tensor::try_where(&is_zero, &nonzero_prod, 0)?;
+            let d = Tensor::try_where(
+                &zeros.try_eq(0)?,
+                &no_zero,
+                &Tensor::try_where(&zeros.try_eq(1)?, &one_zero, 0)?,
+            )?;
+            Some(g.try_broadcast_to(&shape)?.try_mul(&d)?)
+        }
         // PyTorch's amax/amin rule: the gradient is split evenly among the maxima.
         ReduceOp::Max | ReduceOp::Min => {
             let hit = x

@@ -141,27 +141,85 @@ pub fn run_program(
     Ok(bufs)
 }
 
-/// One `KILN_DEBUG=2` line: the kernel's name (its ops and space), time, bytes moved and
-/// arithmetic rate.
+/// One `KILN_DEBUG=2` line: the kernel's name (its ops) and index space, time, bytes moved
+/// (each argument's declared elements once), arithmetic rate (matmul: 2·m·n·k; other
+/// kernels: one flop per arithmetic instruction per point of the space it runs over) and,
+/// on the CPU, the bytes' rate as a fraction of [`host_copy_gbs`].
 fn print_kernel_line(pk: &crate::kernel::PlannedKernel, took: std::time::Duration) {
     let k = &pk.kernel;
     let bytes: usize = k.args.iter().map(|a| a.numel * a.dtype.size_bytes()).sum();
     let secs = took.as_secs_f64().max(1e-9);
-    let flops = match &k.matmul {
-        Some(mm) => {
-            let nd = k.shape.len();
-            2.0 * k.shape.iter().product::<usize>() as f64 * mm.lhs_view.shape[nd - 1] as f64
-        }
-        None => 0.0,
+    let gbs = bytes as f64 / secs / 1e9;
+    let flops = kernel_flops(k);
+    let limit = match pk.device {
+        Device::Cpu => format!("{:.0}% of copy", 100.0 * gbs / host_copy_gbs()),
+        Device::Cuda(_) => "-".to_string(),
     };
     eprintln!(
-        "kiln: kernel {} {:?} {:.3} ms {:.1} GB/s {:.1} GFLOP/s",
+        "kiln: kernel {} {:?} {:.3} ms {:.1} GB/s {:.1} GFLOP/s {}",
         k.name,
         k.shape,
         secs * 1e3,
-        bytes as f64 / secs / 1e9,
-        flops / secs / 1e9
+        gbs,
+        flops / secs / 1e9,
+        limit
     );
+}
+
+/// Floating-point (or integer) operations a kernel performs: 2·m·n·k for a matmul plus one
+/// per arithmetic instruction per point (element-level instructions over the whole index
+/// space, row-level ones once per row).
+fn kernel_flops(k: &crate::kernel::Kernel) -> f64 {
+    use crate::kernel::{IrOp, Level};
+    let space: usize = k.shape.iter().product();
+    let rows: usize = k.row_shape().iter().product();
+    let mut flops = 0.0;
+    if let Some(mm) = &k.matmul {
+        let nd = k.shape.len();
+        if let Some(&depth) = mm.lhs_view.shape.get(nd.wrapping_sub(1)) {
+            flops += 2.0 * space as f64 * depth as f64;
+        }
+    }
+    for i in &k.ops {
+        let arithmetic = matches!(
+            i.op,
+            IrOp::Unary(..) | IrOp::Binary(..) | IrOp::Where(..) | IrOp::Reduce { .. }
+        );
+        if arithmetic {
+            flops += match (&i.op, i.level) {
+                (IrOp::Reduce { .. }, _) | (_, Level::Elem) => space as f64,
+                (_, Level::Row) => rows as f64,
+            };
+        }
+    }
+    flops
+}
+
+/// The host's copy bandwidth in GB/s (bytes read plus bytes written), measured once per
+/// process on the first `KILN_DEBUG=2` kernel line: a 32 MiB copy split over rayon's threads,
+/// best of five. The `KILN_DEBUG=2` lines give each CPU kernel's rate as a fraction of it.
+pub fn host_copy_gbs() -> f64 {
+    static GBS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    *GBS.get_or_init(|| {
+        use rayon::prelude::*;
+        const N: usize = 8 << 20;
+        let src = vec![1f32; N];
+        let mut dst = vec![0f32; N];
+        let mut best = f64::INFINITY;
+        for _ in 0..6 {
+            let t = std::time::Instant::now();
+            dst.par_chunks_mut(1 << 16)
+                .zip(src.par_chunks(1 << 16))
+                .for_each(|(d, s)| d.copy_from_slice(s));
+            best = best.min(t.elapsed().as_secs_f64());
+        }
+        std::hint::black_box(&dst);
+        let gbs = (2 * N * 4) as f64 / best.max(1e-9) / 1e9;
+        eprintln!(
+            "kiln: host copy bandwidth {gbs:.1} GB/s (32 MiB, measured once for KILN_DEBUG=2)"
+        );
+        gbs
+    })
 }
 
 fn resolve(r: BufferRef, inputs: &[Arc<Buffer>], bufs: &ProgramOutputs) -> Result<Arc<Buffer>> {

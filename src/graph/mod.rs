@@ -26,10 +26,15 @@ new_key_type! {
 /// One recorded op with its result's metadata.
 #[derive(Debug)]
 pub struct Node {
+    /// This node's own key.
     pub key: NodeKey,
+    /// The recorded op; its operands are the node's input edges, in edge-weight order.
     pub op: Op,
+    /// Shape of the result.
     pub shape: Vec<usize>,
+    /// Dtype of the result.
     pub dtype: DType,
+    /// Device the result lives on.
     pub device: Device,
     /// The data, once realized (`op == Op::Buffer`); for an `Assign`, the buffer it writes.
     pub buffer: Option<Arc<Buffer>>,
@@ -63,7 +68,9 @@ pub enum GradFn {
     /// rule over its own inputs; the graph holds a handle to each input until the history
     /// is released. The rule's type is the autograd layer's.
     Custom {
+        /// The backward rule, of the autograd layer's type.
         rule: Arc<dyn std::any::Any + Send + Sync>,
+        /// The composite's inputs, in the rule's order.
         inputs: Vec<NodeKey>,
     },
 }

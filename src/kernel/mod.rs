@@ -34,7 +34,9 @@ pub type ValueId = usize;
 /// Whether a value varies over the whole space or only over its rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Level {
+    /// Varies over the whole index space S (one value per coordinate).
     Elem,
+    /// Varies only over the row space O (one value per output row of the reductions).
     Row,
 }
 
@@ -44,16 +46,23 @@ pub enum Level {
 pub enum IrOp<V = View> {
     /// Read buffer argument `arg` through `view`; masked-out coordinates give `fill`.
     Load {
+        /// Index of the buffer in [`Kernel::args`].
         arg: usize,
+        /// How coordinates map to the buffer's elements.
         view: V,
+        /// The value read at masked-out coordinates.
         fill: Scalar,
     },
     /// A generator evaluated at the view's buffer offset (the generator's element index).
     /// Its numbers are run-time parameters `params[..kind.param_count()]` (plan-wide slots).
     Generate {
+        /// What the generator produces.
         kind: GenKind,
+        /// Run-time parameter slots of the plan; the first `kind.param_count()` are used.
         params: [usize; 2],
+        /// Maps coordinates to the generator's element index.
         view: V,
+        /// The value at masked-out coordinates.
         fill: Scalar,
     },
     /// An indexed load: buffer argument `arg` at `view`'s offset plus `index · stride`,
@@ -61,11 +70,17 @@ pub enum IrOp<V = View> {
     /// the kernel runs; an index outside is an error, never a read outside the buffer).
     /// Masked-out coordinates give `fill`.
     Gather {
+        /// Index of the gathered buffer in [`Kernel::args`].
         arg: usize,
+        /// Each coordinate's base offset in the buffer (the gathered axis has stride 0 here).
         view: V,
+        /// Elements between consecutive index values along the gathered dimension.
         stride: isize,
+        /// Size of the gathered dimension: valid indices are `0..len`.
         len: usize,
+        /// The i64 value that holds the index.
         index: ValueId,
+        /// The value read at masked-out coordinates.
         fill: Scalar,
     },
     /// A constant that is part of the plan's structure (a pad value).
@@ -73,14 +88,18 @@ pub enum IrOp<V = View> {
     /// A run-time parameter (a `full` generator's value), converted to the instruction's
     /// dtype: the same plan runs for any value.
     Param {
+        /// Index of the plan's run-time parameter.
         slot: usize,
     },
     /// True where the coordinate is inside the view's mask (used for padding of computed
     /// values: `where(valid, value, pad)`).
     Valid {
+        /// The view whose mask is tested.
         view: V,
     },
+    /// An elementwise op of one operand.
     Unary(UnaryOp, ValueId),
+    /// An elementwise op of two operands (`op(lhs, rhs)`).
     Binary(BinaryOp, ValueId, ValueId),
     /// `where(cond, a, b)`.
     Where(ValueId, ValueId, ValueId),
@@ -88,15 +107,20 @@ pub enum IrOp<V = View> {
     Cast(ValueId),
     /// Reduce an `Elem` value over A into a `Row` value.
     Reduce {
+        /// How the values are combined.
         op: ReduceOp,
+        /// The `Elem` value reduced.
         src: ValueId,
     },
     /// The matmul product at this coordinate (matmul kernels only).
     MatmulResult,
     /// Write a value to buffer argument `arg` through `view`.
     Store {
+        /// Index of the output buffer in [`Kernel::args`].
         arg: usize,
+        /// How coordinates map to the buffer's elements.
         view: V,
+        /// The value written.
         src: ValueId,
     },
 }
@@ -198,8 +222,11 @@ impl<V> IrOp<V> {
 /// One instruction: an op, the dtype of its result and its level.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Instr {
+    /// What the instruction computes.
     pub op: IrOp,
+    /// Dtype of the result (for a `Store`, of the value stored).
     pub dtype: DType,
+    /// Whether the result varies over S or only over O.
     pub level: Level,
 }
 
@@ -213,6 +240,7 @@ impl Instr {
 /// A buffer a kernel reads or writes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KernelArg {
+    /// Dtype of the buffer's elements.
     pub dtype: DType,
     /// Elements in the buffer.
     pub numel: usize,
@@ -227,10 +255,15 @@ pub struct KernelArg {
 /// `[batch.., m, k]` and `[batch.., k, n]`; the output is `out`, row-major `[batch.., m, n]`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MatmulSpec {
+    /// Index of the left matrix's buffer in [`Kernel::args`].
     pub lhs: usize,
+    /// View of the left matrix, shape `[batch.., m, k]`.
     pub lhs_view: View,
+    /// Index of the right matrix's buffer in [`Kernel::args`].
     pub rhs: usize,
+    /// View of the right matrix, shape `[batch.., k, n]`.
     pub rhs_view: View,
+    /// Index of the output buffer in [`Kernel::args`].
     pub out: usize,
 }
 
@@ -239,11 +272,17 @@ pub struct MatmulSpec {
 /// index's shape; the output is `out`, row-major over the kernel's shape.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ScatterSpec {
+    /// Index of the i64 index buffer in [`Kernel::args`].
     pub index: usize,
+    /// View of the index buffer (the index's shape).
     pub index_view: View,
+    /// Index of the values buffer in [`Kernel::args`].
     pub values: usize,
+    /// View of the values buffer (the index's shape).
     pub values_view: View,
+    /// The output axis the index selects along.
     pub axis: usize,
+    /// Index of the output buffer in [`Kernel::args`].
     pub out: usize,
 }
 
@@ -255,20 +294,30 @@ pub enum Special {
     /// Running sums or products along `axis`: `out[c] = op(input[c'])` over `c'` equal to `c`
     /// except `c'[axis] <= c[axis]`. `view` has the kernel's shape.
     Scan {
+        /// Index of the input buffer in [`Kernel::args`].
         input: usize,
+        /// View of the input.
         view: View,
+        /// The axis scanned along.
         axis: usize,
+        /// Running sum or product.
         op: ScanOp,
+        /// Index of the output buffer in [`Kernel::args`].
         out: usize,
     },
     /// The i64 permutation that sorts each lane along `axis`: stable (ties keep index order),
     /// NaN above every number (last ascending, first descending). `view` has the kernel's
     /// shape.
     ArgSort {
+        /// Index of the input buffer in [`Kernel::args`].
         input: usize,
+        /// View of the input.
         view: View,
+        /// The axis sorted along.
         axis: usize,
+        /// Largest first when true.
         descending: bool,
+        /// Index of the i64 output buffer in [`Kernel::args`].
         out: usize,
     },
 }
@@ -315,8 +364,11 @@ pub struct Kernel {
     pub shape: Vec<usize>,
     /// Reduce axes A (sorted; empty for elementwise kernels).
     pub reduce_axes: Vec<usize>,
+    /// The buffers the kernel reads and writes; instructions refer to them by index.
     pub args: Vec<KernelArg>,
+    /// The instructions, in SSA order; a [`ValueId`] indexes this list.
     pub ops: Vec<Instr>,
+    /// The matrix product of a matmul kernel (its `ops` are then the epilogue).
     pub matmul: Option<MatmulSpec>,
     /// Kernels with no instructions: what they compute instead (scatters, scans, sorts).
     pub special: Option<Special>,

@@ -67,11 +67,13 @@ impl std::fmt::Debug for CompiledSlot {
 /// A kernel with its arguments bound.
 #[derive(Debug, Clone)]
 pub struct PlannedKernel {
+    /// The kernel IR.
     pub kernel: Kernel,
     /// One per kernel argument, in order.
     pub args: Vec<BufferRef>,
     /// The planned buffer the kernel writes (its output argument).
     pub out: usize,
+    /// The device the kernel runs on.
     pub device: Device,
     /// The backend's compiled form, once made.
     pub compiled: CompiledSlot,
@@ -80,12 +82,17 @@ pub struct PlannedKernel {
 /// One step of a program, in run order.
 #[derive(Debug, Clone)]
 pub enum Step {
+    /// Run a kernel.
     Kernel(Box<PlannedKernel>),
     /// Copy a whole buffer to another device, into planned buffer `out`.
     Transfer {
+        /// The buffer copied.
         src: BufferRef,
+        /// The planned buffer that receives the copy.
         out: usize,
+        /// The destination device.
         to: Device,
+        /// Size of the copy in bytes.
         bytes: usize,
     },
 }
@@ -103,7 +110,9 @@ impl Step {
 /// Size and device of one planned buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BufferSpec {
+    /// Size in bytes.
     pub bytes: usize,
+    /// The device the buffer lives on.
     pub device: Device,
     /// An in-place write: the buffer is input slot `i`'s (nothing is allocated, and the
     /// buffer's version is bumped once the step ran).
@@ -113,6 +122,7 @@ pub struct BufferSpec {
 /// A runnable program.
 #[derive(Debug, Clone, Default)]
 pub struct Program {
+    /// Kernels and transfers, in run order.
     pub steps: Vec<Step>,
     /// Planned buffers, allocated just before the step that writes them.
     pub buffers: Vec<BufferSpec>,

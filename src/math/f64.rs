@@ -11,6 +11,21 @@ pub fn sigmoid(a: f64) -> f64 {
     }
 }
 
+/// PyTorch's `softplus` (`beta = 1`, `threshold = 20`) in f64: `x` above 20, else
+/// `ln(1 + e^x)` as `max(x, 0) + ln(1 + e^-|x|)` (no overflow, no cancellation).
+pub fn softplus(x: f64) -> f64 {
+    if x > 20.0 {
+        return x;
+    }
+    let l = (-x.abs()).exp().ln_1p();
+    if x > 0.0 { x + l } else { l }
+}
+
+/// SiLU `x · sigmoid(x)` in f64 (`silu(-inf)` is NaN, as PyTorch's `x / (1 + e^-x)`).
+pub fn silu(x: f64) -> f64 {
+    x * sigmoid(x)
+}
+
 /// Exact GELU in f64 (`x·Φ(x)` through `erfc`, accurate for negative x).
 pub fn gelu(x: f64) -> f64 {
     // At -inf, Φ(x) is exactly 0 and the limit of x·Φ(x) is -0 (as the f32 kernel gives),

@@ -8,9 +8,13 @@ use crate::tensor::Tensor;
 /// scaled dot products with a causal mask (generated positions: no mask tensor is stored),
 /// softmax, the weighted sum of values, an output projection.
 pub struct CausalSelfAttention {
+    /// Projection `dim → 3·dim`: queries, keys and values, in that order along the last axis.
     pub qkv: Linear,
+    /// Output projection `dim → dim`.
     pub proj: Linear,
+    /// Number of attention heads (divides `dim`).
     pub heads: usize,
+    /// Dropout on the attention weights (after the softmax).
     pub dropout: Dropout,
 }
 
@@ -60,9 +64,8 @@ impl Module for CausalSelfAttention {
             .try_to(x.device())?
             .try_triu(1)?
             .try_ne(0)?;
-        let att = scores
-            .try_masked_fill(&future, f64::NEG_INFINITY)?
-            .try_softmax(-1)?;
+        let att =
+            super::functional::softmax(&scores.try_masked_fill(&future, f64::NEG_INFINITY)?, -1)?;
         let att = self.dropout.forward(&att)?;
         let y = att
             .try_matmul(&v)?
@@ -89,11 +92,17 @@ impl Module for CausalSelfAttention {
 /// A pre-LayerNorm transformer block: `x + attn(ln1(x))`, then `x + mlp(ln2(x))` with a
 /// GELU MLP four times as wide.
 pub struct Block {
+    /// LayerNorm before the attention.
     pub ln1: LayerNorm,
+    /// The self-attention.
     pub attn: CausalSelfAttention,
+    /// LayerNorm before the MLP.
     pub ln2: LayerNorm,
+    /// The MLP's first layer, `dim → 4·dim` (followed by GELU).
     pub fc: Linear,
+    /// The MLP's second layer, `4·dim → dim`.
     pub proj: Linear,
+    /// Dropout on the MLP's output, before the residual add.
     pub dropout: Dropout,
 }
 

@@ -75,6 +75,115 @@ pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
     )
 }
 
+/// Softmax along `dim` ([`Tensor::softmax`]) with one backward rule, `dx = y·(g - Σ g·y)`:
+/// a single row kernel, where the derivative of each forward step would also carry the
+/// max's (zero) gradient and a second reduction.
+pub fn softmax(x: &Tensor, dim: isize) -> Result<Tensor> {
+    composite(
+        &[x],
+        || x.try_softmax(dim),
+        move |_, y, g| {
+            let gy = g.try_mul(y)?;
+            Ok(vec![Some(
+                gy.try_sub(&y.try_mul(&gy.try_sum_keepdim(dim)?)?)?,
+            )])
+        },
+    )
+}
+
+/// Log-softmax along `dim` ([`Tensor::log_softmax`]) with one backward rule,
+/// `dx = g - exp(y)·Σ g`: a single row kernel.
+pub fn log_softmax(x: &Tensor, dim: isize) -> Result<Tensor> {
+    composite(
+        &[x],
+        || x.try_log_softmax(dim),
+        move |_, y, g| {
+            Ok(vec![Some(g.try_sub(
+                &y.try_exp()?.try_mul(&g.try_sum_keepdim(dim)?)?,
+            )?)])
+        },
+    )
+}
+
+/// Layer normalization ([`Tensor::layer_norm`]) with one backward rule (PyTorch's
+/// formulas): with `x̂` the normalized input and `ĝ = g·w`,
+/// `dx = (ĝ - mean(ĝ) - x̂·mean(ĝ·x̂)) / sqrt(var + eps)`, `dw = Σ g·x̂` and `db = Σ g` over
+/// the leading dimensions. The backward kernels recompute the row statistics from `x`
+/// (stored once, `[.., 1]`) instead of the forward kernel storing more than its result.
+pub fn layer_norm(
+    x: &Tensor,
+    normalized_shape: &[usize],
+    weight: Option<&Tensor>,
+    bias: Option<&Tensor>,
+    eps: f64,
+) -> Result<Tensor> {
+    let mut inputs = vec![x];
+    inputs.extend(weight);
+    inputs.extend(bias);
+    let (has_w, has_b) = (weight.is_some(), bias.is_some());
+    let k = normalized_shape.len();
+    let nd = x.ndim();
+    // Only used by the rule, which exists once the forward validated the shapes.
+    let lead: Vec<isize> = (0..nd.saturating_sub(k) as isize).collect();
+    let stat_axes: Vec<isize> = (nd.saturating_sub(k) as isize..nd as isize).collect();
+    let n = normalized_shape.iter().product::<usize>() as f64;
+    let rule = move |inputs: &[Tensor], _: &Tensor, g: &Tensor| -> Result<Vec<Option<Tensor>>> {
+        let x = &inputs[0];
+        let sum_lead = |t: Tensor| -> Result<Tensor> {
+            if lead.is_empty() {
+                Ok(t)
+            } else {
+                t.try_sum(lead.as_slice())
+            }
+        };
+        // The row statistics are stored (`contiguous`: a copy root) and `x̂` is recorded
+        // once per kernel that reads it (`dx`, `dw`), so each computes it from `x` instead
+        // of reading it stored at the input's full size.
+        let mean = x
+            .try_sum_keepdim(&stat_axes)?
+            .try_mul(1.0 / n)?
+            .try_contiguous()?;
+        let centered = x.try_sub(&mean)?;
+        let inv_std = centered
+            .try_mul(&centered)?
+            .try_sum_keepdim(&stat_axes)?
+            .try_mul(1.0 / n)?
+            .try_add(eps)?
+            .try_sqrt()?
+            .try_recip()?
+            .try_contiguous()?;
+        let xhat = || x.try_sub(&mean)?.try_mul(&inv_std);
+        let gw = if has_w {
+            g.try_mul(&inputs[1])?
+        } else {
+            g.clone()
+        };
+        let mean_gw = gw.try_sum_keepdim(&stat_axes)?.try_mul(1.0 / n)?;
+        let xhat_dx = xhat()?;
+        let mean_gwx = gw
+            .try_mul(&xhat_dx)?
+            .try_sum_keepdim(&stat_axes)?
+            .try_mul(1.0 / n)?;
+        let dx = gw
+            .try_sub(&mean_gw)?
+            .try_sub(&xhat_dx.try_mul(&mean_gwx)?)?
+            .try_mul(&inv_std)?;
+        let mut grads = vec![Some(dx)];
+        if has_w {
+            grads.push(Some(sum_lead(g.try_mul(&xhat()?)?)?));
+        }
+        if has_b {
+            grads.push(Some(sum_lead(g.clone())?));
+        }
+        Ok(grads)
+    };
+    composite(
+        &inputs,
+        || x.try_layer_norm(normalized_shape, weight, bias, eps),
+        rule,
+    )
+}
+
 /// Mean squared error, `mean((prediction - target)²)`.
 pub fn mse_loss(prediction: &Tensor, target: &Tensor) -> Result<Tensor> {
     let d = prediction.try_sub(target)?;

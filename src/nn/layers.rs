@@ -9,7 +9,9 @@ use std::cell::Cell;
 /// initialization: weight and bias uniform in `±1/sqrt(in)`).
 #[derive(Debug, Clone)]
 pub struct Linear {
+    /// The weight `W`, shape `[out, in]`.
     pub weight: Tensor,
+    /// The bias `b`, shape `[out]`, if the layer has one.
     pub bias: Option<Tensor>,
 }
 
@@ -51,6 +53,7 @@ impl Module for Linear {
 /// A lookup table: rows of `weight` (`[vocabulary, dim]`, standard normal) by integer id.
 #[derive(Debug, Clone)]
 pub struct Embedding {
+    /// The table, shape `[vocabulary, dim]`: row `i` is id `i`'s vector.
     pub weight: Tensor,
 }
 
@@ -81,8 +84,11 @@ impl Module for Embedding {
 /// Layer normalization over the last dimension with a learned scale and shift.
 #[derive(Debug, Clone)]
 pub struct LayerNorm {
+    /// The learned scale, shape `[dim]`.
     pub weight: Tensor,
+    /// The learned shift, shape `[dim]`.
     pub bias: Tensor,
+    /// Added to the variance before its square root.
     pub eps: f64,
 }
 
@@ -100,7 +106,7 @@ impl LayerNorm {
 impl Module for LayerNorm {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let d = self.weight.shape().to_vec();
-        x.try_layer_norm(&d, Some(&self.weight), Some(&self.bias), self.eps)
+        functional::layer_norm(x, &d, Some(&self.weight), Some(&self.bias), self.eps)
     }
 
     fn visit_parameters(&self, f: &mut dyn FnMut(&str, &Tensor)) {
@@ -118,6 +124,7 @@ impl Module for LayerNorm {
 /// advances), which does not re-plan a cached training step.
 #[derive(Debug, Clone)]
 pub struct Dropout {
+    /// Probability of zeroing each element.
     pub p: f64,
     training: bool,
     seed: Cell<u64>,
@@ -167,6 +174,7 @@ impl Module for Gelu {
 /// Modules applied in order; parameters are named by position (`0.weight`, `2.bias`).
 #[derive(Default)]
 pub struct Sequential {
+    /// The modules, in the order they are applied.
     pub layers: Vec<Box<dyn Module>>,
 }
 
@@ -213,6 +221,7 @@ impl Module for Sequential {
 
 /// A multi-layer perceptron: `Linear` layers with ReLU between them (none after the last).
 pub struct Mlp {
+    /// The linear layers, in the order they are applied.
     pub layers: Vec<Linear>,
 }
 

@@ -8,19 +8,39 @@ use crate::dtype::{ComputeType, DType};
 /// Two-input elementwise ops. Comparisons produce `bool`; the rest keep the input dtype.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum BinaryOp {
+    /// `a + b` (integers wrap).
     Add,
+    /// `a - b` (integers wrap).
     Sub,
+    /// `a * b` (integers wrap).
     Mul,
+    /// `a / b`, true division (integer operands are cast to f32 first).
     Div,
+    /// `a^b` (PyTorch's `pow`; integers wrap, and a negative exponent gives the
+    /// truncated real result).
     Pow,
+    /// The larger of `a` and `b`, NaN if either is (PyTorch's `maximum`).
     Max,
+    /// The smaller of `a` and `b`, NaN if either is (PyTorch's `minimum`).
     Min,
+    /// `a < b`.
     Lt,
+    /// `a <= b`.
     Le,
+    /// `a > b`.
     Gt,
+    /// `a >= b`.
     Ge,
+    /// `a == b`.
     Eq,
+    /// `a != b`.
     Ne,
+    /// PyTorch's `remainder` (Python's `%`): the sign of the divisor.
+    Remainder,
+    /// PyTorch's `fmod` (C's `fmod`): the sign of the dividend.
+    Fmod,
+    /// PyTorch's `floor_divide` (Python's `//`).
+    FloorDiv,
 }
 
 /// What a binary op produces.
@@ -37,12 +57,19 @@ pub enum BinaryKind {
 pub struct BinaryInfo {
     /// Lowercase name (also the `Tensor` method).
     pub name: &'static str,
+    /// Whether the result is a value or a bool.
     pub kind: BinaryKind,
+    /// Per-element cost class.
     pub cost: Cost,
     /// IEEE-correctly rounded for floats (every backend agrees with the reference).
     pub exact: bool,
     /// Integer operands are cast to f32 first (true division).
     pub int_to_float: bool,
+    /// The most the result can change across an arbitrarily short interval of either
+    /// operand, relative to the divisor's magnitude: 0 for continuous ops, 1 for `fmod`,
+    /// `remainder` (a jump of `|b|`) and `floor_divide` (a jump of 1 where `|b| >= 1`).
+    /// The fuzzers widen their tolerance by it where an operand is inexact.
+    pub jump: u8,
 }
 
 const fn info(
@@ -58,13 +85,24 @@ const fn info(
         cost,
         exact,
         int_to_float,
+        jump: 0,
+    }
+}
+
+/// A division-like op with a discontinuity wherever `a / b` crosses an integer.
+const fn stepped(name: &'static str, exact: bool) -> BinaryInfo {
+    BinaryInfo {
+        jump: 1,
+        ..info(name, BinaryKind::Arithmetic, Cost::Cheap, exact, false)
     }
 }
 
 /// The result of [`BinaryOp::apply`].
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Applied<T> {
+    /// An arithmetic op's result.
     Value(T),
+    /// A comparison's result.
     Bool(bool),
 }
 
@@ -94,6 +132,9 @@ impl BinaryOp {
         BinaryOp::Ge,
         BinaryOp::Eq,
         BinaryOp::Ne,
+        BinaryOp::Remainder,
+        BinaryOp::Fmod,
+        BinaryOp::FloorDiv,
     ];
 
     /// The op's facts.
@@ -114,6 +155,11 @@ impl BinaryOp {
             BinaryOp::Ge => info("ge", Comparison, Cheap, true, false),
             BinaryOp::Eq => info("eq", Comparison, Cheap, true, false),
             BinaryOp::Ne => info("ne", Comparison, Cheap, true, false),
+            // fmod is exact in IEEE arithmetic; remainder adds `b` (one rounding);
+            // floor_divide rounds a quotient.
+            BinaryOp::Remainder => stepped("remainder", false),
+            BinaryOp::Fmod => stepped("fmod", true),
+            BinaryOp::FloorDiv => stepped("floor_divide", false),
         }
     }
 
@@ -131,12 +177,21 @@ impl BinaryOp {
     /// every loop `m` builds is compiled for one op).
     #[inline(always)]
     pub fn map<T: Num, M: Map2<T>>(self, m: &mut M) {
+        // Multi-line definitions go through an always-inlined closure: a function passed by
+        // path is called through a shim compiled without the loop's SIMD features (see
+        // `float_op!` in `unary.rs`).
+        macro_rules! inlined {
+            ($f:path) => {
+                #[inline(always)]
+                |x: T, y: T| $f(x, y)
+            };
+        }
         match self {
             BinaryOp::Add => m.map2(T::add),
             BinaryOp::Sub => m.map2(T::sub),
             BinaryOp::Mul => m.map2(T::mul),
             BinaryOp::Div => m.map2(T::div),
-            BinaryOp::Pow => m.map2(T::pow),
+            BinaryOp::Pow => m.map2(inlined!(T::pow)),
             BinaryOp::Max => m.map2(super::max_nan),
             BinaryOp::Min => m.map2(super::min_nan),
             BinaryOp::Lt => m.compare(|x: T, y: T| x < y),
@@ -145,6 +200,9 @@ impl BinaryOp {
             BinaryOp::Ge => m.compare(|x: T, y: T| x >= y),
             BinaryOp::Eq => m.compare(|x: T, y: T| x == y),
             BinaryOp::Ne => m.compare(|x: T, y: T| x != y),
+            BinaryOp::Remainder => m.map2(inlined!(T::remainder)),
+            BinaryOp::Fmod => m.map2(inlined!(T::fmod)),
+            BinaryOp::FloorDiv => m.map2(inlined!(T::floor_divide)),
         }
     }
 
@@ -179,6 +237,17 @@ impl BinaryOp {
             BinaryOp::Ge => format!("(unsigned char)({x} >= {y})"),
             BinaryOp::Eq => format!("(unsigned char)({x} == {y})"),
             BinaryOp::Ne => format!("(unsigned char)({x} != {y})"),
+            BinaryOp::Remainder if in_dtype.is_float() => {
+                format!("kiln_fremainder(({c}){x}, ({c}){y})")
+            }
+            BinaryOp::Remainder => format!("kiln_iremainder<{c}>({x}, {y})"),
+            BinaryOp::Fmod if f32_ => format!("fmodf({x}, {y})"),
+            BinaryOp::Fmod if in_dtype.is_float() => format!("fmod({x}, {y})"),
+            BinaryOp::Fmod => format!("kiln_ifmod<{c}>({x}, {y})"),
+            BinaryOp::FloorDiv if in_dtype.is_float() => {
+                format!("kiln_ffloor_divide(({c}){x}, ({c}){y})")
+            }
+            BinaryOp::FloorDiv => format!("kiln_ifloor_divide<{c}>({x}, {y})"),
         }
     }
 }

@@ -13,19 +13,34 @@ pub enum Generator {
     /// Every element is the value.
     Full(Scalar),
     /// `start + i·step` (1-D).
-    Arange { start: Scalar, step: Scalar },
+    Arange {
+        /// The first value.
+        start: Scalar,
+        /// The difference between consecutive values.
+        step: Scalar,
+    },
     /// Uniform in `[0, 1)`, a counter-based hash of `(seed, i)`.
-    Rand { seed: u64 },
+    Rand {
+        /// The seed of the random stream.
+        seed: u64,
+    },
     /// Standard normal, Box–Muller over two hashes of `(seed, i)`.
-    Randn { seed: u64 },
+    Randn {
+        /// The seed of the random stream.
+        seed: u64,
+    },
 }
 
 /// What a generator computes, without its parameter values (the structural part).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum GenKind {
+    /// A constant ([`Generator::Full`]).
     Full,
+    /// An arithmetic sequence ([`Generator::Arange`]).
     Arange,
+    /// Uniform random numbers ([`Generator::Rand`]).
     Rand,
+    /// Standard normal random numbers ([`Generator::Randn`]).
     Randn,
 }
 

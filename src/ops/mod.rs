@@ -17,7 +17,7 @@ mod unary;
 
 pub use binary::{Applied, BinaryInfo, BinaryKind, BinaryOp};
 pub use generator::{GenKind, Generator, seed_of};
-pub use num::{Num, Scal, max_nan, min_nan, relu};
+pub use num::{Num, Scal, max_nan, min_nan, relu, sign};
 pub use reduce::ReduceOp;
 pub use unary::{Accepts, Domain, UnaryInfo, UnaryOp};
 
@@ -139,7 +139,9 @@ pub enum Op {
     Buffer,
     /// A lazy leaf computed from the element index.
     Generate(Generator),
+    /// A one-input elementwise op.
     Unary(UnaryOp),
+    /// A two-input elementwise op.
     Binary(BinaryOp),
     /// `where(cond, a, b)`.
     Where,
@@ -148,7 +150,9 @@ pub enum Op {
     /// Reduce the listed axes; the output keeps them with size 1 (the API reshapes them away
     /// for `keepdim = false`).
     Reduce {
+        /// How the values are combined.
         op: ReduceOp,
+        /// The reduced axes (sorted, distinct).
         axes: Vec<usize>,
     },
     /// `[.., m, k] @ [.., k, n]` with equal batch dimensions (the API broadcasts them).
@@ -167,26 +171,32 @@ pub enum Op {
     /// Inputs `[src, index]` (index i64, the output's shape; `index.shape[d] <= src.shape[d]`
     /// off the axis). Fuses like an elementwise op; `src` is read from a buffer.
     Gather {
+        /// The axis of `src` that `index` selects along.
         axis: usize,
     },
     /// Sums values into their indexed places: `out[c with c[axis] = index[c]] += values[c]`
     /// over a zero tensor of the node's shape. Inputs `[index, values]` (same shape). The
     /// gradient of `Gather`; deterministic on the CPU.
     ScatterAdd {
+        /// The axis of the output that `index` selects along.
         axis: usize,
     },
     /// Running sums or products along `axis` (PyTorch's `cumsum`, `cumprod`): the output has
     /// the input's shape and dtype. Floats accumulate in f64 and round each output once;
     /// integers wrap. The input is read from a buffer.
     Scan {
+        /// Running sum or product.
         op: ScanOp,
+        /// The axis scanned along.
         axis: usize,
     },
     /// The i64 permutation that sorts each lane along `axis` (PyTorch's
     /// `argsort(stable=True)`): ties keep their index order and NaN sorts above every
     /// number (last ascending, first descending). The input is read from a buffer.
     ArgSort {
+        /// The axis sorted along.
         axis: usize,
+        /// Largest first when true.
         descending: bool,
     },
 }

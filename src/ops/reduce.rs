@@ -4,11 +4,17 @@
 /// indices into the reduced axes (row-major over those axes), first occurrence on ties.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ReduceOp {
+    /// The sum (`sum`).
     Sum,
+    /// The product (`prod`).
     Prod,
+    /// The largest value, NaN if any is (PyTorch's `amax`).
     Max,
+    /// The smallest value, NaN if any is (PyTorch's `amin`).
     Min,
+    /// The index of the largest value (`argmax`).
     ArgMax,
+    /// The index of the smallest value (`argmin`).
     ArgMin,
 }
 

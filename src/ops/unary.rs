@@ -11,20 +11,59 @@ use crate::math::f64 as m64;
 /// One-input elementwise ops.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum UnaryOp {
+    /// `-x` (integers wrap).
     Neg,
+    /// `|x|` (integers wrap: `abs(MIN) = MIN`).
     Abs,
+    /// `max(x, 0)`, keeping NaN.
     Relu,
+    /// `e^x`.
     Exp,
+    /// The natural logarithm.
     Log,
+    /// The base-2 logarithm.
     Log2,
+    /// The square root.
     Sqrt,
+    /// `1 / x` (PyTorch's `reciprocal`).
     Recip,
+    /// Sine, of radians.
     Sin,
+    /// Cosine, of radians.
     Cos,
+    /// Hyperbolic tangent.
     Tanh,
+    /// The logistic function `1 / (1 + e^-x)`.
     Sigmoid,
+    /// Exact GELU, `x·Φ(x)` with `Φ` the standard normal CDF (PyTorch's default).
     Gelu,
+    /// The error function.
     Erf,
+    /// Rounds toward `-inf` (identity on integers).
+    Floor,
+    /// Rounds toward `+inf` (identity on integers).
+    Ceil,
+    /// Rounds to the nearest integer, ties to even (identity on integers).
+    Round,
+    /// Rounds toward zero (identity on integers).
+    Trunc,
+    /// `-1`, `0` or `1` as `x` is negative, zero or positive (0 for NaN).
+    Sign,
+    /// `ln(1 + x)`, accurate near 0.
+    Log1p,
+    /// `e^x - 1`, accurate near 0.
+    Expm1,
+    /// `2^x`.
+    Exp2,
+    /// `1 / sqrt(x)`.
+    Rsqrt,
+    /// `x·x` (integers wrap).
+    Square,
+    /// `ln(1 + e^x)`, and `x` above 20 (PyTorch's `softplus` with `beta = 1`,
+    /// `threshold = 20`).
+    Softplus,
+    /// `x · sigmoid(x)` (PyTorch's `silu`, also called swish).
+    Silu,
 }
 
 /// Which input dtypes an op takes.
@@ -54,14 +93,21 @@ pub enum Domain {
 pub struct UnaryInfo {
     /// Lowercase name (also the `Tensor` method).
     pub name: &'static str,
+    /// Which input dtypes the op takes.
     pub accepts: Accepts,
+    /// Per-element cost class.
     pub cost: Cost,
     /// IEEE-correctly rounded in f32 and f64 (so every backend and the reference agree to
     /// the bit).
     pub exact: bool,
+    /// Where the op is defined and well conditioned.
     pub domain: Domain,
     /// Largest error of the f32 CPU kernel in ulp (see `docs/math.md`).
     pub ulp_f32: f32,
+    /// The most the result can change across an arbitrarily short input interval: 0 for
+    /// continuous ops, 1 for floor/ceil/round/trunc, 2 for sign (the fuzzers widen their
+    /// tolerance by it where the input is inexact).
+    pub jump: u8,
 }
 
 const fn info(
@@ -79,7 +125,54 @@ const fn info(
         exact,
         domain,
         ulp_f32,
+        jump: 0,
     }
+}
+
+/// A piecewise-constant op: exact, cheap, defined everywhere, with steps of `jump`.
+const fn step(name: &'static str, jump: u8) -> UnaryInfo {
+    UnaryInfo {
+        jump,
+        ..info(name, Accepts::Numeric, Cost::Cheap, true, Domain::All, 0.0)
+    }
+}
+
+/// The closure `|x: T| x.float(f, g)` for an op defined by an f32 function `f` and an f64
+/// function `g`. Every closure is `#[inline(always)]` and calls the function by name: a
+/// function item passed as a value is called through a `Fn::call` shim that LLVM may keep
+/// out of line, and that shim is compiled without the SIMD features of the loop calling it
+/// (each `mul_add` becoming a call to `fmaf`, nothing vectorized).
+macro_rules! float_op {
+    ($f:path, $g:path) => {
+        #[inline(always)]
+        |x: T| {
+            x.float(
+                #[inline(always)]
+                |v: f32| $f(v),
+                #[inline(always)]
+                |v: f64| $g(v),
+            )
+        }
+    };
+}
+
+/// The run form of [`float_op!`]: `f` over f32 runs, `g` per element over f64 runs.
+macro_rules! float_run_op {
+    ($f:path, $g:path) => {
+        #[inline(always)]
+        |s: &[T], o: &mut [T]| {
+            T::float_run(
+                s,
+                o,
+                #[inline(always)]
+                |s: &[f32], o: &mut [f32]| $f(s, o),
+                f64_run(
+                    #[inline(always)]
+                    |v: f64| $g(v),
+                ),
+            )
+        }
+    };
 }
 
 /// `f` applied over an f64 run.
@@ -109,6 +202,18 @@ impl UnaryOp {
         UnaryOp::Sigmoid,
         UnaryOp::Gelu,
         UnaryOp::Erf,
+        UnaryOp::Floor,
+        UnaryOp::Ceil,
+        UnaryOp::Round,
+        UnaryOp::Trunc,
+        UnaryOp::Sign,
+        UnaryOp::Log1p,
+        UnaryOp::Expm1,
+        UnaryOp::Exp2,
+        UnaryOp::Rsqrt,
+        UnaryOp::Square,
+        UnaryOp::Softplus,
+        UnaryOp::Silu,
     ];
 
     /// The op's facts.
@@ -131,6 +236,18 @@ impl UnaryOp {
             UnaryOp::Sigmoid => info("sigmoid", Float, Polynomial, false, All, 2.0),
             UnaryOp::Gelu => info("gelu", Float, Polynomial, false, All, 5.0),
             UnaryOp::Erf => info("erf", Float, Polynomial, false, All, 1.5),
+            UnaryOp::Floor => step("floor", 1),
+            UnaryOp::Ceil => step("ceil", 1),
+            UnaryOp::Round => step("round", 1),
+            UnaryOp::Trunc => step("trunc", 1),
+            UnaryOp::Sign => step("sign", 2),
+            UnaryOp::Log1p => info("log1p", Float, Polynomial, false, NonNegative, 1.0),
+            UnaryOp::Expm1 => info("expm1", Float, Polynomial, false, All, 1.5),
+            UnaryOp::Exp2 => info("exp2", Float, Polynomial, false, All, 1.0),
+            UnaryOp::Rsqrt => info("rsqrt", Float, Cheap, false, Positive, 1.0),
+            UnaryOp::Square => info("square", Numeric, Cheap, true, All, 0.0),
+            UnaryOp::Softplus => info("softplus", Float, Polynomial, false, All, 2.0),
+            UnaryOp::Silu => info("silu", Float, Polynomial, false, All, 1.0),
         }
     }
 
@@ -152,23 +269,46 @@ impl UnaryOp {
             UnaryOp::Neg => m.map(T::neg),
             UnaryOp::Abs => m.map(T::abs),
             UnaryOp::Relu => m.map(super::relu),
-            UnaryOp::Exp => m.map(|x: T| x.float(m32::exp_f32, f64::exp)),
-            UnaryOp::Log => m.map(|x: T| x.float(m32::log_f32, f64::ln)),
-            UnaryOp::Log2 => m.map(|x: T| x.float(m32::log2_f32, f64::log2)),
-            UnaryOp::Sqrt => m.map(|x: T| x.float(f32::sqrt, f64::sqrt)),
-            UnaryOp::Recip => m.map(|x: T| x.float(|v| 1.0 / v, |v| 1.0 / v)),
+            UnaryOp::Exp => m.map(float_op!(m32::exp_f32, f64::exp)),
+            UnaryOp::Log => m.map(float_op!(m32::log_f32, f64::ln)),
+            UnaryOp::Log2 => m.map(float_op!(m32::log2_f32, f64::log2)),
+            UnaryOp::Sqrt => m.map(float_op!(f32::sqrt, f64::sqrt)),
+            UnaryOp::Recip => m.map(
+                #[inline(always)]
+                |x: T| x.float(|v| 1.0 / v, |v| 1.0 / v),
+            ),
             UnaryOp::Sin => m.map_runs(
-                |x: T| x.float(m32::sin_f32, f64::sin),
-                |s: &[T], o: &mut [T]| T::float_run(s, o, m32::sin_f32_run, f64_run(f64::sin)),
+                float_op!(m32::sin_f32, f64::sin),
+                float_run_op!(m32::sin_f32_run, f64::sin),
             ),
             UnaryOp::Cos => m.map_runs(
-                |x: T| x.float(m32::cos_f32, f64::cos),
-                |s: &[T], o: &mut [T]| T::float_run(s, o, m32::cos_f32_run, f64_run(f64::cos)),
+                float_op!(m32::cos_f32, f64::cos),
+                float_run_op!(m32::cos_f32_run, f64::cos),
             ),
-            UnaryOp::Tanh => m.map(|x: T| x.float(m32::tanh_f32, f64::tanh)),
-            UnaryOp::Sigmoid => m.map(|x: T| x.float(m32::sigmoid_f32, m64::sigmoid)),
-            UnaryOp::Gelu => m.map(|x: T| x.float(m32::gelu_f32, m64::gelu)),
-            UnaryOp::Erf => m.map(|x: T| x.float(m32::erf_f32, m64::erf)),
+            UnaryOp::Tanh => m.map(float_op!(m32::tanh_f32, f64::tanh)),
+            UnaryOp::Sigmoid => m.map(float_op!(m32::sigmoid_f32, m64::sigmoid)),
+            UnaryOp::Gelu => m.map(float_op!(m32::gelu_f32, m64::gelu)),
+            UnaryOp::Erf => m.map(float_op!(m32::erf_f32, m64::erf)),
+            // Identity on integers (`float` leaves them alone), as PyTorch.
+            UnaryOp::Floor => m.map(float_op!(m32::floor_f32, f64::floor)),
+            UnaryOp::Ceil => m.map(float_op!(m32::ceil_f32, f64::ceil)),
+            UnaryOp::Round => m.map(float_op!(m32::round_even_f32, f64::round_ties_even)),
+            UnaryOp::Trunc => m.map(float_op!(m32::trunc_f32, f64::trunc)),
+            UnaryOp::Sign => m.map(super::sign),
+            UnaryOp::Log1p => m.map(float_op!(m32::log1p_f32, f64::ln_1p)),
+            UnaryOp::Expm1 => m.map(float_op!(m32::expm1_f32, f64::exp_m1)),
+            UnaryOp::Exp2 => m.map(float_op!(m32::exp2_f32, f64::exp2)),
+            // Two roundings, as PyTorch's CPU kernel (`1 / sqrt(x)`).
+            UnaryOp::Rsqrt => m.map(
+                #[inline(always)]
+                |x: T| x.float(|v| 1.0 / v.sqrt(), |v| 1.0 / v.sqrt()),
+            ),
+            UnaryOp::Square => m.map(
+                #[inline(always)]
+                |x: T| T::mul(x, x),
+            ),
+            UnaryOp::Softplus => m.map(float_op!(m32::softplus_f32, m64::softplus)),
+            UnaryOp::Silu => m.map(float_op!(m32::silu_f32, m64::silu)),
         }
     }
 
@@ -211,6 +351,22 @@ impl UnaryOp {
             UnaryOp::Sigmoid => format!("kiln_sigmoid({a})"),
             UnaryOp::Gelu => format!("kiln_gelu({a})"),
             UnaryOp::Erf => call("erff", "erf"),
+            UnaryOp::Floor if dtype.is_float() => call("floorf", "floor"),
+            UnaryOp::Ceil if dtype.is_float() => call("ceilf", "ceil"),
+            // rint: round half to even in the default rounding mode.
+            UnaryOp::Round if dtype.is_float() => call("rintf", "rint"),
+            UnaryOp::Trunc if dtype.is_float() => call("truncf", "trunc"),
+            UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round | UnaryOp::Trunc => a.to_string(),
+            // 0 for NaN and ±0 (+0), as PyTorch.
+            UnaryOp::Sign => format!("(({c})(({a} > ({c})0) - ({a} < ({c})0)))"),
+            UnaryOp::Log1p => call("log1pf", "log1p"),
+            UnaryOp::Expm1 => call("expm1f", "expm1"),
+            UnaryOp::Exp2 => call("exp2f", "exp2"),
+            UnaryOp::Rsqrt if f32_ => format!("(1.0f / sqrtf({a}))"),
+            UnaryOp::Rsqrt => format!("(1.0 / sqrt({a}))"),
+            UnaryOp::Square => format!("kiln_mul(({c}){a}, ({c}){a})"),
+            UnaryOp::Softplus => format!("kiln_softplus({a})"),
+            UnaryOp::Silu => format!("kiln_silu({a})"),
         }
     }
 }

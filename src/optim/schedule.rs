@@ -4,9 +4,13 @@
 /// `base · min_ratio` at step `total` (and constant after).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct WarmupCosine {
+    /// The peak learning rate, reached at the end of the warmup.
     pub base: f64,
+    /// Number of warmup steps.
     pub warmup: u64,
+    /// The step at which the decay reaches its floor.
     pub total: u64,
+    /// The floor as a fraction of `base`.
     pub min_ratio: f64,
 }
 

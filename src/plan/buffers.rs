@@ -20,6 +20,7 @@ use crate::shape::numel;
 pub struct PlannedBuffer {
     /// The root node whose value it holds.
     pub node: NodeId,
+    /// Size in bytes.
     pub bytes: usize,
     /// Step (position in the schedule) that writes it.
     pub first: usize,

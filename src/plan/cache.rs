@@ -173,12 +173,17 @@ fn hash_words(w: &[u64]) -> u64 {
 /// A plan kept for replay.
 #[derive(Debug)]
 pub struct CachedPlan {
+    /// What the backends run.
     pub program: Program,
     /// Where each result lives after the run: (sweep position of the node, buffer).
     pub installs: Vec<(usize, BufferRef)>,
+    /// Number of kernels in the plan.
     pub kernels: usize,
+    /// Number of those kernels that are explicit copies.
     pub copies: usize,
+    /// Most planned bytes alive at once (the buffer plan's peak).
     pub planned_peak_bytes: usize,
+    /// Number of nodes the lowering pass sent back to be stored.
     pub stored_by_lowering: usize,
     /// Bytes naive allocation would hold (every stored value alive for the whole run).
     pub naive_bytes: usize,

@@ -24,7 +24,7 @@
 //!   exactly the product's shape (bias, activation): the epilogue runs on the product.
 //! * **Generator-only values read broadcast are stored.** A value computed from generators
 //!   alone (a causal mask from two aranges) that a kernel reads over at least
-//!   [`BROADCAST_FOLD`] times its own size, and has at least [`MIN_FOLD_NUMEL`] elements, is
+//!   `BROADCAST_FOLD` times its own size, and has at least `MIN_FOLD_NUMEL` elements, is
 //!   its own small kernel, loaded by the big one, instead of being recomputed per element
 //!   and per pass.
 //! * **Kernels are bounded.** Each kernel's inlined ops weigh 1 (`Cost::Cheap`) or 4
@@ -64,7 +64,10 @@ pub enum Placement {
     /// An input buffer or a generator: read where used.
     Leaf,
     /// Computed by kernel group `group` and stored.
-    Root { group: usize },
+    Root {
+        /// Index into [`FusionPlan::groups`].
+        group: usize,
+    },
     /// Computed inside the kernels that use it.
     Inlined,
 }
@@ -72,6 +75,7 @@ pub enum Placement {
 /// One kernel to be: a root and what its index space is.
 #[derive(Debug, Clone, PartialEq)]
 pub struct KernelGroup {
+    /// The stored node the kernel computes.
     pub root: NodeId,
     /// `(S, reduce axes)` once a reduction belongs to this kernel.
     pub space: Option<(Vec<usize>, Vec<usize>)>,
@@ -92,7 +96,9 @@ impl KernelGroup {
 /// The result of the pass.
 #[derive(Debug, Clone, Default)]
 pub struct FusionPlan {
+    /// Per node of the view graph: where it is computed.
     pub placement: Vec<Placement>,
+    /// The kernels to be, one per root.
     pub groups: Vec<KernelGroup>,
     /// For inlined reductions and matmuls: the group they belong to.
     pub owner: Vec<Option<usize>>,

@@ -40,7 +40,12 @@ pub enum LowerError {
     Store(NodeId),
     /// Copy input `input` of node `node` into a buffer of its own and plan again (an
     /// in-place write whose value reads the destination through another view).
-    CopyInput { node: NodeId, input: usize },
+    CopyInput {
+        /// The node whose input is copied.
+        node: NodeId,
+        /// Position of the input among the node's input edges.
+        input: usize,
+    },
     /// A real error (a planner bug, reported rather than run).
     Fatal(KilnError),
 }
@@ -515,14 +520,22 @@ impl<'a> Lowerer<'a> {
     }
 
     /// `view` (a view over `v`'s shape) seen from the kernel along `path`.
+    ///
+    /// The views pass guarantees that `v`'s own edge chain folds over `v`'s row-major
+    /// layout, so when `start` is row-major a failure on that first segment is a planner
+    /// bug. Any other `start` (a gather's table read over the gather's coordinates, which
+    /// has stride 0 along the gathered axis) may legitimately fail to fold there — a
+    /// reshape merging that axis with its neighbours — and then `v` itself, if inlined, is
+    /// stored, like any inlined node below a failing edge.
     fn fold_from(&self, start: View, v: NodeId, path: &Path) -> Result<View, LowerError> {
+        let row_major = start == View::contiguous(&self.vg.nodes[v].shape);
         let mut view = start;
         let mut seg = path.as_deref();
         while let Some(s) = seg {
             super::tick(s.chain.len());
             view = match view.apply_all(&s.chain) {
                 Some(nv) => nv,
-                None if s.producer != v
+                None if (s.producer != v || !row_major)
                     && s.producer != self.root
                     && self.fusion.placement[s.producer] == Placement::Inlined =>
                 {

@@ -76,16 +76,21 @@ impl RealizeOptions {
 /// Everything the passes decided, ready to run.
 #[derive(Debug, Clone)]
 pub struct Plan {
+    /// The options it was planned with.
     pub options: RealizeOptions,
+    /// Pass 1: the graph with movement ops folded into views.
     pub view_graph: ViewGraph,
+    /// Pass 2: which nodes are stored and which are computed inside their consumers.
     pub fusion: FusionPlan,
+    /// Pass 3: the kernels in dependency order.
     pub schedule: Schedule,
+    /// Pass 4: the stored intermediates and their lifetimes.
     pub buffers: BufferPlan,
     /// What the backends run.
     pub program: Program,
     /// Nodes the lowering pass sent back to be stored.
     pub stored_by_lowering: Vec<NodeId>,
-    /// Units of planning work done (see [`tick`]): linear in the graph's size.
+    /// Units of planning work done (see `tick`): linear in the graph's size.
     pub work: u64,
 }
 

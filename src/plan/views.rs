@@ -29,9 +29,15 @@ pub type NodeId = usize;
 #[derive(Debug, Clone, PartialEq)]
 pub enum PlanOp {
     /// A realized tensor, bound to input slot `slot` when the plan runs.
-    Input { slot: usize },
+    Input {
+        /// Index of the input slot.
+        slot: usize,
+    },
     /// Store the input row-major: `explicit` for `contiguous()`, else inserted by this pass.
-    Copy { explicit: bool },
+    Copy {
+        /// True for a user's `contiguous()`, false for a copy this pass inserted.
+        explicit: bool,
+    },
     /// A graph op (never `Buffer`, `Movement` or `Contiguous`). A generator's numbers here
     /// are the values seen when planning; kernels read them from parameter slots.
     Op(Op),
@@ -93,7 +99,9 @@ impl PlanOp {
 /// An input edge: the producer and the movement ops applied to its output.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Edge {
+    /// The producer.
     pub src: NodeId,
+    /// Movement ops applied to the producer's output, in order (composing into one view).
     pub chain: Vec<Movement>,
 }
 
@@ -110,10 +118,15 @@ impl Edge {
 /// A node of the planned graph.
 #[derive(Debug, Clone)]
 pub struct PlanNode {
+    /// What the node computes.
     pub op: PlanOp,
+    /// Its operands, in order.
     pub inputs: Vec<Edge>,
+    /// Shape of the result.
     pub shape: Vec<usize>,
+    /// Dtype of the result.
     pub dtype: DType,
+    /// Device the result lives on.
     pub device: Device,
     /// The lazy-graph node this came from (`None` for inserted copies).
     pub origin: Option<NodeKey>,
@@ -128,6 +141,7 @@ pub struct PlanNode {
 /// The graph the later passes work on.
 #[derive(Debug, Clone, Default)]
 pub struct ViewGraph {
+    /// The nodes in topological order (inputs before consumers); a [`NodeId`] indexes this.
     pub nodes: Vec<PlanNode>,
     /// Nodes whose values the caller asked for, with the lazy-graph key they answer.
     pub targets: Vec<(NodeKey, NodeId)>,

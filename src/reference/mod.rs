@@ -13,10 +13,14 @@ use crate::shape::{Movement, contiguous_strides, numel};
 use crate::tensor::Tensor;
 use std::collections::HashMap;
 
+pub mod grad;
+
 /// A value computed by the reference evaluator.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RefTensor {
+    /// The shape.
     pub shape: Vec<usize>,
+    /// The dtype the values are rounded or wrapped to.
     pub dtype: DType,
     /// Row-major values: floats as f64 (already rounded to `dtype`), integers and bools as
     /// i64 (already wrapped; bools 0/1).
@@ -26,7 +30,9 @@ pub struct RefTensor {
 /// Element storage of a [`RefTensor`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum RefData {
+    /// Float dtypes' values, as f64.
     F(Vec<f64>),
+    /// Integer and bool dtypes' values, as i64.
     I(Vec<i64>),
 }
 
@@ -97,12 +103,24 @@ fn read_buffer(g: &Graph, key: NodeKey) -> Result<RefTensor> {
 }
 
 fn evaluate_in(g: &Graph, target: NodeKey) -> Result<RefTensor> {
-    let order = g.lazy_subgraph(&[target])?;
+    evaluate_all(g, &[target])?
+        .remove(&target)
+        .ok_or_else(|| KilnError::internal("reference: target not evaluated"))
+}
+
+/// Every node `targets` depend on, evaluated (realized nodes are read as leaves).
+fn evaluate_all(g: &Graph, targets: &[NodeKey]) -> Result<HashMap<NodeKey, RefTensor>> {
+    let order = g.lazy_subgraph(targets)?;
     let mut vals: HashMap<NodeKey, RefTensor> = HashMap::new();
     for k in order {
         let n = g.node(k)?;
-        let ins: Vec<&RefTensor> = g
-            .inputs(k)?
+        // A realized node is a leaf, even one that keeps its input edges for autograd.
+        let inputs = if n.op == Op::Buffer {
+            vec![]
+        } else {
+            g.inputs(k)?
+        };
+        let ins: Vec<&RefTensor> = inputs
             .iter()
             .map(|i| {
                 vals.get(i)
@@ -141,8 +159,7 @@ fn evaluate_in(g: &Graph, target: NodeKey) -> Result<RefTensor> {
         };
         vals.insert(k, out);
     }
-    vals.remove(&target)
-        .ok_or_else(|| KilnError::internal("reference: target not evaluated"))
+    Ok(vals)
 }
 
 fn elementwise(shape: &[usize], dt: DType, f: impl Fn(usize) -> Scalar) -> RefTensor {

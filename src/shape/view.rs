@@ -15,8 +15,11 @@ use crate::dtype::Scalar;
 /// `start..end` stepping by `step` (≥ 1) along one dimension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct SliceRange {
+    /// First index selected.
     pub start: usize,
+    /// One past the last index that may be selected (exclusive).
     pub end: usize,
+    /// Distance between selected indices (≥ 1).
     pub step: usize,
 }
 
@@ -49,7 +52,9 @@ pub enum Movement {
     Slice(Vec<SliceRange>),
     /// `(before, after)` elements of `value` around each dimension.
     Pad {
+        /// `(before, after)` per dimension.
         pads: Vec<(usize, usize)>,
+        /// The pad value.
         value: Scalar,
     },
     /// Reverse the listed dimensions.
@@ -105,9 +110,13 @@ impl Movement {
 /// Shape, strides, offset and mask of a logical tensor over a flat buffer.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct View {
+    /// The logical shape.
     pub shape: Vec<usize>,
+    /// Per dimension, elements between neighbouring coordinates (0: broadcast, negative: flip).
     pub strides: Vec<isize>,
+    /// Buffer element at coordinates all zero.
     pub offset: isize,
+    /// Per dimension, the valid range `[lo, hi)`; `None` when every coordinate is valid.
     pub mask: Option<Vec<(usize, usize)>>,
 }
 

@@ -151,6 +151,47 @@ impl Tensor {
         unwrap_or_panic(Self::try_full_on(shape, value, dtype, Device::Cpu))
     }
 
+    /// Fallible [`Tensor::full`] (an element count past `usize`, or bytes past the address
+    /// space, is a typed error).
+    pub fn try_full(shape: impl ShapeLike, value: impl Into<Scalar>) -> Result<Tensor> {
+        let v = value.into();
+        let dtype = match v {
+            Scalar::Float(_) => DType::default_float(),
+            Scalar::Int(_) => DType::I64,
+            Scalar::Bool(_) => DType::Bool,
+        };
+        Self::try_full_on(shape, v, dtype, Device::Cpu)
+    }
+
+    /// Fallible [`Tensor::full_dtype`].
+    pub fn try_full_dtype(
+        shape: impl ShapeLike,
+        value: impl Into<Scalar>,
+        dtype: DType,
+    ) -> Result<Tensor> {
+        Self::try_full_on(shape, value, dtype, Device::Cpu)
+    }
+
+    /// Fallible [`Tensor::zeros`].
+    pub fn try_zeros(shape: impl ShapeLike) -> Result<Tensor> {
+        Self::try_full_on(shape, 0, DType::default_float(), Device::Cpu)
+    }
+
+    /// Fallible [`Tensor::ones`].
+    pub fn try_ones(shape: impl ShapeLike) -> Result<Tensor> {
+        Self::try_full_on(shape, 1, DType::default_float(), Device::Cpu)
+    }
+
+    /// Fallible [`Tensor::zeros_dtype`].
+    pub fn try_zeros_dtype(shape: impl ShapeLike, dtype: DType) -> Result<Tensor> {
+        Self::try_full_on(shape, 0, dtype, Device::Cpu)
+    }
+
+    /// Fallible [`Tensor::ones_dtype`].
+    pub fn try_ones_dtype(shape: impl ShapeLike, dtype: DType) -> Result<Tensor> {
+        Self::try_full_on(shape, 1, dtype, Device::Cpu)
+    }
+
     /// [`Tensor::full_dtype`] on a chosen device, returning errors.
     pub fn try_full_on(
         shape: impl ShapeLike,
@@ -207,10 +248,29 @@ impl Tensor {
         ))
     }
 
-    /// `start, start+step, …` below `end`, as f32 (like `torch.arange` with float arguments).
+    /// `start, start+step, …` below `end` (above it for a negative step), with
+    /// `torch.arange`'s dtype: i64 when every argument is an integer, f32 when any is a
+    /// float. [`Tensor::try_arange`] takes an explicit dtype.
+    ///
+    /// ```
+    /// use kiln::{DType, Tensor};
+    /// let i = Tensor::arange(0, 5, 2);
+    /// assert_eq!((i.dtype(), i.to_vec::<i64>().unwrap()), (DType::I64, vec![0, 2, 4]));
+    /// let f = Tensor::arange(0.0, 1.0, 0.25);
+    /// assert_eq!(f.to_vec::<f32>().unwrap(), vec![0.0, 0.25, 0.5, 0.75]);
+    /// ```
     #[track_caller]
-    pub fn arange(start: f32, end: f32, step: f32) -> Tensor {
-        unwrap_or_panic(Self::try_arange(start, end, step, DType::F32))
+    pub fn arange(
+        start: impl Into<Scalar>,
+        end: impl Into<Scalar>,
+        step: impl Into<Scalar>,
+    ) -> Tensor {
+        let (start, end, step) = (start.into(), end.into(), step.into());
+        let any_float = [start, end, step]
+            .iter()
+            .any(|s| matches!(s, Scalar::Float(_)));
+        let dtype = if any_float { DType::F32 } else { DType::I64 };
+        unwrap_or_panic(Self::try_arange(start, end, step, dtype))
     }
 
     /// `start, start+step, …` below `end` (above it for a negative step) in any dtype.

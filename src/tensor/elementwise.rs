@@ -9,8 +9,11 @@ use std::borrow::Cow;
 
 /// The right-hand side of a binary op: a tensor or a plain number.
 pub enum Operand<'a> {
+    /// A borrowed tensor.
     Ref(&'a Tensor),
+    /// An owned tensor.
     Owned(Tensor),
+    /// A plain number, broadcast to the tensor's shape.
     Scalar(Scalar),
 }
 
@@ -123,7 +126,11 @@ impl Tensor {
                 // PyTorch: bool + bool is logical or, bool * bool logical and.
                 BinaryOp::Add => BinaryOp::Max,
                 BinaryOp::Mul => BinaryOp::Min,
-                BinaryOp::Sub | BinaryOp::Pow => {
+                BinaryOp::Sub
+                | BinaryOp::Pow
+                | BinaryOp::Remainder
+                | BinaryOp::Fmod
+                | BinaryOp::FloorDiv => {
                     return Err(KilnError::UnsupportedDType {
                         op: name,
                         dtype,
@@ -148,6 +155,14 @@ impl Tensor {
     }
 
     fn unary(&self, op: UnaryOp) -> Result<Tensor> {
+        if self.dtype == DType::Bool {
+            match op {
+                // PyTorch: the sign of a bool is itself; its square is an i64.
+                UnaryOp::Sign => return Ok(self.clone()),
+                UnaryOp::Square => return self.try_cast(DType::I64)?.unary(op),
+                _ => {}
+            }
+        }
         if self.dtype == DType::Bool && !op.needs_float() {
             return Err(KilnError::UnsupportedDType {
                 op: op.name(),
@@ -280,16 +295,97 @@ impl Tensor {
         self.try_maximum(min.into())?.try_minimum(max.into())
     }
 
-    /// `self * self`.
+    /// Clamps into `[min, max]` with bounds that are tensors (or numbers), all three
+    /// broadcast together: PyTorch's `clamp(min=Tensor, max=Tensor)`, computed as
+    /// `minimum(maximum(self, min), max)`. A NaN in `self` or in either bound gives NaN, and
+    /// where `min > max` the result is `max`, as in PyTorch. The dtype is the promotion of
+    /// all three. Gradients split evenly at ties (`docs/semantics.md`).
+    ///
+    /// ```
+    /// use kiln::Tensor;
+    /// let x = Tensor::from_vec(vec![-2.0f32, 0.5, 9.0], [3]);
+    /// let lo = Tensor::from_vec(vec![-1.0f32, 1.0, 0.0], [3]);
+    /// let hi = Tensor::from_vec(vec![1.0f32], [1]);
+    /// assert_eq!(x.clamp_tensor(&lo, &hi).to_vec::<f32>().unwrap(), vec![-1.0, 1.0, 1.0]);
+    /// ```
     #[track_caller]
-    pub fn square(&self) -> Tensor {
-        unwrap_or_panic(self.try_mul(self))
+    pub fn clamp_tensor<'a, 'b>(
+        &self,
+        min: impl Into<Operand<'a>>,
+        max: impl Into<Operand<'b>>,
+    ) -> Tensor {
+        unwrap_or_panic(self.try_clamp_tensor(min, max))
     }
 
-    /// `1 / sqrt(self)`.
+    /// Fallible [`Tensor::clamp_tensor`].
+    pub fn try_clamp_tensor<'a, 'b>(
+        &self,
+        min: impl Into<Operand<'a>>,
+        max: impl Into<Operand<'b>>,
+    ) -> Result<Tensor> {
+        let (lo, hi) = (min.into(), max.into());
+        // Devices and shapes are checked under this op's name first.
+        let mut shape = self.shape.clone();
+        for t in [lo.tensor(), hi.tensor()].into_iter().flatten() {
+            if t.device != self.device {
+                return Err(KilnError::DeviceMismatch {
+                    op: "clamp",
+                    lhs: self.device,
+                    rhs: t.device,
+                });
+            }
+            shape = broadcast_shapes("clamp", &shape, &t.shape)?;
+        }
+        crate::shape::check_shape("clamp", &shape, self.dtype)?;
+        self.try_maximum(lo)?.try_minimum(hi)
+    }
+
+    /// True where `self` is NaN (PyTorch's `isnan`; never for integers and bool).
     #[track_caller]
-    pub fn rsqrt(&self) -> Tensor {
-        unwrap_or_panic(self.try_sqrt().and_then(|s| s.try_recip()))
+    pub fn isnan(&self) -> Tensor {
+        unwrap_or_panic(self.try_isnan())
+    }
+
+    /// Fallible [`Tensor::isnan`].
+    pub fn try_isnan(&self) -> Result<Tensor> {
+        if self.dtype.is_float() {
+            // NaN is the one value not equal to itself.
+            self.try_ne(self)
+        } else {
+            Tensor::try_full_on(&self.shape, false, DType::Bool, self.device)
+        }
+    }
+
+    /// True where `self` is `+inf` or `-inf` (PyTorch's `isinf`; never for integers).
+    #[track_caller]
+    pub fn isinf(&self) -> Tensor {
+        unwrap_or_panic(self.try_isinf())
+    }
+
+    /// Fallible [`Tensor::isinf`].
+    pub fn try_isinf(&self) -> Result<Tensor> {
+        if self.dtype.is_float() {
+            self.try_abs()?.try_eq(f64::INFINITY)
+        } else {
+            Tensor::try_full_on(&self.shape, false, DType::Bool, self.device)
+        }
+    }
+
+    /// True where `self` is neither infinite nor NaN (PyTorch's `isfinite`; always for
+    /// integers and bool).
+    #[track_caller]
+    pub fn isfinite(&self) -> Tensor {
+        unwrap_or_panic(self.try_isfinite())
+    }
+
+    /// Fallible [`Tensor::isfinite`].
+    pub fn try_isfinite(&self) -> Result<Tensor> {
+        if self.dtype.is_float() {
+            // |NaN| < inf is false, like |±inf| < inf.
+            self.try_abs()?.try_lt(f64::INFINITY)
+        } else {
+            Tensor::try_full_on(&self.shape, true, DType::Bool, self.device)
+        }
     }
 
     /// `self ** exponent`, with an integer-power fast path: `pow(2)` records a multiply,
@@ -369,6 +465,9 @@ binary_methods! {
     ge, try_ge, Ge, "`self >= rhs` as bool.";
     eq, try_eq, Eq, "`self == rhs` as bool.";
     ne, try_ne, Ne, "`self != rhs` as bool.";
+    remainder, try_remainder, Remainder, "Elementwise remainder with the divisor's sign (PyTorch's `remainder`, Python's `%`; integer division by zero gives 0, see `docs/semantics.md`).";
+    fmod, try_fmod, Fmod, "Elementwise remainder with the dividend's sign (PyTorch's `fmod`, C's `fmod`; integer division by zero gives 0).";
+    floor_divide, try_floor_divide, FloorDiv, "Elementwise floor division (PyTorch's `floor_divide`, Python's `//`; integers stay integers, integer division by zero gives 0).";
 }
 
 impl Tensor {
@@ -450,4 +549,16 @@ unary_methods! {
     relu, try_relu, Relu, "Elementwise `max(x, 0)` (NaN stays NaN).";
     gelu, try_gelu, Gelu, "Elementwise GELU, the exact erf form `x·Φ(x)`.";
     erf, try_erf, Erf, "Elementwise error function.";
+    floor, try_floor, Floor, "Elementwise floor (integers unchanged; bool is an error, as PyTorch).";
+    ceil, try_ceil, Ceil, "Elementwise ceiling (integers unchanged).";
+    round, try_round, Round, "Elementwise rounding to the nearest integer, ties to even (PyTorch's `round` without `decimals`; integers unchanged).";
+    trunc, try_trunc, Trunc, "Elementwise rounding toward zero (integers unchanged).";
+    sign, try_sign, Sign, "Elementwise sign: -1, 0 or 1 in the input's dtype (`sign(NaN) = 0`, `sign(-0.0) = +0`, bool unchanged, as PyTorch).";
+    log1p, try_log1p, Log1p, "Elementwise `ln(1 + x)`, accurate near 0.";
+    expm1, try_expm1, Expm1, "Elementwise `e^x - 1`, accurate near 0.";
+    exp2, try_exp2, Exp2, "Elementwise `2^x`.";
+    rsqrt, try_rsqrt, Rsqrt, "Elementwise `1 / sqrt(x)`.";
+    square, try_square, Square, "Elementwise `x * x` (integers wrap; bool becomes i64, as PyTorch).";
+    softplus, try_softplus, Softplus, "Elementwise `ln(1 + e^x)`, `x` itself above 20 (PyTorch's `softplus` with `beta = 1`, `threshold = 20`).";
+    silu, try_silu, Silu, "Elementwise SiLU (swish) `x * sigmoid(x)`.";
 }

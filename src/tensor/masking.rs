@@ -5,6 +5,7 @@
 use super::{Tensor, unwrap_or_panic};
 use crate::dtype::{DType, Scalar};
 use crate::error::{KilnError, Result};
+use crate::shape::broadcast_shapes;
 
 impl Tensor {
     /// `col - row` over the last two dimensions, broadcast to this tensor's shape.
@@ -58,14 +59,17 @@ impl Tensor {
         Tensor::try_where(&keep, self, Scalar::Int(0))?.try_cast(self.dtype())
     }
 
-    /// `value` where the bool `mask` (broadcast to this shape) is true, this tensor
-    /// elsewhere.
+    /// `value` (converted to this tensor's dtype) where the bool `mask` is true, this
+    /// tensor elsewhere. As PyTorch's out-of-place `masked_fill`, the tensor and the mask
+    /// broadcast together: the result has their broadcast shape.
     ///
     /// ```
     /// use kiln::Tensor;
     /// let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], &[3]);
     /// let m = Tensor::from_vec(vec![false, true, false], &[3]);
     /// assert_eq!(x.masked_fill(&m, -1.0).to_vec::<f32>().unwrap(), vec![1.0, -1.0, 3.0]);
+    /// let rows = Tensor::from_vec(vec![true, false], &[2, 1]);
+    /// assert_eq!(x.masked_fill(&rows, 0.0).shape(), &[2, 3]);
     /// ```
     #[track_caller]
     pub fn masked_fill(&self, mask: &Tensor, value: impl Into<Scalar>) -> Tensor {
@@ -81,9 +85,11 @@ impl Tensor {
                 detail: ": the mask must be bool".into(),
             });
         }
-        let mask = mask.try_broadcast_to(self.shape())?;
+        // Checked here so that a mismatch names the op the caller used; `where` then
+        // broadcasts the mask and this tensor to that shape.
+        broadcast_shapes("masked_fill", self.shape(), mask.shape())?;
         let v = Tensor::try_full_on((), value.into(), self.dtype(), self.device())?;
-        Tensor::try_where(&mask, &v, self)
+        Tensor::try_where(mask, &v, self)
     }
 
     /// One-hot encoding of integer class indices: a new last dimension of `num_classes`,

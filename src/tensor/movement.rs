@@ -495,4 +495,86 @@ impl Tensor {
             self.device,
         )
     }
+
+    /// Repeats the tensor `sizes[d]` times along each dimension (PyTorch's `repeat`):
+    /// `sizes` has at least `ndim` entries; extra leading ones add dimensions. Built from
+    /// views — each dimension `n` becomes `[1, n]`, expanded to `[sizes[d], n]`, then merged
+    /// — so nothing is copied except where that final reshape cannot be a view (then the
+    /// planner stores the repeated value once).
+    ///
+    /// ```
+    /// let x = kiln::Tensor::from_vec(vec![1.0f32, 2.0], [2]);
+    /// let y = x.repeat([2, 2]);
+    /// assert_eq!(y.shape(), &[2, 4]);
+    /// assert_eq!(y.to_vec::<f32>().unwrap(), vec![1.0, 2.0, 1.0, 2.0, 1.0, 2.0, 1.0, 2.0]);
+    /// ```
+    #[track_caller]
+    pub fn repeat(&self, sizes: impl ShapeLike) -> Tensor {
+        unwrap_or_panic(self.try_repeat(sizes))
+    }
+
+    /// Fallible [`Tensor::repeat`].
+    pub fn try_repeat(&self, sizes: impl ShapeLike) -> Result<Tensor> {
+        self.repeat_as("repeat", &sizes.dims())
+    }
+
+    /// Repeats the tensor `reps[d]` times along each dimension (PyTorch's `tile`): like
+    /// [`Tensor::repeat`], but `reps` shorter than `ndim` is padded with leading 1s.
+    ///
+    /// ```
+    /// let x = kiln::Tensor::from_vec(vec![1i32, 2, 3, 4], [2, 2]);
+    /// assert_eq!(x.tile([2]).to_vec::<i32>().unwrap(), vec![1, 2, 1, 2, 3, 4, 3, 4]);
+    /// ```
+    #[track_caller]
+    pub fn tile(&self, reps: impl ShapeLike) -> Tensor {
+        unwrap_or_panic(self.try_tile(reps))
+    }
+
+    /// Fallible [`Tensor::tile`].
+    pub fn try_tile(&self, reps: impl ShapeLike) -> Result<Tensor> {
+        let reps = reps.dims();
+        let mut padded = vec![1; self.ndim().saturating_sub(reps.len())];
+        padded.extend(reps);
+        self.repeat_as("tile", &padded)
+    }
+
+    fn repeat_as(&self, op: &'static str, sizes: &[usize]) -> Result<Tensor> {
+        if sizes.len() < self.ndim() {
+            return Err(KilnError::InvalidArgument {
+                op,
+                shape: self.shape.clone(),
+                reason: format!(
+                    "{} repeat counts for a {}-d tensor (at least one per dimension)",
+                    sizes.len(),
+                    self.ndim()
+                ),
+            });
+        }
+        let lead = sizes.len() - self.ndim();
+        let mut dims = vec![1; lead];
+        dims.extend(self.shape.iter().copied());
+        let mut out = Vec::with_capacity(sizes.len());
+        for (&r, &n) in sizes.iter().zip(&dims) {
+            out.push(r.checked_mul(n).ok_or_else(|| KilnError::InvalidArgument {
+                op,
+                shape: self.shape.clone(),
+                reason: format!("{r} repeats of a dimension of {n} overflow"),
+            })?);
+        }
+        crate::shape::check_shape(op, &out, self.dtype)?;
+        // Each dimension n with r > 1 repeats becomes [1, n] (a view), expanded to [r, n].
+        let mut split = Vec::new();
+        let mut expanded = Vec::new();
+        for (&r, &n) in sizes.iter().zip(&dims) {
+            if r != 1 {
+                split.push(1);
+                expanded.push(r);
+            }
+            split.push(n);
+            expanded.push(n);
+        }
+        self.try_reshape(split)?
+            .try_broadcast_to(expanded)?
+            .try_reshape(out)
+    }
 }

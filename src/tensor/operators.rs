@@ -86,7 +86,12 @@ tensor_scalar_rhs! {
     Div, div;
 }
 
-// Number on the left: one impl per type (the orphan rule allows no generic one).
+// Number on the left: one impl per type (the orphan rule allows no generic one), and only
+// one float and one integer type, so that a literal (`1.0 - &p`, `2 * &x`) needs no suffix:
+// with impls for both f32 and f64, Rust could not pick a type for `1.0`. Rust's own
+// fallback types would be f64 and i32; i64 is kiln's (and PyTorch's) integer default, and
+// an unannotated `let n = 2;` used on the left infers i64 from the single impl. A variable
+// declared f32/i32/u8 goes on the right (`&x * lr`), or through `rsub`/`rdiv`/`rpow`.
 macro_rules! scalar_tensor_lhs {
     ($($s:ty),*) => {$(
         impl Add<Tensor> for $s { type Output = Tensor; #[track_caller] fn add(self, r: Tensor) -> Tensor { Tensor::add(&r, self) } }
@@ -99,7 +104,7 @@ macro_rules! scalar_tensor_lhs {
         impl Div<&Tensor> for $s { type Output = Tensor; #[track_caller] fn div(self, r: &Tensor) -> Tensor { unwrap_or_panic(r.try_rdiv(self)) } }
     )*};
 }
-scalar_tensor_lhs!(f64, f32, i64, i32, u8);
+scalar_tensor_lhs!(f64, i64);
 
 impl Neg for Tensor {
     type Output = Tensor;

@@ -327,6 +327,39 @@ impl Tensor {
         self.var_impl(&axis_list(&axes).unwrap_or_default(), true, correction)
     }
 
+    /// Standard deviation over `axes` with `correction`: the square root of
+    /// [`Tensor::var`] (PyTorch's `std`).
+    ///
+    /// ```
+    /// use kiln::Tensor;
+    /// let x = Tensor::from_vec(vec![1.0f32, 3.0, 5.0, 7.0], [2, 2]);
+    /// assert_eq!(x.std(1, 0).to_vec::<f32>().unwrap(), vec![1.0, 1.0]);
+    /// ```
+    #[track_caller]
+    pub fn std(&self, axes: impl Axes, correction: usize) -> Tensor {
+        unwrap_or_panic(self.try_std(axes, correction))
+    }
+
+    /// [`Tensor::std`] keeping the reduced axes with size 1.
+    #[track_caller]
+    pub fn std_keepdim(&self, axes: impl Axes, correction: usize) -> Tensor {
+        unwrap_or_panic(self.try_std_keepdim(axes, correction))
+    }
+
+    /// Fallible [`Tensor::std`].
+    pub fn try_std(&self, axes: impl Axes, correction: usize) -> Result<Tensor> {
+        self.float_only("std")?;
+        self.var_impl(&axis_list(&axes).unwrap_or_default(), false, correction)?
+            .try_sqrt()
+    }
+
+    /// Fallible [`Tensor::std_keepdim`].
+    pub fn try_std_keepdim(&self, axes: impl Axes, correction: usize) -> Result<Tensor> {
+        self.float_only("std")?;
+        self.var_impl(&axis_list(&axes).unwrap_or_default(), true, correction)?
+            .try_sqrt()
+    }
+
     fn var_impl(&self, axes: &[isize], keepdim: bool, correction: usize) -> Result<Tensor> {
         self.float_only("var")?;
         let n = self.reduced_count("var", axes)?;

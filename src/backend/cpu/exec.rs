@@ -20,7 +20,6 @@ use crate::kernel::Level;
 use crate::ops::{GenKind, ReduceOp, seed_of};
 use crate::ops::{Num, Scal};
 use crate::random;
-use half::{bf16, f16};
 use rayon::prelude::*;
 use std::cell::RefCell;
 
@@ -232,6 +231,9 @@ pub(crate) fn execute(prog: &CpuKernel, env: &Env<'_>) {
     if rows == 0 || prog.dims.contains(&0) && !prog.has_reduce {
         return;
     }
+    if super::transpose::try_run(prog, env) {
+        return;
+    }
     let threads = rayon::current_num_threads().max(1);
     if prog.strategy == Strategy::ReduceInner
         && splittable(prog)
@@ -400,7 +402,6 @@ fn new_machine<'p>(prog: &'p CpuKernel, env: &'p Env<'_>, mut regs: Vec<Vec<u64>
         coords: vec![0; prog.dims.len()],
         n: 0,
         row_t: None,
-        prefetch: false,
         saved: Vec::new(),
     }
 }
@@ -441,9 +442,6 @@ struct Machine<'p> {
     /// ReduceInner: the row (within the item) whose values are being reduced; `Row` operands
     /// are then read as that row's scalar.
     row_t: Option<usize>,
-    /// Prefetch the next run of borrowed loads (first pass only: later passes re-read data
-    /// the first one just brought in).
-    prefetch: bool,
     /// ReduceInner: values saved by one pass for a later one, one buffer per reuse slot,
     /// indexed by (row within the item, position in the reduce space).
     saved: Vec<Vec<u64>>,
@@ -495,8 +493,7 @@ impl<'p> Machine<'p> {
             (self.loops.eval)(self, v, ax, usize::MAX);
         }
         let red = prog.reduce_len();
-        for (pi, ph) in prog.phases.iter().enumerate() {
-            self.prefetch = pi == 0;
+        for ph in &prog.phases {
             for &r in &ph.reduces {
                 self.acc_init_vec(r);
             }
@@ -558,8 +555,7 @@ impl<'p> Machine<'p> {
                 }
             }
         }
-        for (pi, ph) in prog.phases.iter().enumerate() {
-            self.prefetch = pi == 0;
+        for ph in &prog.phases {
             let elem = if reuse { &ph.elem_reusing } else { &ph.elem };
             if !ph.reduces.is_empty() || !ph.stores.is_empty() {
                 for t in 0..rows {
@@ -708,9 +704,6 @@ impl<'p> Machine<'p> {
                     // run), so the run's first element is too.
                     let ptr = unsafe { a.ptr.offset(base * sz) } as *const u8;
                     self.vals[v] = Val::Ptr(ptr);
-                    if self.prefetch {
-                        prefetch_next_run(ptr, n * sz as usize);
-                    }
                     return;
                 }
                 let (lo, hi) = if ok {
@@ -977,26 +970,6 @@ impl<'p> Machine<'p> {
     }
 }
 
-/// Asks the CPU to start fetching the run after this one (`bytes` past `ptr`): hardware
-/// prefetchers stop at page boundaries, and a run is about one page.
-#[inline(always)]
-fn prefetch_next_run(ptr: *const u8, bytes: usize) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        let mut off = bytes;
-        while off < 2 * bytes {
-            // SAFETY: prefetching is a hint and never faults, even for addresses outside
-            // the allocation; the pointer arithmetic uses wrapping_add so no out-of-bounds
-            // pointer is created in the sense of `offset`.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(ptr.wrapping_add(off) as *const i8) };
-            off += 64;
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (ptr, bytes);
-}
-
 /// A type-erased accumulator (value bits + index).
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct AccAny {
@@ -1032,6 +1005,52 @@ fn round_half(dtype: DType, reg: &mut [u64], n: usize) {
     if dtype.is_half() {
         ops::round_to(dtype, &mut typed_mut::<f32>(reg)[..n]);
     }
+}
+
+/// An f16 bit pattern as f32, exactly as `half::f16::to_f32` converts it (a NaN keeps its
+/// payload and gets its quiet bit set). Branch-free, so loops over it vectorize; `half`'s
+/// own conversion checks for F16C at run time on every call.
+#[inline(always)]
+pub(crate) fn f16_to_f32(h: u16) -> f32 {
+    let h = h as u32;
+    let sign = (h & 0x8000) << 16;
+    let em = h & 0x7fff;
+    // Normal and subnormal values: the bits shifted into place read as the value times
+    // 2^-112, and multiplying by 2^112 is exact.
+    let finite = (f32::from_bits(em << 13) * f32::from_bits(0x7780_0000)).to_bits();
+    let quiet = if em > 0x7c00 { 0x0040_0000 } else { 0 };
+    let special = (em << 13) | 0x7f80_0000 | quiet;
+    f32::from_bits(if em >= 0x7c00 { special } else { finite } | sign)
+}
+
+/// `x` rounded to the nearest f16 (ties to even), as bits: the same bits as
+/// `half::f16::from_f32` for every input. Branch-free (see [`f16_to_f32`]).
+#[inline(always)]
+pub(crate) fn f32_to_f16(x: f32) -> u16 {
+    // On the f16 grid (or ±inf, or a NaN with its quiet bit set) after this.
+    let b = crate::math::f32::round_f16(x).to_bits();
+    let sign = (b >> 16) & 0x8000;
+    let a = b & 0x7fff_ffff;
+    // Normal: rebias the exponent (127 → 15); the low 13 mantissa bits are zero.
+    let normal = (a >> 13).wrapping_sub(112 << 10);
+    // Subnormal: a multiple of 2^-24 below 2^-14, so the scaled value is an exact integer.
+    let sub = (f32::from_bits(a) * 16_777_216.0) as i32 as u32;
+    let special = 0x7c00 | ((a >> 13) & 0x3ff);
+    let h = if a >= 0x7f80_0000 {
+        special
+    } else if a >= 0x3880_0000 {
+        normal
+    } else {
+        sub
+    };
+    (h | sign) as u16
+}
+
+/// `x` rounded to the nearest bf16 (ties to even), as bits: the same bits as
+/// `half::bf16::from_f32`. Branch-free.
+#[inline(always)]
+pub(crate) fn f32_to_bf16(x: f32) -> u16 {
+    (crate::math::f32::round_bf16(x).to_bits() >> 16) as u16
 }
 
 /// Reads `n` elements (`[lo, hi)` from memory, the rest `fill`) into a register.
@@ -1083,7 +1102,7 @@ fn load_run(
         DType::I64 => go!(i64, i64, |s: i64| s),
         DType::F32 => go!(f32, f32, |s: f32| s),
         DType::F64 => go!(f64, f64, |s: f64| s),
-        DType::F16 => go!(u16, f32, |s: u16| f16::from_bits(s).to_f32()),
+        DType::F16 => go!(u16, f32, f16_to_f32),
         DType::BF16 => go!(u16, f32, |s: u16| f32::from_bits((s as u32) << 16)),
     }
 }
@@ -1146,7 +1165,7 @@ fn gather_run(
         DType::I64 => go!(i64, i64, |s: i64| s),
         DType::F32 => go!(f32, f32, |s: f32| s),
         DType::F64 => go!(f64, f64, |s: f64| s),
-        DType::F16 => go!(u16, f32, |s: u16| f16::from_bits(s).to_f32()),
+        DType::F16 => go!(u16, f32, f16_to_f32),
         DType::BF16 => go!(u16, f32, |s: u16| f32::from_bits((s as u32) << 16)),
     }
     bad
@@ -1192,8 +1211,8 @@ fn store_run<T: Num>(a: ArgPtr, dtype: DType, base: isize, stride: isize, v: Src
         DType::I64 => go!(i64, |x: T| bytemuck::cast::<T, i64>(x)),
         DType::F32 => go!(f32, as_f32),
         DType::F64 => go!(f64, |x: T| bytemuck::cast::<T, f64>(x)),
-        DType::F16 => go!(u16, |x: T| f16::from_f32(as_f32(x)).to_bits()),
-        DType::BF16 => go!(u16, |x: T| bf16::from_f32(as_f32(x)).to_bits()),
+        DType::F16 => go!(u16, |x: T| f32_to_f16(as_f32(x))),
+        DType::BF16 => go!(u16, |x: T| f32_to_bf16(as_f32(x))),
     }
 }
 
@@ -1395,4 +1414,49 @@ fn split_body(m: &mut Machine<'_>, row: usize, lo: usize, hi: usize) -> Vec<AccA
         a += n;
     }
     accs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use half::{bf16, f16};
+
+    #[test]
+    fn f16_to_f32_matches_half_for_every_pattern() {
+        for h in 0..=u16::MAX {
+            let want = f16::from_bits(h).to_f32().to_bits();
+            assert_eq!(f16_to_f32(h).to_bits(), want, "f16 bits {h:#06x}");
+        }
+    }
+
+    #[test]
+    fn f32_to_half_matches_half() {
+        // Every f16 value and its neighbours in f32 (ties and near-ties), then a dense
+        // stride over all f32 patterns.
+        let mut xs: Vec<u32> = vec![];
+        for h in 0..=u16::MAX {
+            let b = f16::from_bits(h).to_f32().to_bits();
+            xs.extend([
+                b,
+                b.wrapping_add(1),
+                b.wrapping_sub(1),
+                b.wrapping_add(0x1000),
+            ]);
+            xs.extend([b.wrapping_add(0xfff), b.wrapping_sub(0x1000)]);
+        }
+        xs.extend((0..=u32::MAX).step_by(997));
+        for b in xs {
+            let x = f32::from_bits(b);
+            assert_eq!(
+                f32_to_f16(x),
+                f16::from_f32(x).to_bits(),
+                "f32 bits {b:#010x}"
+            );
+            assert_eq!(
+                f32_to_bf16(x),
+                bf16::from_f32(x).to_bits(),
+                "f32 bits {b:#010x}"
+            );
+        }
+    }
 }

@@ -9,7 +9,8 @@
 //! gathering one element from each of 64 rows that lie a power-of-two stride apart, which
 //! maps them onto one L1 set; measured on 2 Zen 4 cores, the 16×16-tiled copy made
 //! `x @ w.t()` 1.1× faster at 1024³ and up to 4× faster for 16–256 rows by 1024×1024,
-//! and cost nothing at 2048³.
+//! and cost nothing at 2048³. Shallow products (depth under 256) skip the copy, which only
+//! cost time there.
 //!
 //! f16 and bf16 are widened to f32 copies in parallel (the right operand row-major, as
 //! above), multiplied by the f32 kernels and rounded once at the end: gemm's own f16 path was
@@ -200,6 +201,12 @@ fn gemm_uses_avx512() -> bool {
 /// row-major first (see the module docs; measured faster from 16 rows up).
 const MIN_ROWS_FOR_RHS_COPY: usize = 16;
 
+/// Least depth for which that copy is made. The copy pays for itself where gemm's packing
+/// reads would alias (long columns); at depth 32 (attention heads: 128 products of
+/// 64×32 by 32×64) the copy, and a scratch block per product, made `q @ k.t()` 1.25× slower
+/// on 2 Zen 4 cores, and at depth 128 (width-128 linear layers) it changed nothing.
+const MIN_DEPTH_FOR_RHS_COPY: usize = 256;
+
 /// f32 products, copying a unit-row-stride right operand row-major first where that is
 /// faster (see the module docs).
 ///
@@ -207,7 +214,11 @@ const MIN_ROWS_FOR_RHS_COPY: usize = 16;
 /// As for [`gemm_typed`].
 unsafe fn f32_gemm(g: Gemm, par: gemm::Parallelism) -> Result<()> {
     let column_major_rhs = g.r_rs == 1 && g.k > 1 && g.n > 1;
-    if !(column_major_rhs && g.m >= MIN_ROWS_FOR_RHS_COPY && gemm_uses_avx512()) {
+    if !(column_major_rhs
+        && g.m >= MIN_ROWS_FOR_RHS_COPY
+        && g.k >= MIN_DEPTH_FOR_RHS_COPY
+        && gemm_uses_avx512())
+    {
         // SAFETY: the caller's contract.
         unsafe { gemm_typed::<f32>(g, par) };
         return Ok(());
@@ -581,15 +592,21 @@ mod tests {
     }
 
     /// Right operands with unit row stride, which take the row-major copy on AVX-512 CPUs
-    /// (at least 16 output rows; sizes that leave partial 16×16 tiles).
+    /// (at least 16 output rows and depth 256; sizes that leave partial 16×16 tiles).
     #[test]
     fn f32_products_with_column_major_right_operands() {
-        let a = Tensor::randn_seeded([37, 53], 1);
-        let at = Tensor::randn_seeded([53, 37], 2);
-        let bt = Tensor::randn_seeded([29, 53], 3);
-        let wide = Tensor::randn_seeded([58, 53], 4);
-        let batch = Tensor::randn_seeded([3, 37, 53], 5);
-        let btt = Tensor::randn_seeded([3, 29, 53], 6);
+        for depth in [53, 300] {
+            f32_products_with_column_major_right_operands_of_depth(depth);
+        }
+    }
+
+    fn f32_products_with_column_major_right_operands_of_depth(d: usize) {
+        let a = Tensor::randn_seeded([37, d], 1);
+        let at = Tensor::randn_seeded([d, 37], 2);
+        let bt = Tensor::randn_seeded([29, d], 3);
+        let wide = Tensor::randn_seeded([58, d], 4);
+        let batch = Tensor::randn_seeded([3, 37, d], 5);
+        let btt = Tensor::randn_seeded([3, 29, d], 6);
         for t in [&a, &at, &bt, &wide, &batch, &btt] {
             t.realize().unwrap();
         }
@@ -599,7 +616,7 @@ mod tests {
             (
                 "a@wide.t()[:, ::2]",
                 a.clone(),
-                wide.t().slice(&[(0, 53, 1), (0, 58, 2)]),
+                wide.t().slice(&[(0, d as isize, 1), (0, 58, 2)]),
             ),
             ("a@flip(b.t())", a.clone(), bt.t().flip([1])),
             ("batch@b.t()", batch.clone(), bt.t()),
@@ -607,7 +624,7 @@ mod tests {
         ];
         for (name, x, y) in cases {
             let err = f32_vs_f64(&x, &y);
-            assert!(err <= 1e-5, "{name}: error {err:e}");
+            assert!(err <= 1e-5, "{name} (depth {d}): error {err:e}");
         }
     }
 

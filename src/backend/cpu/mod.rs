@@ -1,10 +1,11 @@
 //! The CPU backend: executes kernel IR with vectorized loops over runs of elements, rayon
 //! across blocks of rows, and matmuls through the `gemm` crate.
 //!
-//! * [`program`] compiles a kernel (reduce axes last, dimensions coalesced, phases,
+//! * `program` compiles a kernel (reduce axes last, dimensions coalesced, phases,
 //!   registers, loop strategy);
-//! * [`exec`] runs programs (SIMD level picked at run time);
-//! * [`ops`] holds the typed elementwise and reduction loops, [`matmul`] the products.
+//! * `exec` runs programs (SIMD level picked at run time);
+//! * `ops` holds the typed elementwise and reduction loops, `matmul` the products,
+//!   `transpose` permuted copies block by block.
 
 mod exec;
 mod lanes;
@@ -12,6 +13,7 @@ mod matmul;
 mod ops;
 mod program;
 mod scatter;
+mod transpose;
 
 pub use exec::simd_level;
 

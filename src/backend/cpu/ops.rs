@@ -346,16 +346,15 @@ pub(crate) fn reduce_run<T: Num>(op: ReduceOp, src: Src<'_, T>, n: usize, index0
     Acc { value: v, index: 0 }
 }
 
-/// Folds a slice with `L` independent accumulators (so the loop vectorizes), then folds
+/// Folds a slice with [`LANES`] independent accumulators (so the loop vectorizes), then folds
 /// the lanes.
 #[inline(always)]
-fn fold_lanes<T: Num>(slice: &[T], id: T, f: impl Fn(T, T) -> T) -> T {
-    const L: usize = 32;
-    let mut lanes = [id; L];
-    let chunks = slice.chunks_exact(L);
+fn fold_lanes<T: Num>(slice: &[T], id: T, f: impl Fn(T, T) -> T + Copy) -> T {
+    let mut lanes = [id; LANES];
+    let chunks = slice.chunks_exact(LANES);
     let rest = chunks.remainder();
     for c in chunks {
-        for i in 0..L {
+        for i in 0..LANES {
             lanes[i] = f(lanes[i], c[i]);
         }
     }
@@ -363,11 +362,28 @@ fn fold_lanes<T: Num>(slice: &[T], id: T, f: impl Fn(T, T) -> T) -> T {
     for &x in rest {
         v = f(v, x);
     }
-    let mut w = lanes[0];
-    for &l in &lanes[1..] {
-        w = f(w, l);
+    f(fold_tree(lanes, f), v)
+}
+
+/// Accumulators of [`fold_lanes`].
+const LANES: usize = 32;
+
+/// The lanes of [`fold_lanes`] folded pairwise (lane i with lane i + half, halving): five
+/// dependent vector steps instead of 31 dependent scalar ones, which dominated short rows (a
+/// softmax over 64 columns). The order is fixed, so results stay deterministic. Kept out of
+/// line: inlined, the vectorizer laid the main loop's accumulators out for this tree's
+/// narrow steps (16 two-lane registers instead of two 16-lane ones), halving the throughput
+/// of every row reduction.
+#[inline(never)]
+fn fold_tree<T: Num>(mut lanes: [T; LANES], f: impl Fn(T, T) -> T) -> T {
+    let mut half = LANES / 2;
+    while half > 0 {
+        for i in 0..half {
+            lanes[i] = f(lanes[i], lanes[i + half]);
+        }
+        half /= 2;
     }
-    f(w, v)
+    lanes[0]
 }
 
 #[inline(always)]

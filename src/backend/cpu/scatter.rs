@@ -12,6 +12,9 @@ use crate::shape::contiguous_strides;
 use half::{bf16, f16};
 use rayon::prelude::*;
 
+/// Lanes (off-axis positions) one task walks the axis for together.
+const LANE_BLOCK: usize = 32;
+
 /// Runs a scatter kernel (`spec` of `kernel`) on bound arguments.
 pub(crate) fn run(kernel: &Kernel, spec: &ScatterSpec, args: &[ArgPtr]) -> Result<()> {
     let out = args[spec.out];
@@ -30,56 +33,59 @@ pub(crate) fn run(kernel: &Kernel, spec: &ScatterSpec, args: &[ArgPtr]) -> Resul
     if lanes == 0 || along == 0 {
         return Ok(());
     }
-    let lane = |q: usize| -> std::result::Result<(), i64> {
-        // Off-axis coordinates of lane q.
-        let mut c = vec![0usize; shape.len()];
+    // Element offsets of a lane's first position (axis coordinate 0) in the index, the
+    // values and the output; each step along the axis adds the axis strides.
+    let lane_base = |q: usize| -> (isize, isize, isize) {
         let mut r = q;
+        let (mut bi, mut bv, mut bo) = (spec.index_view.offset, spec.values_view.offset, 0isize);
         for &d in others.iter().rev() {
-            c[d] = r % shape[d];
+            let c = (r % shape[d]) as isize;
             r /= shape[d];
+            bi += c * spec.index_view.strides[d];
+            bv += c * spec.values_view.strides[d];
+            bo += c * out_strides[d];
         }
-        for j in 0..along {
-            c[axis] = j;
-            let at = |v: &crate::shape::View| -> isize {
-                v.offset
-                    + c.iter()
-                        .zip(&v.strides)
-                        .map(|(&x, &s)| x as isize * s)
-                        .sum::<isize>()
-            };
-            // SAFETY: the validator checked both views lie inside their buffers, which are
-            // at least as large as their arguments declare (checked before the run).
-            let k = unsafe { *(args[spec.index].ptr as *const i64).offset(at(&spec.index_view)) };
-            if k < 0 || k as u64 >= len as u64 {
-                return Err(k);
+        (bi, bv, bo)
+    };
+    let (i_step, v_step) = (
+        spec.index_view.strides[axis],
+        spec.values_view.strides[axis],
+    );
+    let o_step = out_strides[axis];
+    // Lanes go in blocks of consecutive ones, each block walking the axis once with its
+    // lanes innermost (neighbouring lanes are usually neighbours in memory). Every lane
+    // still adds in axis order, so results do not depend on the blocking or the threads.
+    let block = |b: usize| -> std::result::Result<(), i64> {
+        let lo = b * LANE_BLOCK;
+        let hi = (lo + LANE_BLOCK).min(lanes);
+        let bases: Vec<(isize, isize, isize)> = (lo..hi).map(lane_base).collect();
+        for j in 0..along as isize {
+            for &(bi, bv, bo) in &bases {
+                // SAFETY: the validator checked both views lie inside their buffers, which
+                // are at least as large as their arguments declare (checked before the
+                // run); `bi + j·i_step` is the view's offset of an in-range coordinate.
+                let k = unsafe { *(args[spec.index].ptr as *const i64).offset(bi + j * i_step) };
+                if k < 0 || k as u64 >= len as u64 {
+                    return Err(k);
+                }
+                let v = read_f64(args[spec.values], vdt, bv + j * v_step);
+                // SAFETY: `bo + k·o_step` is the row-major offset of a coordinate inside the
+                // output's shape (off-axis coordinates are below the index's extents, which
+                // are at most the output's; the axis coordinate was just checked);
+                // positions of different lanes differ off the axis, so no two tasks write
+                // the same element.
+                unsafe { add_f64(out, dtype, bo + k as isize * o_step, v) };
             }
-            let dest = c
-                .iter()
-                .zip(&out_strides)
-                .enumerate()
-                .map(|(d, (&x, &s))| {
-                    if d == axis {
-                        k as isize * s
-                    } else {
-                        x as isize * s
-                    }
-                })
-                .sum::<isize>();
-            let v = read_f64(args[spec.values], vdt, at(&spec.values_view));
-            // SAFETY: `dest` is the row-major offset of a coordinate inside the output's
-            // shape (off-axis coordinates are below the index's extents, which are at most
-            // the output's; the axis coordinate was just checked); positions of different
-            // lanes differ off the axis, so no two tasks write the same element.
-            unsafe { add_f64(out, dtype, dest, v) };
         }
         Ok(())
     };
-    let bad = if lanes * along < 1 << 14 {
-        (0..lanes).map(lane).find_map(|r| r.err())
+    let blocks = lanes.div_ceil(LANE_BLOCK);
+    let bad = if lanes * along < 1 << 14 || blocks == 1 {
+        (0..blocks).map(block).find_map(|r| r.err())
     } else {
-        (0..lanes)
+        (0..blocks)
             .into_par_iter()
-            .map(lane)
+            .map(block)
             .find_map_any(|r| r.err())
     };
     match bad {

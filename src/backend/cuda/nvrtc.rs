@@ -61,8 +61,11 @@ pub fn cache_dir() -> Option<PathBuf> {
 /// Where a compile came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CacheHit {
+    /// Found in this process's in-memory cache.
     Memory,
+    /// Read from the on-disk CUBIN cache.
     Disk,
+    /// Compiled by NVRTC now.
     Compiled,
 }
 

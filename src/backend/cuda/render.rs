@@ -38,9 +38,17 @@ pub const ELEMENTWISE_UNROLL: usize = 4;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Launch {
     /// One thread per element of the `numel`-element space (grid-stride).
-    Elementwise { numel: u64 },
+    Elementwise {
+        /// Number of elements in the kernel's index space.
+        numel: u64,
+    },
     /// One block of `block` threads per output row.
-    Rows { rows: u64, block: u32 },
+    Rows {
+        /// Number of output rows (blocks).
+        rows: u64,
+        /// Threads per block.
+        block: u32,
+    },
 }
 
 /// A kernel rendered to CUDA C.
@@ -48,7 +56,9 @@ pub enum Launch {
 pub struct RenderedKernel {
     /// The `extern "C"` entry point.
     pub name: String,
+    /// The complete CUDA C source, helper headers included.
     pub source: String,
+    /// How to launch it.
     pub launch: Launch,
     /// The parameter slots the kernel takes after its buffers, in order, each passed as
     /// 64 bits in the given form.
