@@ -1,6 +1,7 @@
 //! Learning-rate schedules.
 
-/// Linear warmup from 0 to `base` over `warmup` steps, then cosine decay to
+/// Linear warmup to `base` over `warmup` steps (0-based step `s < warmup` gets
+/// `base · (s + 1) / warmup`, so the first step already moves), then cosine decay to
 /// `base · min_ratio` at step `total` (and constant after).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct WarmupCosine {

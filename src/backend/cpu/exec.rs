@@ -281,6 +281,7 @@ struct Loops {
     store: fn(&mut Machine<'_>, usize, usize),
     accumulate: fn(&mut Machine<'_>, usize, i64),
     reduce_run: fn(&Machine<'_>, usize, &mut AccAny, i64),
+    reduce_packed: fn(&mut Machine<'_>, usize, usize, usize),
 }
 
 macro_rules! loops_for {
@@ -304,13 +305,18 @@ macro_rules! loops_for {
             unsafe fn reduce_run(m: &Machine<'_>, r: usize, acc: &mut AccAny, index0: i64) {
                 m.reduce_run_impl(r, acc, index0)
             }
-            // SAFETY (all four): these are only installed by `pick_loops` after
+            #[target_feature(enable = $feat)]
+            unsafe fn reduce_packed(m: &mut Machine<'_>, r: usize, t: usize, segs: usize) {
+                m.reduce_packed_impl(r, t, segs)
+            }
+            // SAFETY (all five): these are only installed by `pick_loops` after
             // `is_x86_feature_detected!` confirmed every feature they enable.
             pub(super) static LOOPS: Loops = Loops {
                 eval: |m, v, ax, reg| unsafe { eval(m, v, ax, reg) },
                 store: |m, s, ax| unsafe { store(m, s, ax) },
                 accumulate: |m, r, i| unsafe { accumulate(m, r, i) },
                 reduce_run: |m, r, a, i| unsafe { reduce_run(m, r, a, i) },
+                reduce_packed: |m, r, t, s| unsafe { reduce_packed(m, r, t, s) },
             };
         }
     };
@@ -327,6 +333,7 @@ static GENERIC_LOOPS: Loops = Loops {
     store: |m, s, ax| m.store_impl(s, ax),
     accumulate: |m, r, i| m.accumulate_impl(r, i),
     reduce_run: |m, r, a, i| m.reduce_run_impl(r, a, i),
+    reduce_packed: |m, r, t, s| m.reduce_packed_impl(r, t, s),
 };
 
 fn loops() -> &'static Loops {
@@ -402,6 +409,7 @@ fn new_machine<'p>(prog: &'p CpuKernel, env: &'p Env<'_>, mut regs: Vec<Vec<u64>
         coords: vec![0; prog.dims.len()],
         n: 0,
         row_t: None,
+        pack: None,
         saved: Vec::new(),
     }
 }
@@ -442,6 +450,9 @@ struct Machine<'p> {
     /// ReduceInner: the row (within the item) whose values are being reduced; `Row` operands
     /// are then read as that row's scalar.
     row_t: Option<usize>,
+    /// Packed runs ([`CpuKernel::pack`]): `(t, segs)` while the current run holds rows
+    /// `t..t + segs` of the item (`coords` at row `t`), each a segment of the reduce length.
+    pack: Option<(usize, usize)>,
     /// ReduceInner: values saved by one pass for a later one, one buffer per reuse slot,
     /// indexed by (row within the item, position in the reduce space).
     saved: Vec<Vec<u64>>,
@@ -526,6 +537,31 @@ impl<'p> Machine<'p> {
         }
     }
 
+    /// Evaluates a pass's `Elem` instructions over the current run: values saved by an
+    /// earlier pass are read back first (when `reuse`), and values a later pass needs are
+    /// saved at position `at`.
+    #[inline(always)]
+    fn eval_phase(
+        &mut self,
+        ph: &super::program::Phase,
+        elem: &[usize],
+        ax: usize,
+        reuse: bool,
+        at: usize,
+    ) {
+        if reuse {
+            for &v in &ph.reuses {
+                self.use_saved(v, at);
+            }
+        }
+        for &v in elem {
+            (self.loops.eval)(self, v, ax, ph.regs[v]);
+            if reuse && ph.saves.contains(&v) {
+                self.save(v, at);
+            }
+        }
+    }
+
     #[inline(always)]
     fn item_reduce_inner(&mut self, j0: usize, rows: usize) {
         let prog = self.prog;
@@ -557,7 +593,32 @@ impl<'p> Machine<'p> {
         }
         for ph in &prog.phases {
             let elem = if reuse { &ph.elem_reusing } else { &ph.elem };
-            if !ph.reduces.is_empty() || !ph.stores.is_empty() {
+            if prog.pack > 1 && (!ph.reduces.is_empty() || !ph.stores.is_empty()) {
+                // One reduce dimension of `run_total` (see `pack_rows`): runs of whole rows.
+                let mut t = 0;
+                while t < rows {
+                    let segs = prog.pack.min(rows - t);
+                    self.coords[row_ax] = j0 + t;
+                    self.coords[ax] = 0;
+                    self.row_t = None;
+                    self.n = segs * run_total;
+                    for &v in &ph.row_operands {
+                        self.expand_row(v, t, segs, run_total);
+                    }
+                    self.pack = Some((t, segs));
+                    let at = t * red_total;
+                    self.eval_phase(ph, elem, ax, reuse, at);
+                    for &r in &ph.reduces {
+                        (self.loops.reduce_packed)(self, r, t, segs);
+                    }
+                    for &s in &ph.stores {
+                        (self.loops.store)(self, s, ax);
+                    }
+                    self.pack = None;
+                    t += segs;
+                }
+                self.coords[row_ax] = j0;
+            } else if !ph.reduces.is_empty() || !ph.stores.is_empty() {
                 for t in 0..rows {
                     self.coords[row_ax] = j0 + t;
                     self.row_t = Some(t);
@@ -575,17 +636,7 @@ impl<'p> Machine<'p> {
                             self.coords[ax] = c0;
                             self.n = n;
                             let at = t * red_total + o * run_total + c0;
-                            if reuse {
-                                for &v in &ph.reuses {
-                                    self.use_saved(v, at);
-                                }
-                            }
-                            for &v in elem {
-                                (self.loops.eval)(self, v, ax, ph.regs[v]);
-                                if reuse && ph.saves.contains(&v) {
-                                    self.save(v, at);
-                                }
-                            }
+                            self.eval_phase(ph, elem, ax, reuse, at);
                             let index0 = (o * run_total + c0) as i64;
                             for (i, &r) in ph.reduces.iter().enumerate() {
                                 let acc = if i < 8 {
@@ -619,6 +670,151 @@ impl<'p> Machine<'p> {
         for &s in &prog.row_stores {
             (self.loops.store)(self, s, row_ax);
         }
+    }
+
+    /// Packed runs: fills `v`'s expansion register with row `t + s`'s value across segment
+    /// `s`, for each of `segs` segments of `len`.
+    fn expand_row(&mut self, v: usize, t: usize, segs: usize, len: usize) {
+        let p = &self.prog.instrs[v];
+        let (src, dst) = (p.row_reg, self.prog.exp_reg[v]);
+        let mut out = std::mem::take(&mut self.regs[dst]);
+        with_ct!(p.ct(), T => {
+            let rows = &typed::<T>(&self.regs[src])[t..t + segs];
+            let o = &mut typed_mut::<T>(&mut out)[..segs * len];
+            for (seg, &x) in o.chunks_exact_mut(len).zip(rows) {
+                seg.fill(x);
+            }
+        });
+        self.regs[dst] = out;
+    }
+
+    /// Packed runs: evaluates a source (`Load`, `Gather`, `Generate`, `Valid`) of the run
+    /// `(t, segs)` into `reg`, in one piece when its view walks consecutive rows as one
+    /// strided run, else one row segment at a time.
+    fn eval_packed_source(&mut self, v: usize, ax: usize, reg: usize, segs: usize) {
+        let prog = self.prog;
+        let p: &PInstr = &prog.instrs[v];
+        let row_ax = prog.n_out - 1;
+        let len = prog.dims[ax];
+        let n = self.n;
+        if let IrOp::Load { arg, view, .. } = &p.op
+            && view.mask.is_none()
+            && view.strides[row_ax] == len as isize * view.strides[ax]
+        {
+            let a = self.args[*arg];
+            let (base, _) = view.base(&self.coords, ax);
+            if view.borrow {
+                let sz = p.dtype.size_bytes() as isize;
+                // SAFETY: the view's offsets are inside the buffer (checked before the run),
+                // so the run's first element is too; the run's `n` elements are the `segs`
+                // rows' valid coordinates, consecutive in memory (row stride = `len`).
+                let ptr = unsafe { a.ptr.offset(base * sz) } as *const u8;
+                self.vals[v] = Val::Ptr(ptr);
+                return;
+            }
+            let mut out = std::mem::take(&mut self.regs[reg]);
+            let stride = view.strides[ax];
+            load_run(a, p.dtype, base, stride, 0, n, p.scal, &mut out, n);
+            self.regs[reg] = out;
+            self.vals[v] = Val::Reg(reg);
+            return;
+        }
+        let scratch = prog.scratch_reg;
+        let row0 = self.coords[row_ax];
+        let mut out = std::mem::take(&mut self.regs[reg]);
+        for s in 0..segs {
+            self.coords[row_ax] = row0 + s;
+            if let IrOp::Gather {
+                arg,
+                view,
+                stride: step,
+                len: glen,
+                index,
+                ..
+            } = &p.op
+            {
+                // The index run is a packed value: take this row's segment of it.
+                let a = self.args[*arg];
+                let (base, ok) = view.base(&self.coords, ax);
+                let (lo, hi) = if ok {
+                    view.run_valid(ax, 0, len)
+                } else {
+                    (0, 0)
+                };
+                let at = Run {
+                    base,
+                    stride: view.strides[ax],
+                    lo,
+                    hi,
+                    n: len,
+                };
+                let mut tmp = std::mem::take(&mut self.regs[scratch]);
+                let idx = match self.fetch::<i64>(*index) {
+                    Src::Slice(x) => Src::Slice(&x[s * len..(s + 1) * len]),
+                    Src::Scalar(x) => Src::Scalar(x),
+                };
+                let bad = gather_run(a, p.dtype, at, idx, *step, *glen, p.scal, &mut tmp);
+                if let Some(bad) = bad {
+                    let mut first = self.bad_index.lock().unwrap_or_else(|e| e.into_inner());
+                    first.get_or_insert((bad, *glen));
+                }
+                self.regs[scratch] = tmp;
+                self.vals[v] = Val::Reg(scratch);
+            } else {
+                // Sources read no operands: evaluate the segment as a one-row run.
+                let pack = self.pack.take();
+                self.n = len;
+                self.eval_impl(v, ax, scratch);
+                self.pack = pack;
+                self.n = n;
+            }
+            let saved_n = self.n;
+            self.n = len;
+            with_ct!(p.ct(), T => {
+                let dst = &mut typed_mut::<T>(&mut out)[s * len..(s + 1) * len];
+                match self.fetch::<T>(v) {
+                    Src::Slice(x) => dst.copy_from_slice(x),
+                    Src::Scalar(x) => dst.fill(x),
+                }
+            });
+            self.n = saved_n;
+        }
+        self.coords[row_ax] = row0;
+        self.regs[reg] = out;
+        self.vals[v] = Val::Reg(reg);
+    }
+
+    /// Packed runs: reduces each row segment of the current run of `r`'s source and writes
+    /// rows `t..t + segs` of its row register (the same order as one row per run).
+    #[inline(always)]
+    fn reduce_packed_impl(&mut self, r: usize, t: usize, segs: usize) {
+        let (op, src) = self.reduce_parts(r);
+        let len = self.n / segs.max(1);
+        let p = &self.prog.instrs[r];
+        let (rr, dtype) = (p.row_reg, p.dtype);
+        let mut row = std::mem::take(&mut self.regs[rr]);
+        with_ct!(self.prog.instrs[src].ct(), T => {
+            let s = self.fetch::<T>(src);
+            for k in 0..segs {
+                let seg = match s {
+                    Src::Slice(x) => Src::Slice(&x[k * len..(k + 1) * len]),
+                    Src::Scalar(x) => Src::Scalar(x),
+                };
+                let part = ops::reduce_run::<T>(op, seg, len, 0);
+                let acc = ops::acc_combine::<T>(op, ops::acc_init::<T>(op), part);
+                if op.is_arg() {
+                    typed_mut::<i64>(&mut row)[t + k] = acc.index.max(0);
+                } else {
+                    typed_mut::<T>(&mut row)[t + k] = acc.value;
+                }
+            }
+        });
+        if dtype.is_half() && !op.is_arg() {
+            for x in &mut typed_mut::<f32>(&mut row)[t..t + segs] {
+                *x = CastTo::<f32>::cast(*x, dtype);
+            }
+        }
+        self.regs[rr] = row;
     }
 
     /// Copies the current run of `v` into its saved buffer at element `at`.
@@ -655,6 +851,10 @@ impl<'p> Machine<'p> {
             return Src::Scalar(T::get(self.scals[v]));
         }
         if p.level == Level::Row {
+            if self.pack.is_some() {
+                let e = self.prog.exp_reg[v];
+                return Src::Slice(&typed::<T>(&self.regs[e])[..self.n]);
+            }
             let r = typed::<T>(&self.regs[p.row_reg]);
             return match self.row_t {
                 Some(t) => Src::Scalar(r[t]),
@@ -692,6 +892,17 @@ impl<'p> Machine<'p> {
         };
         let n = self.n;
         let dtype = p.dtype;
+        if let Some((_, segs)) = self.pack
+            && matches!(
+                p.op,
+                IrOp::Load { .. }
+                    | IrOp::Gather { .. }
+                    | IrOp::Generate { .. }
+                    | IrOp::Valid { .. }
+            )
+        {
+            return self.eval_packed_source(v, ax, reg, segs);
+        }
         match &p.op {
             IrOp::Const(_) | IrOp::Param { .. } => self.vals[v] = Val::Scalar(self.scals[v]),
             IrOp::Load { arg, view, .. } => {
@@ -857,6 +1068,31 @@ impl<'p> Machine<'p> {
         let stride = view.strides[ax];
         let n = self.n;
         let dtype = p.dtype;
+        if let Some((_, segs)) = self.pack {
+            // Packed run: one strided store if consecutive rows follow each other, else one
+            // per row segment.
+            let row_ax = self.prog.n_out - 1;
+            let len = n / segs.max(1);
+            if view.strides[row_ax] == len as isize * stride {
+                with_ct!(dtype.compute(), T => {
+                    let v = self.fetch::<T>(*src);
+                    store_run::<T>(a, dtype, base, stride, v, n);
+                });
+            } else {
+                let row_stride = view.strides[row_ax];
+                with_ct!(dtype.compute(), T => {
+                    let v = self.fetch::<T>(*src);
+                    for k in 0..segs {
+                        let seg = match v {
+                            Src::Slice(x) => Src::Slice(&x[k * len..(k + 1) * len]),
+                            Src::Scalar(x) => Src::Scalar(x),
+                        };
+                        store_run::<T>(a, dtype, base + k as isize * row_stride, stride, seg, len);
+                    }
+                });
+            }
+            return;
+        }
         with_ct!(dtype.compute(), T => {
             let v = self.fetch::<T>(*src);
             store_run::<T>(a, dtype, base, stride, v, n);

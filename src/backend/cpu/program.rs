@@ -96,6 +96,9 @@ pub(crate) struct Phase {
     pub reuses: Vec<usize>,
     /// `elem` without what `reuses` makes unnecessary.
     pub elem_reusing: Vec<usize>,
+    /// Packed runs (see [`CpuKernel::pack`]): the `Row` values this pass's `Elem` work
+    /// reads, expanded across each row's segment before every run.
+    pub row_operands: Vec<usize>,
 }
 
 /// Which dimension runs innermost.
@@ -129,6 +132,14 @@ pub(crate) struct CpuKernel {
     /// Slot of each instruction saved across passes (`usize::MAX` if none), and the count.
     pub reuse_slot: Vec<usize>,
     pub n_reuse: usize,
+    /// ReduceInner with one short reduce dimension: how many rows share one run (each row
+    /// a segment of `dims[n_out]` elements); 1 = one row per run. See [`pack_rows`].
+    pub pack: usize,
+    /// Packed runs: the register each `Row` value read by `Elem` work is expanded into
+    /// (`usize::MAX` if none).
+    pub exp_reg: Vec<usize>,
+    /// Packed runs: a register sources are read into one row segment at a time.
+    pub scratch_reg: usize,
 }
 
 impl CpuKernel {
@@ -230,6 +241,7 @@ pub(crate) fn compile(k: &Kernel, in_place: &[usize]) -> CpuKernel {
     // Borrowable loads: Elem level, unit stride along the run dimension, no mask, storage
     // type equal to compute type, not written by this kernel.
     let strategy = choose_strategy(&dims, n_out, has_reduce, &instrs, k);
+    let pack = pack_rows(strategy, &dims, n_out);
     for p in instrs.iter_mut() {
         let run_dim = run_dim(strategy, p.level, &dims, n_out);
         let level = p.level;
@@ -243,11 +255,37 @@ pub(crate) fn compile(k: &Kernel, in_place: &[usize]) -> CpuKernel {
                 && same_type
                 && !in_place.contains(arg)
                 && run_dim.is_some_and(|d| view.strides[d] == 1)
-                && level == Level::Elem;
+                && level == Level::Elem
+                // A packed run is read in place only if consecutive rows follow each other.
+                && (pack <= 1 || view.strides[n_out - 1] == dims[n_out] as isize);
         }
     }
 
-    let (row_first, mut phases, row_stores, n_regs) = plan_phases(k, &mut instrs);
+    let (row_first, mut phases, row_stores, mut n_regs) = plan_phases(k, &mut instrs);
+    let mut exp_reg = vec![usize::MAX; instrs.len()];
+    let mut scratch_reg = usize::MAX;
+    if pack > 1 {
+        for ph in phases.iter_mut() {
+            let mut ro: Vec<usize> = vec![];
+            for &v in ph.elem.iter().chain(&ph.reduces).chain(&ph.stores) {
+                for o in operands(&instrs[v].op) {
+                    let p = &instrs[o];
+                    if p.level == Level::Row && p.row_reg != usize::MAX && !ro.contains(&o) {
+                        ro.push(o);
+                    }
+                }
+            }
+            for &o in &ro {
+                if exp_reg[o] == usize::MAX {
+                    exp_reg[o] = n_regs;
+                    n_regs += 1;
+                }
+            }
+            ph.row_operands = ro;
+        }
+        scratch_reg = n_regs;
+        n_regs += 1;
+    }
     let (reuse_slot, n_reuse) = if strategy == Strategy::ReduceInner {
         plan_reuse(&instrs, &mut phases)
     } else {
@@ -265,7 +303,26 @@ pub(crate) fn compile(k: &Kernel, in_place: &[usize]) -> CpuKernel {
         has_reduce,
         reuse_slot,
         n_reuse,
+        pack,
+        exp_reg,
+        scratch_reg,
     }
+}
+
+/// Rows per run for a row reduction over one short dimension: runs of up to [`CHUNK`]
+/// elements then cover several whole rows, each reduced as its own segment (the same
+/// summation order as one row per run), so every instruction is dispatched once for all
+/// of them instead of once per row.
+fn pack_rows(strategy: Strategy, dims: &[usize], n_out: usize) -> usize {
+    if strategy != Strategy::ReduceInner || dims.len() != n_out + 1 {
+        return 1;
+    }
+    let len = dims[n_out];
+    let rows: usize = dims[..n_out].iter().product();
+    if len == 0 || 2 * len > CHUNK || rows < 2 {
+        return 1;
+    }
+    CHUNK / len
 }
 
 /// Ops worth saving rather than recomputing (polynomial evaluations).
@@ -623,6 +680,7 @@ fn plan_phases(k: &Kernel, instrs: &mut [PInstr]) -> (Vec<usize>, Vec<Phase>, Ve
             saves: vec![],
             reuses: vec![],
             elem_reusing: vec![],
+            row_operands: vec![],
         });
     }
     let row_first = kp
@@ -687,6 +745,24 @@ mod tests {
                 .iter()
                 .all(|&v| !matches!(p.instrs[v].op, IrOp::Load { .. }))
         );
+    }
+
+    #[test]
+    fn short_rows_share_runs() {
+        let x = Tensor::try_rand([32, 64], 3, DType::F32).expect("rand");
+        x.realize().expect("realizes");
+        let p = program_of(&x.softmax(-1));
+        assert_eq!(p.pack, CHUNK / 64);
+        // Rows of x follow each other: the packed run is read in place.
+        assert!(
+            p.instrs
+                .iter()
+                .any(|i| matches!(&i.op, IrOp::Load { view, .. } if view.borrow))
+        );
+        // The max and the sum are expanded across their rows' segments.
+        assert!(p.phases.iter().any(|ph| !ph.row_operands.is_empty()));
+        let long = Tensor::try_rand([4, 4096], 4, DType::F32).expect("rand");
+        assert_eq!(program_of(&long.softmax(-1)).pack, 1);
     }
 
     #[test]
