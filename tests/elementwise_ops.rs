@@ -63,28 +63,9 @@ fn exact_i(t: &Tensor, dt: DType, want: &[i64]) {
     assert_eq!(t.dtype(), dt);
     let r = reference::evaluate(t).unwrap();
     assert_eq!(r.data, RefData::I(want.to_vec()), "reference");
-    let got: Vec<i64> = match dt {
-        DType::I32 => t
-            .to_vec::<i32>()
-            .unwrap()
-            .into_iter()
-            .map(i64::from)
-            .collect(),
-        DType::I64 => t.to_vec::<i64>().unwrap(),
-        DType::U8 => t
-            .to_vec::<u8>()
-            .unwrap()
-            .into_iter()
-            .map(i64::from)
-            .collect(),
-        DType::Bool => t
-            .to_vec::<bool>()
-            .unwrap()
-            .into_iter()
-            .map(i64::from)
-            .collect(),
-        _ => panic!("not an integer dtype"),
-    };
+    assert!(!dt.is_float(), "not an integer dtype");
+    // `to_vec` converts exactly from every integer dtype and bool (0/1).
+    let got = t.to_vec::<i64>().unwrap();
     assert_eq!(got, want, "kiln");
 }
 

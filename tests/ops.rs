@@ -88,28 +88,9 @@ fn read(t: &Tensor) -> Vec<f64> {
 
 /// Realizes and reads an integer or bool tensor exactly.
 fn read_i(t: &Tensor) -> Vec<i64> {
-    match t.dtype() {
-        DType::I32 => t
-            .to_vec::<i32>()
-            .unwrap()
-            .into_iter()
-            .map(i64::from)
-            .collect(),
-        DType::I64 => t.to_vec::<i64>().unwrap(),
-        DType::U8 => t
-            .to_vec::<u8>()
-            .unwrap()
-            .into_iter()
-            .map(i64::from)
-            .collect(),
-        DType::Bool => t
-            .to_vec::<bool>()
-            .unwrap()
-            .into_iter()
-            .map(i64::from)
-            .collect(),
-        d => panic!("read_i on {d}"),
-    }
+    assert!(!t.dtype().is_float(), "read_i on {}", t.dtype());
+    // `to_vec` converts exactly from every integer dtype and bool (0/1).
+    t.to_vec::<i64>().unwrap()
 }
 
 /// `(relative, absolute)` tolerance for values of `dt`.
