@@ -235,6 +235,9 @@ pub(crate) fn execute(prog: &CpuKernel, env: &Env<'_>) {
         return;
     }
     let threads = rayon::current_num_threads().max(1);
+    if let Some(blocks) = column_blocks(prog) {
+        return run_column_split(prog, env, blocks);
+    }
     if prog.strategy == Strategy::ReduceInner
         && splittable(prog)
         && rows < 2 * threads
@@ -531,8 +534,14 @@ impl<'p> Machine<'p> {
                 (self.loops.eval)(self, v, ax, usize::MAX);
             }
         }
+        self.store_rows(ax, n);
+    }
+
+    /// Writes the `Row` stores of the current run of `n` positions along `ax`.
+    #[inline(always)]
+    fn store_rows(&mut self, ax: usize, n: usize) {
         self.n = n;
-        for &s in &prog.row_stores {
+        for &s in &self.prog.row_stores {
             (self.loops.store)(self, s, ax);
         }
     }
@@ -691,6 +700,7 @@ impl<'p> Machine<'p> {
     /// Packed runs: evaluates a source (`Load`, `Gather`, `Generate`, `Valid`) of the run
     /// `(t, segs)` into `reg`, in one piece when its view walks consecutive rows as one
     /// strided run, else one row segment at a time.
+    #[inline(always)]
     fn eval_packed_source(&mut self, v: usize, ax: usize, reg: usize, segs: usize) {
         let prog = self.prog;
         let p: &PInstr = &prog.instrs[v];
@@ -749,7 +759,9 @@ impl<'p> Machine<'p> {
                     n: len,
                 };
                 let mut tmp = std::mem::take(&mut self.regs[scratch]);
+                let uniform = self.uniform_along(*index, ax);
                 let idx = match self.fetch::<i64>(*index) {
+                    Src::Slice(x) if uniform => Src::Scalar(x[s * len]),
                     Src::Slice(x) => Src::Slice(&x[s * len..(s + 1) * len]),
                     Src::Scalar(x) => Src::Scalar(x),
                 };
@@ -764,7 +776,7 @@ impl<'p> Machine<'p> {
                 // Sources read no operands: evaluate the segment as a one-row run.
                 let pack = self.pack.take();
                 self.n = len;
-                self.eval_impl(v, ax, scratch);
+                (self.loops.eval)(self, v, ax, scratch);
                 self.pack = pack;
                 self.n = n;
             }
@@ -844,6 +856,22 @@ impl<'p> Machine<'p> {
 
     // ---------------------------------------------------------------- operands
 
+    /// Whether instruction `v` has one value along the run dimension `ax`: a load that
+    /// does not move along it (an index broadcast across an embedding row).
+    #[inline(always)]
+    fn uniform_along(&self, v: usize, ax: usize) -> bool {
+        match &self.prog.instrs[v].op {
+            IrOp::Load { view, .. } => {
+                view.strides.get(ax) == Some(&0)
+                    && view
+                        .mask
+                        .as_ref()
+                        .is_none_or(|m| m[ax].0 == 0 && m[ax].1 >= self.prog.dims[ax])
+            }
+            _ => false,
+        }
+    }
+
     #[inline(always)]
     fn fetch<T: Num>(&self, v: usize) -> Src<'_, T> {
         let p = &self.prog.instrs[v];
@@ -903,6 +931,9 @@ impl<'p> Machine<'p> {
         {
             return self.eval_packed_source(v, ax, reg, segs);
         }
+        if let Some(s) = p.direct {
+            return self.eval_into_store(v, s, ax);
+        }
         match &p.op {
             IrOp::Const(_) | IrOp::Param { .. } => self.vals[v] = Val::Scalar(self.scals[v]),
             IrOp::Load { arg, view, .. } => {
@@ -945,7 +976,11 @@ impl<'p> Machine<'p> {
                 };
                 let (step, len, index) = (*step, *len, *index);
                 let mut out = std::mem::take(&mut self.regs[reg]);
-                let idx = self.fetch::<i64>(index);
+                let uniform = self.uniform_along(index, ax);
+                let idx = match self.fetch::<i64>(index) {
+                    Src::Slice(x) if uniform && n > 0 => Src::Scalar(x[0]),
+                    idx => idx,
+                };
                 let at = Run {
                     base,
                     stride,
@@ -1005,6 +1040,19 @@ impl<'p> Machine<'p> {
                 self.regs[reg] = out;
                 self.vals[v] = Val::Reg(reg);
             }
+            IrOp::Binary(..) if p.pair.is_some() => {
+                let Some(pr) = p.pair else { return };
+                let mut out = std::mem::take(&mut self.regs[reg]);
+                let (x, y, z) = (
+                    self.fetch::<f32>(pr.x),
+                    self.fetch::<f32>(pr.y),
+                    self.fetch::<f32>(pr.z),
+                );
+                let o = &mut typed_mut::<f32>(&mut out)[..n];
+                ops::pair_f32(pr.inner, pr.outer, pr.z_left, x, y, z, o);
+                self.regs[reg] = out;
+                self.vals[v] = Val::Reg(reg);
+            }
             IrOp::Binary(op, a, b) => {
                 let (op, a, b) = (*op, *a, *b);
                 let mut out = std::mem::take(&mut self.regs[reg]);
@@ -1056,10 +1104,53 @@ impl<'p> Machine<'p> {
         }
     }
 
+    /// Evaluates f32 instruction `v` (unary, binary or pair) over the current run straight
+    /// into the run of `Store` instruction `s` (see `plan_direct_stores`).
+    #[inline(always)]
+    fn eval_into_store(&mut self, v: usize, s: usize, ax: usize) {
+        let p = &self.prog.instrs[v];
+        let IrOp::Store { arg, view, .. } = &self.prog.instrs[s].op else {
+            return;
+        };
+        let (base, _) = view.base(&self.coords, ax);
+        let n = self.n;
+        let ptr = self.args[*arg].ptr.wrapping_offset(base * 4) as *mut f32;
+        // SAFETY: the store's view is unmasked with unit stride along `ax`, and its offsets
+        // are inside the f32 buffer (validated before the run), so the run's `n` elements
+        // from `base` are too; the view is injective and items partition the output, so no
+        // other thread touches them; no instruction of this kernel reads this buffer (the
+        // program checked), so nothing the op reads aliases it, and nothing reads the run
+        // back before or after this write.
+        let dst = unsafe { std::slice::from_raw_parts_mut(ptr, n) };
+        match (&p.op, p.pair) {
+            (IrOp::Binary(..), Some(pr)) => {
+                let (x, y, z) = (
+                    self.fetch::<f32>(pr.x),
+                    self.fetch::<f32>(pr.y),
+                    self.fetch::<f32>(pr.z),
+                );
+                ops::pair_f32(pr.inner, pr.outer, pr.z_left, x, y, z, dst);
+            }
+            (IrOp::Binary(op, a, b), None) => {
+                let (x, y) = (self.fetch::<f32>(*a), self.fetch::<f32>(*b));
+                ops::binary::<f32>(*op, x, y, dst);
+            }
+            (IrOp::Unary(op, a), _) => {
+                let x = self.fetch::<f32>(*a);
+                ops::unary::<f32>(*op, x, dst);
+            }
+            _ => {}
+        }
+        self.vals[v] = Val::Ptr(ptr as *const u8);
+    }
+
     /// Writes the run of `Store` instruction `s` along `ax`.
     #[inline(always)]
     fn store_impl(&mut self, s: usize, ax: usize) {
         let p = &self.prog.instrs[s];
+        if p.stored_by_src {
+            return;
+        }
         let IrOp::Store { arg, view, src } = &p.op else {
             return;
         };
@@ -1377,6 +1468,25 @@ fn gather_run(
             o[at.hi..].fill(f);
             let p = a.ptr as *const $S;
             let conv = $conv;
+            // One index for the whole run (an embedding row): check it once and copy.
+            let uniform = match index {
+                Src::Scalar(x) => Some(x),
+                Src::Slice(s) => {
+                    let r = &s[at.lo..at.hi];
+                    r.first().copied().filter(|&x0| r.iter().all(|&x| x == x0))
+                }
+            };
+            if let Some(j) = uniform
+                && j >= 0
+                && (j as u64) < len as u64
+            {
+                let row = at.base + j as isize * step;
+                for i in at.lo..at.hi {
+                    // SAFETY: as below, with the one index `j` checked to be in 0..len.
+                    o[i] = conv(unsafe { *p.offset(row + i as isize * at.stride) });
+                }
+                return None;
+            }
             for i in at.lo..at.hi {
                 let j = match index {
                     Src::Slice(s) => s[i],
@@ -1650,6 +1760,247 @@ fn split_body(m: &mut Machine<'_>, row: usize, lo: usize, hi: usize) -> Vec<AccA
         a += n;
     }
     accs
+}
+
+// ------------------------------------------------------------ split column reductions
+
+/// Output positions whose accumulators one column-split task keeps (32 KiB of f32).
+const COLUMN_GROUP: usize = 8192;
+/// Reduce positions per block of a column split, at least.
+const COLUMN_BLOCK: usize = 128;
+/// Most blocks a column reduction is split into.
+const COLUMN_MAX_BLOCKS: usize = 16;
+
+/// Column reductions (runs along the output, one reduction pass, no elementwise output):
+/// how many blocks of the reduce space to split into, or `None` to run items as usual.
+/// The count depends only on the shapes, so results do not depend on the thread count.
+fn column_blocks(prog: &CpuKernel) -> Option<usize> {
+    if prog.strategy != Strategy::OutInner
+        || prog.phases.len() != 2
+        || prog.phases[0].reduces.is_empty()
+        || !prog.phases[0].stores.is_empty()
+        || !prog.phases[1].elem.is_empty()
+        || !prog.phases[1].reduces.is_empty()
+        || !prog.phases[1].stores.is_empty()
+    {
+        return None;
+    }
+    let red = prog.reduce_len();
+    if prog.rows() * red < 1 << 16 {
+        return None;
+    }
+    let blocks = (red / COLUMN_BLOCK).min(COLUMN_MAX_BLOCKS);
+    (blocks >= 2).then_some(blocks)
+}
+
+/// Registers private to one item of a column split: every `Row` value's (reduce
+/// accumulators and values computed before the pass, all vectors over the item's run).
+fn column_private_regs(prog: &CpuKernel) -> Vec<usize> {
+    let mut regs = vec![];
+    for p in &prog.instrs {
+        if p.level == Level::Row && p.row_reg != usize::MAX {
+            regs.push(p.row_reg);
+            if p.aux_reg != usize::MAX {
+                regs.push(p.aux_reg);
+            }
+        }
+    }
+    regs
+}
+
+/// Column reductions: each task reduces one block of the reduce space for a group of items
+/// (up to [`COLUMN_GROUP`] output positions), walking the block position by position and,
+/// at each, every item of the group, so the reads go through memory in order (a whole row
+/// of a column sum) instead of one run per row of every item. The blocks' partial
+/// accumulators are combined in block order, then each item's row work and stores run.
+fn run_column_split(prog: &CpuKernel, env: &Env<'_>, blocks: usize) {
+    let items = Items::new(prog, CHUNK, None);
+    let n_items = items.count();
+    let per_group = (COLUMN_GROUP / items.item_len.max(1)).max(1);
+    let groups = n_items.div_ceil(per_group);
+    let red = prog.reduce_len();
+    let private = column_private_regs(prog);
+    let task = |t: usize| -> Vec<Vec<Vec<u64>>> {
+        let (g, b) = (t / blocks, t % blocks);
+        let lo = g * per_group;
+        let hi = (lo + per_group).min(n_items);
+        let (a_lo, a_hi) = (red * b / blocks, red * (b + 1) / blocks);
+        REGS.with(|cell| {
+            let mut m = new_machine(prog, env, cell.take());
+            let out = m.column_block(&items, lo, hi, a_lo, a_hi, &private);
+            cell.replace(m.regs);
+            out
+        })
+    };
+    let n_tasks = groups * blocks;
+    let partials: Vec<Vec<Vec<Vec<u64>>>> = if n_tasks > 1 {
+        (0..n_tasks).into_par_iter().map(task).collect()
+    } else {
+        (0..n_tasks).map(task).collect()
+    };
+    REGS.with(|cell| {
+        let mut m = new_machine(prog, env, cell.take());
+        let mut partials = partials;
+        for g in 0..groups {
+            let lo = g * per_group;
+            let hi = (lo + per_group).min(n_items);
+            for (k, item) in (lo..hi).enumerate() {
+                let Some(n) = items.locate(item, &mut m.coords) else {
+                    continue;
+                };
+                m.n = n;
+                let mut acc = std::mem::take(&mut partials[g * blocks][k]);
+                for b in 1..blocks {
+                    let part = std::mem::take(&mut partials[g * blocks + b][k]);
+                    m.combine_partial(&private, &mut acc, &part);
+                }
+                for (slot, &r) in private.iter().enumerate() {
+                    std::mem::swap(&mut m.regs[r], &mut acc[slot]);
+                }
+                m.finish_column_item();
+            }
+        }
+        cell.replace(m.regs);
+    });
+}
+
+impl Machine<'_> {
+    /// One column-split task: reduce positions `a_lo..a_hi` for items `lo..hi`; returns each
+    /// item's private registers (its partial accumulators).
+    fn column_block(
+        &mut self,
+        items: &Items,
+        lo: usize,
+        hi: usize,
+        a_lo: usize,
+        a_hi: usize,
+        private: &[usize],
+    ) -> Vec<Vec<Vec<u64>>> {
+        let prog = self.prog;
+        let ax = prog.n_out - 1;
+        let ph = &prog.phases[0];
+        let mut at: Vec<(Vec<usize>, usize)> = Vec::with_capacity(hi - lo);
+        let mut store: Vec<Vec<Vec<u64>>> = Vec::with_capacity(hi - lo);
+        self.row_t = None;
+        for item in lo..hi {
+            let n = items.locate(item, &mut self.coords).unwrap_or(0);
+            self.n = n;
+            for &v in &prog.row_first {
+                (self.loops.eval)(self, v, ax, usize::MAX);
+            }
+            for &r in &ph.reduces {
+                self.acc_init_vec(r);
+            }
+            at.push((self.coords[..prog.n_out].to_vec(), n));
+            store.push(
+                private
+                    .iter()
+                    .map(|&r| std::mem::replace(&mut self.regs[r], vec![0u64; CHUNK]))
+                    .collect(),
+            );
+        }
+        let swap = |m: &mut Self, regs: &mut Vec<Vec<u64>>| {
+            for (slot, &r) in private.iter().enumerate() {
+                std::mem::swap(&mut m.regs[r], &mut regs[slot]);
+            }
+        };
+        let single = store.len() == 1;
+        if single {
+            swap(self, &mut store[0]);
+        }
+        for a in a_lo..a_hi {
+            for (k, (coords, n)) in at.iter().enumerate() {
+                if *n == 0 {
+                    continue;
+                }
+                if !single {
+                    swap(self, &mut store[k]);
+                }
+                self.coords[..prog.n_out].copy_from_slice(coords);
+                self.set_reduce_coords(a);
+                self.n = *n;
+                for &v in &ph.elem {
+                    (self.loops.eval)(self, v, ax, ph.regs[v]);
+                }
+                for &r in &ph.reduces {
+                    (self.loops.accumulate)(self, r, a as i64);
+                }
+                if !single {
+                    swap(self, &mut store[k]);
+                }
+            }
+        }
+        if single {
+            swap(self, &mut store[0]);
+        }
+        store
+    }
+
+    /// Folds a later block's partial accumulators (`part`) into `acc` (both laid out as
+    /// [`column_private_regs`]) over the current run of `self.n` positions.
+    fn combine_partial(&self, private: &[usize], acc: &mut [Vec<u64>], part: &[Vec<u64>]) {
+        let n = self.n;
+        let slot_of = |reg: usize| private.iter().position(|&r| r == reg);
+        for &r in &self.prog.phases[0].reduces {
+            let (op, src) = self.reduce_parts(r);
+            let p = &self.prog.instrs[r];
+            let src_ct = self.prog.instrs[src].ct();
+            let (Some(vs), is) = (
+                slot_of(if op.is_arg() { p.aux_reg } else { p.row_reg }),
+                if op.is_arg() {
+                    slot_of(p.row_reg)
+                } else {
+                    None
+                },
+            ) else {
+                continue;
+            };
+            let (ai, pi): (Vec<i64>, Vec<i64>) = match is {
+                Some(i) => (
+                    typed::<i64>(&acc[i])[..n].to_vec(),
+                    typed::<i64>(&part[i])[..n].to_vec(),
+                ),
+                None => (vec![0; n], vec![0; n]),
+            };
+            let (av, pv) = (&mut acc[vs], &part[vs]);
+            let mut out_idx = vec![0i64; n];
+            with_ct!(src_ct, T => {
+                let x = &mut typed_mut::<T>(av)[..n];
+                let y = &typed::<T>(pv)[..n];
+                for j in 0..n {
+                    let c = ops::acc_combine::<T>(
+                        op,
+                        Acc { value: x[j], index: ai[j] },
+                        Acc { value: y[j], index: pi[j] },
+                    );
+                    x[j] = c.value;
+                    out_idx[j] = c.index;
+                }
+            });
+            if let Some(i) = is {
+                typed_mut::<i64>(&mut acc[i])[..n].copy_from_slice(&out_idx);
+            }
+        }
+    }
+
+    /// Finishes one item of a column split whose combined accumulators are in their
+    /// registers (coordinates and run length set): rounding, the row work, the stores.
+    fn finish_column_item(&mut self) {
+        let prog = self.prog;
+        let ax = prog.n_out - 1;
+        let n = self.n;
+        self.row_t = None;
+        for &r in &prog.phases[0].reduces {
+            self.acc_finish_vec(r);
+        }
+        for ph in &prog.phases {
+            self.n = n;
+            for &v in &ph.row_after {
+                (self.loops.eval)(self, v, ax, usize::MAX);
+            }
+        }
+        self.store_rows(ax, n);
+    }
 }
 
 #[cfg(test)]

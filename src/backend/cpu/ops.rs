@@ -132,6 +132,99 @@ pub(crate) fn compare<T: Num>(op: BinaryOp, a: Src<'_, T>, b: Src<'_, T>, out: &
     })
 }
 
+/// Loops of a three-operand function over runs, one per mix of slices and scalars.
+#[inline(always)]
+fn map3<T: Copy>(
+    a: Src<'_, T>,
+    b: Src<'_, T>,
+    c: Src<'_, T>,
+    out: &mut [T],
+    f: impl Fn(T, T, T) -> T,
+) {
+    let n = out.len();
+    match (a, b, c) {
+        (Src::Slice(a), Src::Slice(b), Src::Slice(c)) => {
+            let (a, b, c) = (&a[..n], &b[..n], &c[..n]);
+            for i in 0..n {
+                out[i] = f(a[i], b[i], c[i]);
+            }
+        }
+        (Src::Slice(a), Src::Slice(b), Src::Scalar(c)) => {
+            let (a, b) = (&a[..n], &b[..n]);
+            for i in 0..n {
+                out[i] = f(a[i], b[i], c);
+            }
+        }
+        (Src::Slice(a), Src::Scalar(b), Src::Slice(c)) => {
+            let (a, c) = (&a[..n], &c[..n]);
+            for i in 0..n {
+                out[i] = f(a[i], b, c[i]);
+            }
+        }
+        (Src::Scalar(a), Src::Slice(b), Src::Slice(c)) => {
+            let (b, c) = (&b[..n], &c[..n]);
+            for i in 0..n {
+                out[i] = f(a, b[i], c[i]);
+            }
+        }
+        (Src::Slice(a), Src::Scalar(b), Src::Scalar(c)) => {
+            for (o, &x) in out.iter_mut().zip(&a[..n]) {
+                *o = f(x, b, c);
+            }
+        }
+        (Src::Scalar(a), Src::Slice(b), Src::Scalar(c)) => {
+            for (o, &y) in out.iter_mut().zip(&b[..n]) {
+                *o = f(a, y, c);
+            }
+        }
+        (Src::Scalar(a), Src::Scalar(b), Src::Slice(c)) => {
+            for (o, &z) in out.iter_mut().zip(&c[..n]) {
+                *o = f(a, b, z);
+            }
+        }
+        (Src::Scalar(a), Src::Scalar(b), Src::Scalar(c)) => out.fill(f(a, b, c)),
+    }
+}
+
+/// `out = outer(inner(x, y), z)` (or `outer(z, inner(x, y))` when `z_left`) for f32 runs
+/// in one loop, rounding after each op exactly as the two ops one after the other do
+/// (no contraction into a fused multiply-add). `inner` and `outer` are `Add`, `Sub`, `Mul`
+/// or `Div`; anything else is a no-op (the program never pairs other ops).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn pair_f32(
+    inner: BinaryOp,
+    outer: BinaryOp,
+    z_left: bool,
+    x: Src<'_, f32>,
+    y: Src<'_, f32>,
+    z: Src<'_, f32>,
+    out: &mut [f32],
+) {
+    macro_rules! with_outer {
+        ($f:expr) => {
+            match (outer, z_left) {
+                (BinaryOp::Add, false) => map3(x, y, z, out, |a, b, c| $f(a, b) + c),
+                (BinaryOp::Add, true) => map3(x, y, z, out, |a, b, c| c + $f(a, b)),
+                (BinaryOp::Sub, false) => map3(x, y, z, out, |a, b, c| $f(a, b) - c),
+                (BinaryOp::Sub, true) => map3(x, y, z, out, |a, b, c| c - $f(a, b)),
+                (BinaryOp::Mul, false) => map3(x, y, z, out, |a, b, c| $f(a, b) * c),
+                (BinaryOp::Mul, true) => map3(x, y, z, out, |a, b, c| c * $f(a, b)),
+                (BinaryOp::Div, false) => map3(x, y, z, out, |a, b, c| $f(a, b) / c),
+                (BinaryOp::Div, true) => map3(x, y, z, out, |a, b, c| c / $f(a, b)),
+                _ => {}
+            }
+        };
+    }
+    match inner {
+        BinaryOp::Add => with_outer!(|a: f32, b: f32| a + b),
+        BinaryOp::Sub => with_outer!(|a: f32, b: f32| a - b),
+        BinaryOp::Mul => with_outer!(|a: f32, b: f32| a * b),
+        BinaryOp::Div => with_outer!(|a: f32, b: f32| a / b),
+        _ => {}
+    }
+}
+
 /// `out = c ? a : b`.
 #[inline(always)]
 pub(crate) fn select<T: Num>(c: Src<'_, u8>, a: Src<'_, T>, b: Src<'_, T>, out: &mut [T]) {

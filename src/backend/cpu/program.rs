@@ -6,7 +6,7 @@
 use crate::dtype::{ComputeType, DType, Scalar};
 
 use crate::kernel::{IrOp, Kernel, Level};
-use crate::ops::{Cost, Scal};
+use crate::ops::{BinaryOp, Cost, Scal};
 use crate::shape::View;
 
 /// Elements per register (one run of a loop).
@@ -69,6 +69,29 @@ pub(crate) struct PInstr {
     pub row_reg: usize,
     /// Second register for arg-reductions (the best value so far).
     pub aux_reg: usize,
+    /// Evaluated together with its one operand that it absorbed (see [`plan_pairs`]).
+    pub pair: Option<Pair>,
+    /// Absorbed into its only reader's [`Pair`]: never evaluated on its own.
+    pub folded: bool,
+    /// Writes its run straight into this `Store` instruction's buffer, which then does
+    /// nothing (see [`plan_direct_stores`]).
+    pub direct: Option<usize>,
+    /// A `Store` whose value was written by its source instruction (`direct`).
+    pub stored_by_src: bool,
+}
+
+/// Two f32 arithmetic ops evaluated in one loop: `outer(inner(x, y), z)`, or
+/// `outer(z, inner(x, y))` when `z_left`. The inner op's value is never written to a
+/// register, which saves one pass over the run (`a * b + c` reads its three operands and
+/// writes its result once).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Pair {
+    pub inner: BinaryOp,
+    pub x: usize,
+    pub y: usize,
+    pub outer: BinaryOp,
+    pub z: usize,
+    pub z_left: bool,
 }
 
 impl PInstr {
@@ -229,6 +252,10 @@ pub(crate) fn compile(k: &Kernel, in_place: &[usize]) -> CpuKernel {
                 level: lv,
                 row_reg: usize::MAX,
                 aux_reg: usize::MAX,
+                pair: None,
+                folded: false,
+                direct: None,
+                stored_by_src: false,
             }
         })
         .collect();
@@ -261,6 +288,7 @@ pub(crate) fn compile(k: &Kernel, in_place: &[usize]) -> CpuKernel {
         }
     }
 
+    plan_pairs(&mut instrs);
     let (row_first, mut phases, row_stores, mut n_regs) = plan_phases(k, &mut instrs);
     let mut exp_reg = vec![usize::MAX; instrs.len()];
     let mut scratch_reg = usize::MAX;
@@ -268,7 +296,7 @@ pub(crate) fn compile(k: &Kernel, in_place: &[usize]) -> CpuKernel {
         for ph in phases.iter_mut() {
             let mut ro: Vec<usize> = vec![];
             for &v in ph.elem.iter().chain(&ph.reduces).chain(&ph.stores) {
-                for o in operands(&instrs[v].op) {
+                for o in operands(&instrs[v]) {
                     let p = &instrs[o];
                     if p.level == Level::Row && p.row_reg != usize::MAX && !ro.contains(&o) {
                         ro.push(o);
@@ -291,6 +319,9 @@ pub(crate) fn compile(k: &Kernel, in_place: &[usize]) -> CpuKernel {
     } else {
         (vec![usize::MAX; instrs.len()], 0)
     };
+    if pack <= 1 {
+        plan_direct_stores(&mut instrs, &phases, strategy, &dims, n_out);
+    }
     CpuKernel {
         dims,
         n_out,
@@ -325,11 +356,13 @@ fn pack_rows(strategy: Strategy, dims: &[usize], n_out: usize) -> usize {
     CHUNK / len
 }
 
-/// Ops worth saving rather than recomputing (polynomial evaluations).
+/// Ops worth saving rather than recomputing (polynomial evaluations, and indexed loads:
+/// an index check and a scattered read per element).
 fn expensive(op: &IrOp<PView>) -> bool {
     let cost = match op {
         IrOp::Unary(u, _) => u.info().cost,
         IrOp::Binary(b, ..) => b.info().cost,
+        IrOp::Gather { .. } => Cost::Polynomial,
         _ => Cost::Cheap,
     };
     cost == Cost::Polynomial
@@ -337,7 +370,7 @@ fn expensive(op: &IrOp<PView>) -> bool {
 
 /// Store once instead of recomputing, across the passes of a row reduction: a value a later
 /// pass needs that an earlier pass already computed, and whose computation involves a
-/// polynomial op (softmax's `exp(x - max)`, needed by the sum and again by the final
+/// polynomial op or a gather (softmax's `exp(x - max)`, needed by the sum and again by the final
 /// division), is saved per position in the earlier pass and read back in the later one,
 /// which then skips everything only that value needed. Only passes that run over the reduce
 /// space (they reduce or store) take part. The executor uses this when a block's saves fit
@@ -360,7 +393,7 @@ fn plan_reuse(instrs: &[PInstr], phases: &mut [Phase]) -> (Vec<usize>, usize) {
         for &v in &ph.elem {
             in_elem[v] = true;
             costly[v] =
-                expensive(&instrs[v].op) || operands(&instrs[v].op).into_iter().any(|o| costly[o]);
+                expensive(&instrs[v].op) || operands(&instrs[v]).into_iter().any(|o| costly[o]);
         }
         // Walk back from the pass's consumers; stop at values an earlier pass computed.
         let mut needed = vec![false; n];
@@ -369,7 +402,7 @@ fn plan_reuse(instrs: &[PInstr], phases: &mut [Phase]) -> (Vec<usize>, usize) {
             .reduces
             .iter()
             .chain(&ph.stores)
-            .flat_map(|&r| operands(&instrs[r].op))
+            .flat_map(|&r| operands(&instrs[r]))
             .collect();
         while let Some(v) = stack.pop() {
             if needed[v] || !in_elem[v] {
@@ -382,7 +415,7 @@ fn plan_reuse(instrs: &[PInstr], phases: &mut [Phase]) -> (Vec<usize>, usize) {
                 continue;
             }
             needed[v] = true;
-            stack.extend(operands(&instrs[v].op));
+            stack.extend(operands(&instrs[v]));
         }
         for &v in &reuses {
             if slot[v] == usize::MAX {
@@ -637,16 +670,16 @@ fn plan_phases(k: &Kernel, instrs: &mut [PInstr]) -> (Vec<usize>, Vec<Phase>, Ve
             .elem
             .iter()
             .copied()
-            .filter(|&v| !is_scalar(&instrs[v].op))
+            .filter(|&v| !is_scalar(&instrs[v].op) && !instrs[v].folded)
             .collect();
         let mut last_use = vec![0usize; n];
         for (pos, &v) in elem.iter().enumerate() {
-            for o in operands(&instrs[v].op) {
+            for o in operands(&instrs[v]) {
                 last_use[o] = last_use[o].max(pos);
             }
         }
         for &r in pass.reduces.iter().chain(&pass.stores) {
-            for o in operands(&instrs[r].op) {
+            for o in operands(&instrs[r]) {
                 last_use[o] = elem.len();
             }
         }
@@ -660,7 +693,7 @@ fn plan_phases(k: &Kernel, instrs: &mut [PInstr]) -> (Vec<usize>, Vec<Phase>, Ve
                     next - 1
                 });
             }
-            let mut ops = operands(&instrs[v].op);
+            let mut ops = operands(&instrs[v]);
             ops.sort_unstable();
             ops.dedup(); // `add %1, %1` frees %1's register once
             for o in ops {
@@ -692,9 +725,134 @@ fn plan_phases(k: &Kernel, instrs: &mut [PInstr]) -> (Vec<usize>, Vec<Phase>, Ve
     (row_first, phases, kp.row_stores, max_regs.max(1))
 }
 
-/// Operands of a program op.
-pub(crate) fn operands(op: &IrOp<PView>) -> Vec<usize> {
-    op.operands()
+/// Operands of a program instruction (a [`Pair`]'s three).
+pub(crate) fn operands(p: &PInstr) -> Vec<usize> {
+    match p.pair {
+        Some(pr) => vec![pr.x, pr.y, pr.z],
+        None => p.op.operands(),
+    }
+}
+
+/// Lets the last op of a value that is only stored write its run straight into the output
+/// buffer instead of a register (saving the store's copy): an f32 unary, arithmetic binary
+/// or [`Pair`] `Elem` value whose only reader is an f32 `Store` of the pass that computes
+/// it, unmasked and contiguous along the run dimension, into a buffer no instruction of
+/// the kernel reads (so a run written early is never read, and the write aliases nothing
+/// the op reads).
+fn plan_direct_stores(
+    instrs: &mut [PInstr],
+    phases: &[Phase],
+    strategy: Strategy,
+    dims: &[usize],
+    n_out: usize,
+) {
+    let n = instrs.len();
+    let mut readers = vec![0usize; n];
+    for p in instrs.iter().filter(|p| !p.folded) {
+        for o in operands(p) {
+            readers[o] += 1;
+        }
+    }
+    let Some(ax) = run_dim(strategy, Level::Elem, dims, n_out) else {
+        return;
+    };
+    for ph in phases {
+        for &s in &ph.stores {
+            let (arg, src) = match &instrs[s].op {
+                IrOp::Store { arg, view, src }
+                    if view.mask.is_none()
+                        && view.strides.get(ax) == Some(&1)
+                        && instrs[s].dtype == DType::F32 =>
+                {
+                    (*arg, *src)
+                }
+                _ => continue,
+            };
+            let p = &instrs[src];
+            let computed = match p.op {
+                IrOp::Unary(..) => true,
+                IrOp::Binary(op, ..) => !op.is_comparison(),
+                _ => false,
+            };
+            let read_here = instrs.iter().any(|q| match &q.op {
+                IrOp::Load { arg: a, .. } | IrOp::Gather { arg: a, .. } => *a == arg,
+                _ => false,
+            });
+            if computed
+                && !read_here
+                && p.dtype == DType::F32
+                && p.level == Level::Elem
+                && readers[src] == 1
+                && p.direct.is_none()
+                && ph.elem.contains(&src)
+            {
+                instrs[src].direct = Some(s);
+                instrs[s].stored_by_src = true;
+            }
+        }
+    }
+}
+
+/// Finds [`Pair`]s: an f32 `Elem` add, subtract, multiply or divide whose operand is another
+/// such op read by nothing else absorbs it (the operand is then `folded`). One level only:
+/// an op that absorbed its operand is not absorbed in turn.
+fn plan_pairs(instrs: &mut [PInstr]) {
+    let n = instrs.len();
+    let mut readers = vec![0usize; n];
+    for p in instrs.iter() {
+        for o in p.op.operands() {
+            readers[o] += 1;
+        }
+    }
+    let arith = |p: &PInstr| -> Option<(BinaryOp, usize, usize)> {
+        match p.op {
+            IrOp::Binary(op, a, b)
+                if p.level == Level::Elem
+                    && p.dtype == DType::F32
+                    && matches!(
+                        op,
+                        BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div
+                    ) =>
+            {
+                Some((op, a, b))
+            }
+            _ => None,
+        }
+    };
+    let f32_operand = |p: &PInstr| p.dtype == DType::F32;
+    for v in 0..n {
+        let Some((outer, a, b)) = arith(&instrs[v]) else {
+            continue;
+        };
+        if a == b || !f32_operand(&instrs[a]) || !f32_operand(&instrs[b]) {
+            continue;
+        }
+        let absorbable = |u: usize| {
+            readers[u] == 1
+                && instrs[u].pair.is_none()
+                && arith(&instrs[u])
+                    .is_some_and(|(_, x, y)| f32_operand(&instrs[x]) && f32_operand(&instrs[y]))
+        };
+        let (inner_at, z, z_left) = if absorbable(a) {
+            (a, b, false)
+        } else if absorbable(b) {
+            (b, a, true)
+        } else {
+            continue;
+        };
+        let Some((inner, x, y)) = arith(&instrs[inner_at]) else {
+            continue;
+        };
+        instrs[inner_at].folded = true;
+        instrs[v].pair = Some(Pair {
+            inner,
+            x,
+            y,
+            outer,
+            z,
+            z_left,
+        });
+    }
 }
 
 /// Ops whose value is one scalar for the whole kernel (no register).

@@ -59,6 +59,40 @@ pub(crate) fn run(kernel: &Kernel, spec: &ScatterSpec, args: &[ArgPtr]) -> Resul
         let lo = b * LANE_BLOCK;
         let hi = (lo + LANE_BLOCK).min(lanes);
         let bases: Vec<(isize, isize, isize)> = (lo..hi).map(lane_base).collect();
+        let (bi0, bv0, bo0) = bases[0];
+        // f32 rows (an embedding's gradient): the block's lanes share one index per step
+        // and sit side by side in the values and the output, so each step adds one run.
+        let rows = dtype == DType::F32
+            && vdt == DType::F32
+            && bases.iter().enumerate().all(|(i, &(bi, bv, bo))| {
+                bi == bi0 && bv == bv0 + i as isize && bo == bo0 + i as isize
+            });
+        if rows {
+            let m = bases.len();
+            for j in 0..along as isize {
+                // SAFETY: as below (the index offset of the block's first lane at step j).
+                let k = unsafe { *(args[spec.index].ptr as *const i64).offset(bi0 + j * i_step) };
+                if k < 0 || k as u64 >= len as u64 {
+                    return Err(k);
+                }
+                // SAFETY: the block's lanes are `m` consecutive elements in the values at
+                // `bv0 + j·v_step` and in the output at `bo0 + k·o_step` (checked just
+                // above), each inside its buffer as below; no other task writes these
+                // output elements (they differ off the axis from every other block's).
+                unsafe {
+                    let v = (args[spec.values].ptr as *const f32).offset(bv0 + j * v_step);
+                    let o = (out.ptr as *mut f32).offset(bo0 + k as isize * o_step);
+                    let (v, o) = (
+                        std::slice::from_raw_parts(v, m),
+                        std::slice::from_raw_parts_mut(o, m),
+                    );
+                    for (o, v) in o.iter_mut().zip(v) {
+                        *o += *v;
+                    }
+                }
+            }
+            return Ok(());
+        }
         for j in 0..along as isize {
             for &(bi, bv, bo) in &bases {
                 // SAFETY: the validator checked both views lie inside their buffers, which
