@@ -389,7 +389,17 @@ impl Tensor {
             return Ok(x);
         }
         let e = x.try_sub(&x.try_max_keepdim(d)?)?.try_exp()?;
-        e.try_div(&e.try_sum_keepdim(d)?)
+        let s = e.try_sum_keepdim(d)?;
+        if x.dtype.is_half() {
+            // A reciprocal rounded to a half type would add a rounding as large as the
+            // division's own.
+            e.try_div(&s)
+        } else {
+            // One reciprocal per row and a multiply per element (as PyTorch's CPU kernel):
+            // a division per element costs several multiplies; the result stays within
+            // an ulp of the quotient.
+            e.try_mul(&s.try_recip()?)
+        }
     }
 
     fn logsumexp_impl(&self, axes: &[isize], keepdim: bool) -> Result<Tensor> {

@@ -1,5 +1,5 @@
 // launch: Rows { rows: 32, block: 128 }
-// kiln kernel k0_max1_sub_exp_sum1_div — generated from kernel IR; do not edit.
+// kiln kernel k0_max1_sub_exp_sum1_recip_mul — generated from kernel IR; do not edit.
 // kiln_common.cuh — scalar helpers every rendered kernel may use.
 // Half types are stored as 16-bit patterns and computed in f32; conversions use PTX `cvt`
 // (no CUDA headers needed, so NVRTC compiles these anywhere).
@@ -240,7 +240,7 @@ template <int OP, typename T> __device__ long long kiln_block_arg_reduce(T v, lo
     return si[0] < 0 ? 0 : si[0];
 }
 
-extern "C" __global__ void __launch_bounds__(128) k0_max1_sub_exp_sum1_div(const float* __restrict__ a0, float* __restrict__ a1) {
+extern "C" __global__ void __launch_bounds__(128) k0_max1_sub_exp_sum1_recip_mul(const float* __restrict__ a0, float* __restrict__ a1) {
     __shared__ unsigned long long smem_[64];
     for (long long row_ = blockIdx.x; row_ < 32LL; row_ += gridDim.x) {
         int r_ = (int)row_;
@@ -263,14 +263,15 @@ extern "C" __global__ void __launch_bounds__(128) k0_max1_sub_exp_sum1_div(const
             acc4 = kiln_combine<0>(acc4, (float)v3);
         }
         const float v4 = (float)kiln_block_reduce<0, float>(acc4, (float)0, smem_);
+        const float v5 = (1.0f / v4);
         for (int a_ = threadIdx.x; a_ < 100; a_ += blockDim.x) {
             int r_ = a_;
             const int c1 = r_;
             const float v0 = a0[c0 * 100 + c1];
             const float v2 = kiln_sub((float)v0, (float)v1);
             const float v3 = expf(v2);
-            const float v5 = (v3 / v4);
-            a1[c0 * 100 + c1] = v5;
+            const float v6 = kiln_mul((float)v3, (float)v5);
+            a1[c0 * 100 + c1] = v6;
         }
     }
 }

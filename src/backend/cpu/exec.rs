@@ -1029,6 +1029,15 @@ impl<'p> Machine<'p> {
                 self.regs[reg] = out;
                 self.vals[v] = Val::Reg(reg);
             }
+            IrOp::Unary(op, _) if p.pair.is_some() => {
+                let Some(pr) = p.pair else { return };
+                let mut out = std::mem::take(&mut self.regs[reg]);
+                let (x, y) = (self.fetch::<f32>(pr.x), self.fetch::<f32>(pr.y));
+                let o = &mut typed_mut::<f32>(&mut out)[..n];
+                ops::unary_of_pair(*op, pr.inner, x, y, o);
+                self.regs[reg] = out;
+                self.vals[v] = Val::Reg(reg);
+            }
             IrOp::Unary(op, a) => {
                 let (op, a) = (*op, *a);
                 let mut out = std::mem::take(&mut self.regs[reg]);
@@ -1135,7 +1144,11 @@ impl<'p> Machine<'p> {
                 let (x, y) = (self.fetch::<f32>(*a), self.fetch::<f32>(*b));
                 ops::binary::<f32>(*op, x, y, dst);
             }
-            (IrOp::Unary(op, a), _) => {
+            (IrOp::Unary(op, _), Some(pr)) => {
+                let (x, y) = (self.fetch::<f32>(pr.x), self.fetch::<f32>(pr.y));
+                ops::unary_of_pair(*op, pr.inner, x, y, dst);
+            }
+            (IrOp::Unary(op, a), None) => {
                 let x = self.fetch::<f32>(*a);
                 ops::unary::<f32>(*op, x, dst);
             }
@@ -1268,6 +1281,31 @@ impl<'p> Machine<'p> {
     #[inline(always)]
     fn reduce_run_impl(&self, r: usize, acc: &mut AccAny, index0: i64) {
         let (op, src) = self.reduce_parts(r);
+        if self.prog.instrs[r].half_src {
+            let p = &self.prog.instrs[src];
+            let IrOp::Load { arg, view, .. } = &p.op else {
+                return;
+            };
+            let ax = self.prog.dims.len() - 1;
+            let (base, _) = view.base(&self.coords, ax);
+            let ptr = self.args[*arg].ptr.wrapping_offset(base * 2) as *const u16;
+            // SAFETY: the load's view is unmasked with unit stride along the run dimension
+            // and its offsets are inside the 16-bit buffer (validated before the run), so
+            // the run's `n` stored values from `base` are too; nothing writes that buffer
+            // during this kernel (it is an input).
+            let raw = unsafe { std::slice::from_raw_parts(ptr, self.n) };
+            let part = if p.dtype == DType::F16 {
+                ops::reduce_run_16(op, raw, |h: u16| f16_to_f32(h))
+            } else {
+                ops::reduce_run_16(op, raw, |b: u16| f32::from_bits((b as u32) << 16))
+            };
+            let part = Acc {
+                value: part,
+                index: 0,
+            };
+            *acc = AccAny::from_acc::<f32>(ops::acc_combine::<f32>(op, acc.to_acc::<f32>(), part));
+            return;
+        }
         with_ct!(self.prog.instrs[src].ct(), T => {
             let s = self.fetch::<T>(src);
             let part = ops::reduce_run::<T>(op, s, self.n, index0);

@@ -225,6 +225,43 @@ pub(crate) fn pair_f32(
     }
 }
 
+/// A unary op's run over `inner(x, y)` computed element by element (see
+/// [`unary_of_pair`]).
+struct RunOf<'a, 'o> {
+    inner: BinaryOp,
+    x: Src<'a, f32>,
+    y: Src<'a, f32>,
+    out: &'o mut [f32],
+}
+
+impl Map<f32> for RunOf<'_, '_> {
+    #[inline(always)]
+    fn map<F: Fn(f32) -> f32>(&mut self, f: F) {
+        let (x, y) = (self.x, self.y);
+        match self.inner {
+            BinaryOp::Add => map2(x, y, self.out, |a, b| f(a + b)),
+            BinaryOp::Sub => map2(x, y, self.out, |a, b| f(a - b)),
+            BinaryOp::Mul => map2(x, y, self.out, |a, b| f(a * b)),
+            BinaryOp::Div => map2(x, y, self.out, |a, b| f(a / b)),
+            _ => {}
+        }
+    }
+}
+
+/// `out = op(inner(x, y))` for f32 runs in one loop (`exp(x - max)`), each op rounding as
+/// it does alone. `inner` is `Add`, `Sub`, `Mul` or `Div` (anything else is a no-op; the
+/// program never pairs other ops).
+#[inline(always)]
+pub(crate) fn unary_of_pair(
+    op: UnaryOp,
+    inner: BinaryOp,
+    x: Src<'_, f32>,
+    y: Src<'_, f32>,
+    out: &mut [f32],
+) {
+    op.map(&mut RunOf { inner, x, y, out })
+}
+
 /// `out = c ? a : b`.
 #[inline(always)]
 pub(crate) fn select<T: Num>(c: Src<'_, u8>, a: Src<'_, T>, b: Src<'_, T>, out: &mut [T]) {
@@ -456,6 +493,45 @@ fn fold_lanes<T: Num>(slice: &[T], id: T, f: impl Fn(T, T) -> T + Copy) -> T {
         v = f(v, x);
     }
     f(fold_tree(lanes, f), v)
+}
+
+/// [`fold_lanes`] over stored values converted as they are read (`conv`): the same lanes
+/// and order as folding the converted run, without writing it out first.
+#[inline(always)]
+fn fold_lanes_from<S: Copy>(
+    slice: &[S],
+    conv: impl Fn(S) -> f32 + Copy,
+    id: f32,
+    f: impl Fn(f32, f32) -> f32 + Copy,
+) -> f32 {
+    let mut lanes = [id; LANES];
+    let chunks = slice.chunks_exact(LANES);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for i in 0..LANES {
+            lanes[i] = f(lanes[i], conv(c[i]));
+        }
+    }
+    let mut v = id;
+    for &x in rest {
+        v = f(v, conv(x));
+    }
+    f(fold_tree(lanes, f), v)
+}
+
+/// A sum, product, max or min over a run of stored 16-bit floats (`conv` widens one to
+/// f32), with the lanes and order of [`reduce_run`] over the widened run, so the result is
+/// the same bits. Arg-reductions are not taken here (the program never asks).
+#[inline(always)]
+pub(crate) fn reduce_run_16(op: ReduceOp, raw: &[u16], conv: impl Fn(u16) -> f32 + Copy) -> f32 {
+    let id = acc_init::<f32>(op).value;
+    match op {
+        ReduceOp::Sum => fold_lanes_from(raw, conv, id, |a: f32, b: f32| a + b),
+        ReduceOp::Prod => fold_lanes_from(raw, conv, id, |a: f32, b: f32| a * b),
+        ReduceOp::Max => fold_lanes_from(raw, conv, id, |a: f32, b: f32| max_nan(a, b)),
+        ReduceOp::Min => fold_lanes_from(raw, conv, id, |a: f32, b: f32| min_nan(a, b)),
+        ReduceOp::ArgMax | ReduceOp::ArgMin => id,
+    }
 }
 
 /// Accumulators of [`fold_lanes`].

@@ -6,7 +6,7 @@
 use crate::dtype::{ComputeType, DType, Scalar};
 
 use crate::kernel::{IrOp, Kernel, Level};
-use crate::ops::{BinaryOp, Cost, Scal};
+use crate::ops::{BinaryOp, Cost, Scal, UnaryOp};
 use crate::shape::View;
 
 /// Elements per register (one run of a loop).
@@ -78,12 +78,17 @@ pub(crate) struct PInstr {
     pub direct: Option<usize>,
     /// A `Store` whose value was written by its source instruction (`direct`).
     pub stored_by_src: bool,
+    /// A row `Reduce` that reads its 16-bit float source straight from memory, widening
+    /// each value inside the reduction loop (the `Load` is not evaluated; see
+    /// [`plan_half_reduces`]).
+    pub half_src: bool,
 }
 
-/// Two f32 arithmetic ops evaluated in one loop: `outer(inner(x, y), z)`, or
-/// `outer(z, inner(x, y))` when `z_left`. The inner op's value is never written to a
-/// register, which saves one pass over the run (`a * b + c` reads its three operands and
-/// writes its result once).
+/// Two f32 ops evaluated in one loop: a binary `outer(inner(x, y), z)` (or
+/// `outer(z, inner(x, y))` when `z_left`), or a unary `op(inner(x, y))` (`z` unused). The
+/// inner op's value is never written to a register, which saves one pass over the run
+/// (`a * b + c` reads its three operands and writes its result once; `exp(x - max)` is one
+/// loop).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Pair {
     pub inner: BinaryOp,
@@ -256,6 +261,7 @@ pub(crate) fn compile(k: &Kernel, in_place: &[usize]) -> CpuKernel {
                 folded: false,
                 direct: None,
                 stored_by_src: false,
+                half_src: false,
             }
         })
         .collect();
@@ -321,6 +327,9 @@ pub(crate) fn compile(k: &Kernel, in_place: &[usize]) -> CpuKernel {
     };
     if pack <= 1 {
         plan_direct_stores(&mut instrs, &phases, strategy, &dims, n_out);
+        if strategy == Strategy::ReduceInner {
+            plan_half_reduces(&mut instrs, &mut phases, &reuse_slot, dims.len() - 1);
+        }
     }
     CpuKernel {
         dims,
@@ -368,9 +377,14 @@ fn expensive(op: &IrOp<PView>) -> bool {
     cost == Cost::Polynomial
 }
 
+/// A value whose recomputation takes at least this many passes over the run is saved by
+/// the pass that first computes it rather than recomputed (saving is one pass; reading it
+/// back is free: the later pass reads the saved run in place).
+const RECOMPUTE_PASSES: usize = 2;
+
 /// Store once instead of recomputing, across the passes of a row reduction: a value a later
 /// pass needs that an earlier pass already computed, and whose computation involves a
-/// polynomial op or a gather (softmax's `exp(x - max)`, needed by the sum and again by the final
+/// polynomial op or a gather, or at least [`RECOMPUTE_PASSES`] ops (softmax's `exp(x - max)`, needed by the sum and again by the final
 /// division), is saved per position in the earlier pass and read back in the later one,
 /// which then skips everything only that value needed. Only passes that run over the reduce
 /// space (they reduce or store) take part. The executor uses this when a block's saves fit
@@ -390,10 +404,19 @@ fn plan_reuse(instrs: &[PInstr], phases: &mut [Phase]) -> (Vec<usize>, usize) {
         // expensive op (one sweep: the list is in dependency order).
         let mut in_elem = vec![false; n];
         let mut costly = vec![false; n];
+        // Passes over the run that recomputing a value would take (its ops in this pass).
+        let mut work = vec![0usize; n];
         for &v in &ph.elem {
             in_elem[v] = true;
-            costly[v] =
-                expensive(&instrs[v].op) || operands(&instrs[v]).into_iter().any(|o| costly[o]);
+            let ops = operands(&instrs[v]);
+            let own = match instrs[v].op {
+                IrOp::Unary(..) | IrOp::Binary(..) | IrOp::Where(..) | IrOp::Cast(..) => 1,
+                _ => 0,
+            };
+            work[v] = own + ops.iter().map(|&o| work[o]).sum::<usize>();
+            costly[v] = expensive(&instrs[v].op)
+                || work[v] >= RECOMPUTE_PASSES
+                || ops.into_iter().any(|o| costly[o]);
         }
         // Walk back from the pass's consumers; stop at values an earlier pass computed.
         let mut needed = vec![false; n];
@@ -728,6 +751,7 @@ fn plan_phases(k: &Kernel, instrs: &mut [PInstr]) -> (Vec<usize>, Vec<Phase>, Ve
 /// Operands of a program instruction (a [`Pair`]'s three).
 pub(crate) fn operands(p: &PInstr) -> Vec<usize> {
     match p.pair {
+        Some(pr) if matches!(p.op, IrOp::Unary(..)) => vec![pr.x, pr.y],
         Some(pr) => vec![pr.x, pr.y, pr.z],
         None => p.op.operands(),
     }
@@ -793,9 +817,57 @@ fn plan_direct_stores(
     }
 }
 
-/// Finds [`Pair`]s: an f32 `Elem` add, subtract, multiply or divide whose operand is another
-/// such op read by nothing else absorbs it (the operand is then `folded`). One level only:
-/// an op that absorbed its operand is not absorbed in turn.
+/// Row reductions (sum, product, max, min) of an f16 or bf16 tensor read in place: when the
+/// reduce's source is an unmasked load, contiguous along the run dimension `ax`, that
+/// nothing else reads, no later pass reuses and the kernel does not write, the load leaves the pass's instruction lists
+/// and the reduce widens the stored values as it folds them ([`PInstr::half_src`]) instead
+/// of a pass widening the run into a register and a second pass reducing it.
+fn plan_half_reduces(instrs: &mut [PInstr], phases: &mut [Phase], reuse_slot: &[usize], ax: usize) {
+    let n = instrs.len();
+    let mut readers = vec![0usize; n];
+    for p in instrs.iter().filter(|p| !p.folded) {
+        for o in operands(p) {
+            readers[o] += 1;
+        }
+    }
+    for ph in phases.iter_mut() {
+        for &r in &ph.reduces {
+            let IrOp::Reduce { op, src } = instrs[r].op else {
+                continue;
+            };
+            let direct = matches!(
+                &instrs[src].op,
+                IrOp::Load { view, .. }
+                    if view.mask.is_none() && view.strides.get(ax) == Some(&1)
+            );
+            let arg = match &instrs[src].op {
+                IrOp::Load { arg, .. } => *arg,
+                _ => continue,
+            };
+            let written = instrs
+                .iter()
+                .any(|q| matches!(&q.op, IrOp::Store { arg: a, .. } if *a == arg));
+            if op.is_arg()
+                || written
+                || !direct
+                || !instrs[src].dtype.is_half()
+                || instrs[src].level != Level::Elem
+                || readers[src] != 1
+                || reuse_slot[src] != usize::MAX
+            {
+                continue;
+            }
+            instrs[r].half_src = true;
+            ph.elem.retain(|&v| v != src);
+            ph.elem_reusing.retain(|&v| v != src);
+        }
+    }
+}
+
+/// Finds [`Pair`]s: an f32 `Elem` add, subtract, multiply or divide, or a unary op other
+/// than sin and cos, whose operand is an f32 add, subtract, multiply or divide read by
+/// nothing else absorbs it (the operand is then `folded`). One level only: an op that
+/// absorbed its operand is not absorbed in turn.
 fn plan_pairs(instrs: &mut [PInstr]) {
     let n = instrs.len();
     let mut readers = vec![0usize; n];
@@ -821,6 +893,28 @@ fn plan_pairs(instrs: &mut [PInstr]) {
     };
     let f32_operand = |p: &PInstr| p.dtype == DType::F32;
     for v in 0..n {
+        // A unary op over an arithmetic value (sin and cos keep their own run loops).
+        if let IrOp::Unary(u, a) = instrs[v].op
+            && instrs[v].level == Level::Elem
+            && instrs[v].dtype == DType::F32
+            && !matches!(u, UnaryOp::Sin | UnaryOp::Cos)
+            && readers[a] == 1
+            && instrs[a].pair.is_none()
+            && let Some((inner, x, y)) = arith(&instrs[a])
+            && f32_operand(&instrs[x])
+            && f32_operand(&instrs[y])
+        {
+            instrs[a].folded = true;
+            instrs[v].pair = Some(Pair {
+                inner,
+                x,
+                y,
+                outer: inner,
+                z: x,
+                z_left: false,
+            });
+            continue;
+        }
         let Some((outer, a, b)) = arith(&instrs[v]) else {
             continue;
         };

@@ -1,10 +1,12 @@
-//! Permuted copies (`x.t().contiguous()`, `permute(..).contiguous()` whose output rows read
-//! a column of the input): a program that only loads one view and stores it unchanged, the
+//! Permuted copies. Transposes (`x.t().contiguous()`, `permute(..).contiguous()` whose
+//! output rows read a column of the input): a program that only loads one view and stores it unchanged, the
 //! store contiguous along the last dimension and the load contiguous along the one before
 //! it. Instead of the interpreter's strided runs (one cache line and one dependent load
 //! per element), each 64 × 64 block of the output is read as 64 contiguous segments of
 //! the input into a tile on the stack and written back as 64 contiguous rows, so both
 //! sides stream whole cache lines and the strided part of the access happens in L1.
+//! Reorderings that keep short rows contiguous (attention's head split) are copied row by
+//! row ([`try_run_rows`]).
 //!
 //! Soundness rests on the checks of the module above (see `exec.rs`): every view's offsets
 //! lie inside its buffer, every buffer is at least as large as its argument, and the store
@@ -23,7 +25,7 @@ const B: usize = 64;
 /// to the interpreter.
 pub(crate) fn try_run(prog: &CpuKernel, env: &Env<'_>) -> bool {
     let Some(t) = shape_of(prog) else {
-        return false;
+        return try_run_rows(prog, env);
     };
     let (Some(src), Some(dst)) = (env.args.get(t.load_arg), env.args.get(t.store_arg)) else {
         return false;
@@ -45,6 +47,93 @@ pub(crate) fn try_run(prog: &CpuKernel, env: &Env<'_>) -> bool {
     true
 }
 
+/// Runs `prog` here when it is a copy of short contiguous rows between two differently
+/// ordered layouts (splitting or merging attention heads: `[b, t, h, d] <-> [b, h, t, d]`
+/// with `d` contiguous on both sides): each output row is one block copy, the rows walked
+/// in order with their offsets stepped like an odometer, instead of one interpreter item
+/// (coordinates, dispatch, a run of `d` elements) per row. `false` leaves it to the
+/// interpreter.
+fn try_run_rows(prog: &CpuKernel, env: &Env<'_>) -> bool {
+    let Some(t) = plain_copy(prog) else {
+        return false;
+    };
+    let d = t.dims.len();
+    let rows_fit =
+        t.load.strides[d - 1] == 1 && t.store.strides[d - 1] == 1 && t.dims[d - 1] * t.size < 4096;
+    if !rows_fit {
+        return false;
+    }
+    let (Some(&src), Some(&dst)) = (env.args.get(t.load_arg), env.args.get(t.store_arg)) else {
+        return false;
+    };
+    if overlaps(&t, src, dst) {
+        return false;
+    }
+    // SAFETY: a bit-for-bit copy of `size`-byte elements; every offset the views reach over
+    // `dims` is inside its buffer (validated before the run), the ranges do not overlap,
+    // and the store view is injective.
+    unsafe { run_rows(&t, src, dst) };
+    true
+}
+
+/// The row copies of [`try_run_rows`], split over rayon's threads by blocks of rows.
+///
+/// # Safety
+/// As [`run`], with both views contiguous along the last dimension.
+unsafe fn run_rows(t: &Transpose<'_>, src: ArgPtr, dst: ArgPtr) {
+    let d = t.dims.len();
+    let cols = t.dims[d - 1];
+    let rows: usize = t.dims[..d - 1].iter().product();
+    let bytes = cols * t.size;
+    let per_task = (16384 / bytes.max(1)).max(1);
+    let sz = t.size as isize;
+    let task = move |i: usize| {
+        let (src, dst) = (src, dst);
+        let (sp, dp) = (src.ptr as *const u8, dst.ptr);
+        let r0 = i * per_task;
+        let r1 = (r0 + per_task).min(rows);
+        let mut coords = vec![0usize; d - 1];
+        let (mut so, mut doff) = (t.load.offset, t.store.offset);
+        let mut rest = r0;
+        for k in (0..d - 1).rev() {
+            coords[k] = rest % t.dims[k];
+            rest /= t.dims[k];
+            so += coords[k] as isize * t.load.strides[k];
+            doff += coords[k] as isize * t.store.strides[k];
+        }
+        for _ in r0..r1 {
+            // SAFETY: `so` and `doff` are the views' offsets of the row's first element,
+            // and its `cols` elements are contiguous on both sides (unit strides), inside
+            // the buffers, which do not overlap; this task alone writes its rows.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    sp.wrapping_offset(so * sz),
+                    dp.wrapping_offset(doff * sz),
+                    bytes,
+                )
+            };
+            // Next row: step the odometer over the leading dimensions.
+            for k in (0..d - 1).rev() {
+                coords[k] += 1;
+                so += t.load.strides[k];
+                doff += t.store.strides[k];
+                if coords[k] < t.dims[k] {
+                    break;
+                }
+                so -= t.load.strides[k] * t.dims[k] as isize;
+                doff -= t.store.strides[k] * t.dims[k] as isize;
+                coords[k] = 0;
+            }
+        }
+    };
+    let n_tasks = rows.div_ceil(per_task);
+    if rows * cols < 1 << 15 {
+        (0..n_tasks).for_each(task);
+    } else {
+        (0..n_tasks).into_par_iter().for_each(task);
+    }
+}
+
 /// A matched permuted copy over `dims` (leading batch dimensions, then rows and columns of
 /// the output).
 struct Transpose<'p> {
@@ -57,7 +146,9 @@ struct Transpose<'p> {
     size: usize,
 }
 
-fn shape_of(prog: &CpuKernel) -> Option<Transpose<'_>> {
+/// A program that only loads one unmasked view and stores it unchanged (same dtype, another
+/// argument) over two or more output dimensions.
+fn plain_copy(prog: &CpuKernel) -> Option<Transpose<'_>> {
     let d = prog.dims.len();
     if prog.has_reduce || prog.n_out != d || d < 2 || prog.instrs.len() != 2 {
         return None;
@@ -77,12 +168,7 @@ fn shape_of(prog: &CpuKernel) -> Option<Transpose<'_>> {
         return None;
     };
     let plain = lv.mask.is_none() && sv.mask.is_none() && load.dtype == store.dtype;
-    // Output rows contiguous, input contiguous down the output's columns, and the input's
-    // run along an output row strided (else the interpreter already streams it).
-    let transposed =
-        sv.strides[d - 1] == 1 && lv.strides[d - 2] == 1 && lv.strides[d - 1].abs() >= 16;
-    let big = prog.dims[d - 1] >= B && prog.dims[d - 2] >= B;
-    (plain && transposed && big && la != sa).then_some(Transpose {
+    (plain && la != sa).then_some(Transpose {
         dims: &prog.dims,
         load: lv,
         store: sv,
@@ -90,6 +176,18 @@ fn shape_of(prog: &CpuKernel) -> Option<Transpose<'_>> {
         store_arg: *sa,
         size: load.dtype.size_bytes(),
     })
+}
+
+fn shape_of(prog: &CpuKernel) -> Option<Transpose<'_>> {
+    let t = plain_copy(prog)?;
+    let d = t.dims.len();
+    let (lv, sv) = (t.load, t.store);
+    // Output rows contiguous, input contiguous down the output's columns, and the input's
+    // run along an output row strided (else the interpreter already streams it).
+    let transposed =
+        sv.strides[d - 1] == 1 && lv.strides[d - 2] == 1 && lv.strides[d - 1].abs() >= 16;
+    let big = t.dims[d - 1] >= B && t.dims[d - 2] >= B;
+    (transposed && big).then_some(t)
 }
 
 /// Lowest and highest element offsets a view reaches over `dims`.
