@@ -414,6 +414,7 @@ fn new_machine<'p>(prog: &'p CpuKernel, env: &'p Env<'_>, mut regs: Vec<Vec<u64>
         row_t: None,
         pack: None,
         saved: Vec::new(),
+        save_to: std::ptr::null_mut(),
     }
 }
 
@@ -459,6 +460,8 @@ struct Machine<'p> {
     /// ReduceInner: values saved by one pass for a later one, one buffer per reuse slot,
     /// indexed by (row within the item, position in the reduce space).
     saved: Vec<Vec<u64>>,
+    /// While a `save_direct` value is evaluated: where its run goes in its saved buffer.
+    save_to: *mut f32,
 }
 
 /// Most words (8 bytes each) a block may use for values saved across passes; larger blocks
@@ -564,8 +567,17 @@ impl<'p> Machine<'p> {
             }
         }
         for &v in elem {
+            let saved = reuse && ph.saves.contains(&v);
+            if saved && self.prog.instrs[v].save_direct {
+                let slot = self.prog.reuse_slot[v];
+                let run = &mut typed_mut::<f32>(&mut self.saved[slot])[at..at + self.n];
+                self.save_to = run.as_mut_ptr();
+                (self.loops.eval)(self, v, ax, ph.regs[v]);
+                self.save_to = std::ptr::null_mut();
+                continue;
+            }
             (self.loops.eval)(self, v, ax, ph.regs[v]);
-            if reuse && ph.saves.contains(&v) {
+            if saved {
                 self.save(v, at);
             }
         }
@@ -934,6 +946,13 @@ impl<'p> Machine<'p> {
         if let Some(s) = p.direct {
             return self.eval_into_store(v, s, ax);
         }
+        if p.save_direct && !self.save_to.is_null() {
+            // SAFETY: `save_to` points at this run's `n` elements of `v`'s saved buffer
+            // (set by `eval_phase` from a slice of this machine's f32 buffer, which nothing
+            // resizes or reads while `v` is evaluated; no operand of `v` lives in it).
+            let dst = unsafe { std::slice::from_raw_parts_mut(self.save_to, n) };
+            return self.eval_into(v, dst);
+        }
         match &p.op {
             IrOp::Const(_) | IrOp::Param { .. } => self.vals[v] = Val::Scalar(self.scals[v]),
             IrOp::Load { arg, view, .. } => {
@@ -1117,7 +1136,6 @@ impl<'p> Machine<'p> {
     /// into the run of `Store` instruction `s` (see `plan_direct_stores`).
     #[inline(always)]
     fn eval_into_store(&mut self, v: usize, s: usize, ax: usize) {
-        let p = &self.prog.instrs[v];
         let IrOp::Store { arg, view, .. } = &self.prog.instrs[s].op else {
             return;
         };
@@ -1131,6 +1149,15 @@ impl<'p> Machine<'p> {
         // program checked), so nothing the op reads aliases it, and nothing reads the run
         // back before or after this write.
         let dst = unsafe { std::slice::from_raw_parts_mut(ptr, n) };
+        self.eval_into(v, dst);
+    }
+
+    /// Evaluates f32 instruction `v` (unary, binary or pair) over the current run into
+    /// `dst` (memory outside the machine's registers), which `v` then reads as.
+    #[inline(always)]
+    fn eval_into(&mut self, v: usize, dst: &mut [f32]) {
+        let p = &self.prog.instrs[v];
+        let ptr = dst.as_mut_ptr();
         match (&p.op, p.pair) {
             (IrOp::Binary(..), Some(pr)) => {
                 let (x, y, z) = (

@@ -202,19 +202,32 @@ pub(crate) fn pair_f32(
     out: &mut [f32],
 ) {
     macro_rules! with_outer {
-        ($f:expr) => {
+        ($f:expr) => {{
+            let g = $f;
+            macro_rules! go {
+                ($e:expr) => {
+                    map3(
+                        x,
+                        y,
+                        z,
+                        out,
+                        #[inline(always)]
+                        |a: f32, b: f32, c: f32| $e(g(a, b), c),
+                    )
+                };
+            }
             match (outer, z_left) {
-                (BinaryOp::Add, false) => map3(x, y, z, out, |a, b, c| $f(a, b) + c),
-                (BinaryOp::Add, true) => map3(x, y, z, out, |a, b, c| c + $f(a, b)),
-                (BinaryOp::Sub, false) => map3(x, y, z, out, |a, b, c| $f(a, b) - c),
-                (BinaryOp::Sub, true) => map3(x, y, z, out, |a, b, c| c - $f(a, b)),
-                (BinaryOp::Mul, false) => map3(x, y, z, out, |a, b, c| $f(a, b) * c),
-                (BinaryOp::Mul, true) => map3(x, y, z, out, |a, b, c| c * $f(a, b)),
-                (BinaryOp::Div, false) => map3(x, y, z, out, |a, b, c| $f(a, b) / c),
-                (BinaryOp::Div, true) => map3(x, y, z, out, |a, b, c| c / $f(a, b)),
+                (BinaryOp::Add, false) => go!(|p: f32, c: f32| p + c),
+                (BinaryOp::Add, true) => go!(|p: f32, c: f32| c + p),
+                (BinaryOp::Sub, false) => go!(|p: f32, c: f32| p - c),
+                (BinaryOp::Sub, true) => go!(|p: f32, c: f32| c - p),
+                (BinaryOp::Mul, false) => go!(|p: f32, c: f32| p * c),
+                (BinaryOp::Mul, true) => go!(|p: f32, c: f32| c * p),
+                (BinaryOp::Div, false) => go!(|p: f32, c: f32| p / c),
+                (BinaryOp::Div, true) => go!(|p: f32, c: f32| c / p),
                 _ => {}
             }
-        };
+        }};
     }
     match inner {
         BinaryOp::Add => with_outer!(|a: f32, b: f32| a + b),
@@ -238,11 +251,37 @@ impl Map<f32> for RunOf<'_, '_> {
     #[inline(always)]
     fn map<F: Fn(f32) -> f32>(&mut self, f: F) {
         let (x, y) = (self.x, self.y);
+        // Closures marked to inline: one left out of line would be compiled without the
+        // loop's SIMD features (and `f`'s fused multiply-adds would become library calls).
         match self.inner {
-            BinaryOp::Add => map2(x, y, self.out, |a, b| f(a + b)),
-            BinaryOp::Sub => map2(x, y, self.out, |a, b| f(a - b)),
-            BinaryOp::Mul => map2(x, y, self.out, |a, b| f(a * b)),
-            BinaryOp::Div => map2(x, y, self.out, |a, b| f(a / b)),
+            BinaryOp::Add => map2(
+                x,
+                y,
+                self.out,
+                #[inline(always)]
+                |a: f32, b: f32| f(a + b),
+            ),
+            BinaryOp::Sub => map2(
+                x,
+                y,
+                self.out,
+                #[inline(always)]
+                |a: f32, b: f32| f(a - b),
+            ),
+            BinaryOp::Mul => map2(
+                x,
+                y,
+                self.out,
+                #[inline(always)]
+                |a: f32, b: f32| f(a * b),
+            ),
+            BinaryOp::Div => map2(
+                x,
+                y,
+                self.out,
+                #[inline(always)]
+                |a: f32, b: f32| f(a / b),
+            ),
             _ => {}
         }
     }

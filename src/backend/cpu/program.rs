@@ -82,6 +82,9 @@ pub(crate) struct PInstr {
     /// each value inside the reduction loop (the `Load` is not evaluated; see
     /// [`plan_half_reduces`]).
     pub half_src: bool,
+    /// An f32 value saved for later passes (see [`plan_reuse`]) that its pass computes
+    /// straight into the saved buffer instead of a register copied there.
+    pub save_direct: bool,
 }
 
 /// Two f32 ops evaluated in one loop: a binary `outer(inner(x, y), z)` (or
@@ -262,6 +265,7 @@ pub(crate) fn compile(k: &Kernel, in_place: &[usize]) -> CpuKernel {
                 direct: None,
                 stored_by_src: false,
                 half_src: false,
+                save_direct: false,
             }
         })
         .collect();
@@ -325,6 +329,17 @@ pub(crate) fn compile(k: &Kernel, in_place: &[usize]) -> CpuKernel {
     } else {
         (vec![usize::MAX; instrs.len()], 0)
     };
+    for ph in &phases {
+        for &v in &ph.saves {
+            let p = &mut instrs[v];
+            let computed = match p.op {
+                IrOp::Unary(..) => true,
+                IrOp::Binary(op, ..) => !op.is_comparison(),
+                _ => false,
+            };
+            p.save_direct = computed && p.dtype == DType::F32 && p.level == Level::Elem;
+        }
+    }
     if pack <= 1 {
         plan_direct_stores(&mut instrs, &phases, strategy, &dims, n_out);
         if strategy == Strategy::ReduceInner {
