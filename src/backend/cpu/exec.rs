@@ -943,16 +943,41 @@ impl<'p> Machine<'p> {
         {
             return self.eval_packed_source(v, ax, reg, segs);
         }
-        if let Some(s) = p.direct {
-            return self.eval_into_store(v, s, ax);
+        // Where an f32 unary/binary/pair value goes instead of its register: the output
+        // buffer (`direct`) or its saved buffer (`save_direct`). Each op's loop is then
+        // still compiled once, writing wherever `out_slice!` points.
+        let dst: Option<*mut f32> = if let Some(s) = p.direct {
+            self.store_ptr(s, ax)
+        } else if p.save_direct && !self.save_to.is_null() {
+            Some(self.save_to)
+        } else {
+            None
+        };
+        // The output run of an op of compute type `$T` whose register buffer is `$out`.
+        macro_rules! out_slice {
+            ($T:ty, $out:expr) => {
+                match dst {
+                    // SAFETY: `dst` is only set for f32 values (`plan_direct_stores`,
+                    // `save_direct`), so `$T` is f32 here; it points at this run's `n`
+                    // elements of the output buffer (see `store_ptr`) or of `v`'s saved
+                    // buffer (set by `eval_phase` from this machine's own f32 buffer, which
+                    // nothing resizes or reads while `v` is evaluated). Neither aliases an
+                    // operand: the kernel never reads its direct-store buffer, and no
+                    // operand of `v` lives in `v`'s saved run.
+                    Some(ptr) if std::any::TypeId::of::<$T>() == std::any::TypeId::of::<f32>() => unsafe {
+                        std::slice::from_raw_parts_mut(ptr as *mut $T, n)
+                    },
+                    _ => &mut typed_mut::<$T>($out)[..n],
+                }
+            };
         }
-        if p.save_direct && !self.save_to.is_null() {
-            // SAFETY: `save_to` points at this run's `n` elements of `v`'s saved buffer
-            // (set by `eval_phase` from a slice of this machine's f32 buffer, which nothing
-            // resizes or reads while `v` is evaluated; no operand of `v` lives in it).
-            let dst = unsafe { std::slice::from_raw_parts_mut(self.save_to, n) };
-            return self.eval_into(v, dst);
-        }
+        let done = |m: &mut Self, out: Vec<u64>| {
+            m.regs[reg] = out;
+            m.vals[v] = match dst {
+                Some(ptr) => Val::Ptr(ptr as *const u8),
+                None => Val::Reg(reg),
+            };
+        };
         match &p.op {
             IrOp::Const(_) | IrOp::Param { .. } => self.vals[v] = Val::Scalar(self.scals[v]),
             IrOp::Load { arg, view, .. } => {
@@ -1052,21 +1077,18 @@ impl<'p> Machine<'p> {
                 let Some(pr) = p.pair else { return };
                 let mut out = std::mem::take(&mut self.regs[reg]);
                 let (x, y) = (self.fetch::<f32>(pr.x), self.fetch::<f32>(pr.y));
-                let o = &mut typed_mut::<f32>(&mut out)[..n];
-                ops::unary_of_pair(*op, pr.inner, x, y, o);
-                self.regs[reg] = out;
-                self.vals[v] = Val::Reg(reg);
+                ops::unary_of_pair(*op, pr.inner, x, y, out_slice!(f32, &mut out));
+                done(self, out);
             }
             IrOp::Unary(op, a) => {
                 let (op, a) = (*op, *a);
                 let mut out = std::mem::take(&mut self.regs[reg]);
                 with_ct!(p.ct(), T => {
                     let src = self.fetch::<T>(a);
-                    ops::unary::<T>(op, src, &mut typed_mut::<T>(&mut out)[..n]);
+                    ops::unary::<T>(op, src, out_slice!(T, &mut out));
                 });
                 round_half(dtype, &mut out, n);
-                self.regs[reg] = out;
-                self.vals[v] = Val::Reg(reg);
+                done(self, out);
             }
             IrOp::Binary(..) if p.pair.is_some() => {
                 let Some(pr) = p.pair else { return };
@@ -1076,10 +1098,9 @@ impl<'p> Machine<'p> {
                     self.fetch::<f32>(pr.y),
                     self.fetch::<f32>(pr.z),
                 );
-                let o = &mut typed_mut::<f32>(&mut out)[..n];
+                let o = out_slice!(f32, &mut out);
                 ops::pair_f32(pr.inner, pr.outer, pr.z_left, x, y, z, o);
-                self.regs[reg] = out;
-                self.vals[v] = Val::Reg(reg);
+                done(self, out);
             }
             IrOp::Binary(op, a, b) => {
                 let (op, a, b) = (*op, *a, *b);
@@ -1093,12 +1114,11 @@ impl<'p> Machine<'p> {
                 } else {
                     with_ct!(in_ct, T => {
                         let (x, y) = (self.fetch::<T>(a), self.fetch::<T>(b));
-                        ops::binary::<T>(op, x, y, &mut typed_mut::<T>(&mut out)[..n]);
+                        ops::binary::<T>(op, x, y, out_slice!(T, &mut out));
                     });
                     round_half(dtype, &mut out, n);
                 }
-                self.regs[reg] = out;
-                self.vals[v] = Val::Reg(reg);
+                done(self, out);
             }
             IrOp::Where(c, a, b) => {
                 let (c, a, b) = (*c, *a, *b);
@@ -1132,56 +1152,18 @@ impl<'p> Machine<'p> {
         }
     }
 
-    /// Evaluates f32 instruction `v` (unary, binary or pair) over the current run straight
-    /// into the run of `Store` instruction `s` (see `plan_direct_stores`).
+    /// The output address of the current run of `Store` instruction `s` (an unmasked f32
+    /// store with unit stride along `ax`, see `plan_direct_stores`). Its `n` elements from
+    /// there are inside the buffer (the view's offsets were validated before the run), the
+    /// store view is injective and items partition the output, so no other thread touches
+    /// them, and nothing in the kernel reads them back.
     #[inline(always)]
-    fn eval_into_store(&mut self, v: usize, s: usize, ax: usize) {
+    fn store_ptr(&self, s: usize, ax: usize) -> Option<*mut f32> {
         let IrOp::Store { arg, view, .. } = &self.prog.instrs[s].op else {
-            return;
+            return None;
         };
         let (base, _) = view.base(&self.coords, ax);
-        let n = self.n;
-        let ptr = self.args[*arg].ptr.wrapping_offset(base * 4) as *mut f32;
-        // SAFETY: the store's view is unmasked with unit stride along `ax`, and its offsets
-        // are inside the f32 buffer (validated before the run), so the run's `n` elements
-        // from `base` are too; the view is injective and items partition the output, so no
-        // other thread touches them; no instruction of this kernel reads this buffer (the
-        // program checked), so nothing the op reads aliases it, and nothing reads the run
-        // back before or after this write.
-        let dst = unsafe { std::slice::from_raw_parts_mut(ptr, n) };
-        self.eval_into(v, dst);
-    }
-
-    /// Evaluates f32 instruction `v` (unary, binary or pair) over the current run into
-    /// `dst` (memory outside the machine's registers), which `v` then reads as.
-    #[inline(always)]
-    fn eval_into(&mut self, v: usize, dst: &mut [f32]) {
-        let p = &self.prog.instrs[v];
-        let ptr = dst.as_mut_ptr();
-        match (&p.op, p.pair) {
-            (IrOp::Binary(..), Some(pr)) => {
-                let (x, y, z) = (
-                    self.fetch::<f32>(pr.x),
-                    self.fetch::<f32>(pr.y),
-                    self.fetch::<f32>(pr.z),
-                );
-                ops::pair_f32(pr.inner, pr.outer, pr.z_left, x, y, z, dst);
-            }
-            (IrOp::Binary(op, a, b), None) => {
-                let (x, y) = (self.fetch::<f32>(*a), self.fetch::<f32>(*b));
-                ops::binary::<f32>(*op, x, y, dst);
-            }
-            (IrOp::Unary(op, _), Some(pr)) => {
-                let (x, y) = (self.fetch::<f32>(pr.x), self.fetch::<f32>(pr.y));
-                ops::unary_of_pair(*op, pr.inner, x, y, dst);
-            }
-            (IrOp::Unary(op, a), None) => {
-                let x = self.fetch::<f32>(*a);
-                ops::unary::<f32>(*op, x, dst);
-            }
-            _ => {}
-        }
-        self.vals[v] = Val::Ptr(ptr as *const u8);
+        Some(self.args[*arg].ptr.wrapping_offset(base * 4) as *mut f32)
     }
 
     /// Writes the run of `Store` instruction `s` along `ax`.

@@ -288,8 +288,8 @@ impl Map<f32> for RunOf<'_, '_> {
 }
 
 /// `out = op(inner(x, y))` for f32 runs in one loop (`exp(x - max)`), each op rounding as
-/// it does alone. `inner` is `Add`, `Sub`, `Mul` or `Div` (anything else is a no-op; the
-/// program never pairs other ops).
+/// it does alone. `op` is `Exp` and `inner` is `Add`, `Sub`, `Mul` or `Div` (anything else
+/// is a no-op; the program never pairs other ops).
 #[inline(always)]
 pub(crate) fn unary_of_pair(
     op: UnaryOp,
@@ -298,7 +298,10 @@ pub(crate) fn unary_of_pair(
     y: Src<'_, f32>,
     out: &mut [f32],
 ) {
-    op.map(&mut RunOf { inner, x, y, out })
+    // Only `exp` is paired (see `plan_pairs`): one arm keeps one instance of the loops.
+    if op == UnaryOp::Exp {
+        UnaryOp::Exp.map(&mut RunOf { inner, x, y, out })
+    }
 }
 
 /// `out = c ? a : b`.

@@ -879,8 +879,8 @@ fn plan_half_reduces(instrs: &mut [PInstr], phases: &mut [Phase], reuse_slot: &[
     }
 }
 
-/// Finds [`Pair`]s: an f32 `Elem` add, subtract, multiply or divide, or a unary op other
-/// than sin and cos, whose operand is an f32 add, subtract, multiply or divide read by
+/// Finds [`Pair`]s: an f32 `Elem` add, subtract, multiply or divide, or an `exp`, whose
+/// operand is an f32 add, subtract, multiply or divide read by
 /// nothing else absorbs it (the operand is then `folded`). One level only: an op that
 /// absorbed its operand is not absorbed in turn.
 fn plan_pairs(instrs: &mut [PInstr]) {
@@ -908,11 +908,12 @@ fn plan_pairs(instrs: &mut [PInstr]) {
     };
     let f32_operand = |p: &PInstr| p.dtype == DType::F32;
     for v in 0..n {
-        // A unary op over an arithmetic value (sin and cos keep their own run loops).
-        if let IrOp::Unary(u, a) = instrs[v].op
+        // `exp` over an arithmetic value (softmax's `exp(x - max)`). Only `exp`: every
+        // unary op paired would compile its loop once per inner op, operand mix and SIMD
+        // level, which multiplied the backend's compile time.
+        if let IrOp::Unary(UnaryOp::Exp, a) = instrs[v].op
             && instrs[v].level == Level::Elem
             && instrs[v].dtype == DType::F32
-            && !matches!(u, UnaryOp::Sin | UnaryOp::Cos)
             && readers[a] == 1
             && instrs[a].pair.is_none()
             && let Some((inner, x, y)) = arith(&instrs[a])
