@@ -2002,30 +2002,31 @@ impl Machine<'_> {
             ) else {
                 continue;
             };
-            let (ai, pi): (Vec<i64>, Vec<i64>) = match is {
-                Some(i) => (
-                    typed::<i64>(&acc[i])[..n].to_vec(),
-                    typed::<i64>(&part[i])[..n].to_vec(),
-                ),
-                None => (vec![0; n], vec![0; n]),
-            };
-            let (av, pv) = (&mut acc[vs], &part[vs]);
-            let mut out_idx = vec![0i64; n];
+            // Arg-reductions: the indices travel with the values (taken out while the
+            // values are borrowed).
+            let mut idx = is.map(|i| std::mem::take(&mut acc[i]));
+            let part_idx = is.map(|i| typed::<i64>(&part[i]));
             with_ct!(src_ct, T => {
-                let x = &mut typed_mut::<T>(av)[..n];
-                let y = &typed::<T>(pv)[..n];
+                let x = &mut typed_mut::<T>(&mut acc[vs])[..n];
+                let y = &typed::<T>(&part[vs])[..n];
                 for j in 0..n {
+                    let (ia, ib) = match (&idx, part_idx) {
+                        (Some(a), Some(b)) => (typed::<i64>(a)[j], b[j]),
+                        _ => (0, 0),
+                    };
                     let c = ops::acc_combine::<T>(
                         op,
-                        Acc { value: x[j], index: ai[j] },
-                        Acc { value: y[j], index: pi[j] },
+                        Acc { value: x[j], index: ia },
+                        Acc { value: y[j], index: ib },
                     );
                     x[j] = c.value;
-                    out_idx[j] = c.index;
+                    if let Some(a) = &mut idx {
+                        typed_mut::<i64>(a)[j] = c.index;
+                    }
                 }
             });
-            if let Some(i) = is {
-                typed_mut::<i64>(&mut acc[i])[..n].copy_from_slice(&out_idx);
+            if let (Some(i), Some(v)) = (is, idx) {
+                acc[i] = v;
             }
         }
     }

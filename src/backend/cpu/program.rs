@@ -331,13 +331,7 @@ pub(crate) fn compile(k: &Kernel, in_place: &[usize]) -> CpuKernel {
     };
     for ph in &phases {
         for &v in &ph.saves {
-            let p = &mut instrs[v];
-            let computed = match p.op {
-                IrOp::Unary(..) => true,
-                IrOp::Binary(op, ..) => !op.is_comparison(),
-                _ => false,
-            };
-            p.save_direct = computed && p.dtype == DType::F32 && p.level == Level::Elem;
+            instrs[v].save_direct = writes_f32_run(&instrs[v]);
         }
     }
     if pack <= 1 {
@@ -772,6 +766,29 @@ pub(crate) fn operands(p: &PInstr) -> Vec<usize> {
     }
 }
 
+/// How many instructions read each value (a [`Pair`] counts its three operands; `folded`
+/// instructions, evaluated inside their pair, count for nothing).
+fn reader_counts(instrs: &[PInstr]) -> Vec<usize> {
+    let mut readers = vec![0usize; instrs.len()];
+    for p in instrs.iter().filter(|p| !p.folded) {
+        for o in operands(p) {
+            readers[o] += 1;
+        }
+    }
+    readers
+}
+
+/// Whether `p` is an f32 `Elem` unary, arithmetic binary or [`Pair`]: the ops the executor
+/// can write straight into memory outside its registers (an output run, a saved run).
+fn writes_f32_run(p: &PInstr) -> bool {
+    let computed = match p.op {
+        IrOp::Unary(..) => true,
+        IrOp::Binary(op, ..) => !op.is_comparison(),
+        _ => false,
+    };
+    computed && p.dtype == DType::F32 && p.level == Level::Elem
+}
+
 /// Lets the last op of a value that is only stored write its run straight into the output
 /// buffer instead of a register (saving the store's copy): an f32 unary, arithmetic binary
 /// or [`Pair`] `Elem` value whose only reader is an f32 `Store` of the pass that computes
@@ -785,13 +802,7 @@ fn plan_direct_stores(
     dims: &[usize],
     n_out: usize,
 ) {
-    let n = instrs.len();
-    let mut readers = vec![0usize; n];
-    for p in instrs.iter().filter(|p| !p.folded) {
-        for o in operands(p) {
-            readers[o] += 1;
-        }
-    }
+    let readers = reader_counts(instrs);
     let Some(ax) = run_dim(strategy, Level::Elem, dims, n_out) else {
         return;
     };
@@ -808,19 +819,12 @@ fn plan_direct_stores(
                 _ => continue,
             };
             let p = &instrs[src];
-            let computed = match p.op {
-                IrOp::Unary(..) => true,
-                IrOp::Binary(op, ..) => !op.is_comparison(),
-                _ => false,
-            };
             let read_here = instrs.iter().any(|q| match &q.op {
                 IrOp::Load { arg: a, .. } | IrOp::Gather { arg: a, .. } => *a == arg,
                 _ => false,
             });
-            if computed
+            if writes_f32_run(p)
                 && !read_here
-                && p.dtype == DType::F32
-                && p.level == Level::Elem
                 && readers[src] == 1
                 && p.direct.is_none()
                 && ph.elem.contains(&src)
@@ -838,13 +842,7 @@ fn plan_direct_stores(
 /// and the reduce widens the stored values as it folds them ([`PInstr::half_src`]) instead
 /// of a pass widening the run into a register and a second pass reducing it.
 fn plan_half_reduces(instrs: &mut [PInstr], phases: &mut [Phase], reuse_slot: &[usize], ax: usize) {
-    let n = instrs.len();
-    let mut readers = vec![0usize; n];
-    for p in instrs.iter().filter(|p| !p.folded) {
-        for o in operands(p) {
-            readers[o] += 1;
-        }
-    }
+    let readers = reader_counts(instrs);
     for ph in phases.iter_mut() {
         for &r in &ph.reduces {
             let IrOp::Reduce { op, src } = instrs[r].op else {
@@ -885,12 +883,7 @@ fn plan_half_reduces(instrs: &mut [PInstr], phases: &mut [Phase], reuse_slot: &[
 /// absorbed its operand is not absorbed in turn.
 fn plan_pairs(instrs: &mut [PInstr]) {
     let n = instrs.len();
-    let mut readers = vec![0usize; n];
-    for p in instrs.iter() {
-        for o in p.op.operands() {
-            readers[o] += 1;
-        }
-    }
+    let readers = reader_counts(instrs);
     let arith = |p: &PInstr| -> Option<(BinaryOp, usize, usize)> {
         match p.op {
             IrOp::Binary(op, a, b)
