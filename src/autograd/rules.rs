@@ -55,7 +55,19 @@ pub(super) fn vjp(
                     .then(|| g.try_matmul(&b.try_transpose(-2, -1)?))
                     .transpose()?,
                 need(1)
-                    .then(|| a.try_transpose(-2, -1)?.try_matmul(g))
+                    .then(|| {
+                        if swaps_last_two(b) {
+                            // `b` is `w.t()`: compute `w`'s gradient in `w`'s own layout,
+                            // `(gᵀ·a)ᵀ`, so the permute's rule hands it on contiguous instead
+                            // of as a transposed view that every later reader (clipping, the
+                            // optimizer, attention's head merge) walks by columns.
+                            g.try_transpose(-2, -1)?
+                                .try_matmul(a)?
+                                .try_transpose(-2, -1)
+                        } else {
+                            a.try_transpose(-2, -1)?.try_matmul(g)
+                        }
+                    })
                     .transpose()?,
             ]
         }
@@ -70,6 +82,27 @@ pub(super) fn vjp(
             vec![None; inputs.len()]
         }
     })
+}
+
+/// Whether `t` was recorded as a permute that swaps its last two axes and keeps the rest
+/// (a linear layer's `w.t()`, attention's `kᵀ`).
+fn swaps_last_two(t: &Tensor) -> bool {
+    let nd = t.ndim();
+    nd >= 2
+        && crate::graph::with_graph(|g| {
+            g.node(t.node_key()).is_ok_and(|n| match &n.op {
+                Op::Movement(Movement::Permute(p)) => p.iter().enumerate().all(|(i, &d)| {
+                    d == if i + 2 == nd {
+                        nd - 1
+                    } else if i + 1 == nd {
+                        nd - 2
+                    } else {
+                        i
+                    }
+                }),
+                _ => false,
+            })
+        })
 }
 
 /// `Σ_{j ≥ i} t_j` along `axis`: a reversed running sum.

@@ -83,6 +83,24 @@ pub fn run_program(
             });
         }
     }
+    // Several steps run on one of rayon's workers: each kernel's parallel loop then starts
+    // on the thread that asks for it (the other workers steal from it while still spinning
+    // from the previous kernel), instead of a non-pool thread handing every kernel over and
+    // sleeping until it is done (two thread wake-ups per kernel). A single step keeps the
+    // caller's thread: its loop hands over at most once either way, and a small one runs
+    // without the pool at all.
+    if program.steps.len() > 1 {
+        rayon::scope(|_| run_steps(program, inputs, params))
+    } else {
+        run_steps(program, inputs, params)
+    }
+}
+
+fn run_steps(
+    program: &Program,
+    inputs: &[Arc<Buffer>],
+    params: &[Scalar],
+) -> Result<ProgramOutputs> {
     let mut bufs: ProgramOutputs = vec![None; program.buffers.len()];
     let profile = debug_level() >= 2;
     for (step_idx, step) in program.steps.iter().enumerate() {

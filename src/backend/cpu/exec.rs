@@ -235,6 +235,9 @@ pub(crate) fn execute(prog: &CpuKernel, env: &Env<'_>) {
         return;
     }
     let threads = rayon::current_num_threads().max(1);
+    if prog.strategy == Strategy::OutInner && prog.pack > 1 && tiling(prog).is_none() {
+        return run_packed_rows(prog, env);
+    }
     if let Some(blocks) = column_blocks(prog) {
         return run_column_split(prog, env, blocks);
     }
@@ -274,6 +277,43 @@ pub(crate) fn execute(prog: &CpuKernel, env: &Env<'_>) {
     }
 }
 
+/// Elementwise kernels with packed rows ([`CpuKernel::pack`]): an item is up to `pack`
+/// consecutive rows of the next-to-last dimension, evaluated as one run.
+fn run_packed_rows(prog: &CpuKernel, env: &Env<'_>) {
+    let (row_ax, ax) = prog.pack_axes();
+    let (len, span) = (prog.dims[ax], prog.dims[row_ax]);
+    let blocks = span.div_ceil(prog.pack);
+    let outer: usize = prog.dims[..row_ax].iter().product();
+    let n_items = outer * blocks;
+    let per_item = prog.pack * len;
+    let per_task = (65_536 / per_item.max(1)).max(1);
+    let n_tasks = n_items.div_ceil(per_task);
+    let run = |task: usize| {
+        let lo = task * per_task;
+        let hi = (lo + per_task).min(n_items);
+        REGS.with(|cell| {
+            let mut m = new_machine(prog, env, cell.take());
+            for item in lo..hi {
+                let (mut o, b) = (item / blocks, item % blocks);
+                for d in (0..row_ax).rev() {
+                    m.coords[d] = o % prog.dims[d];
+                    o /= prog.dims[d];
+                }
+                let r0 = b * prog.pack;
+                m.coords[row_ax] = r0;
+                m.coords[ax] = 0;
+                m.item_out_packed(prog.pack.min(span - r0), len);
+            }
+            cell.replace(m.regs);
+        });
+    };
+    if n_tasks <= 1 || n_items * per_item < 1 << 15 {
+        (0..n_tasks).for_each(run);
+    } else {
+        (0..n_tasks).into_par_iter().for_each(run);
+    }
+}
+
 fn splittable(prog: &CpuKernel) -> bool {
     prog.phases.len() == 2 && prog.phases[1].stores.is_empty() && !prog.phases[0].reduces.is_empty()
 }
@@ -285,10 +325,13 @@ struct Loops {
     accumulate: fn(&mut Machine<'_>, usize, i64),
     reduce_run: fn(&Machine<'_>, usize, &mut AccAny, i64),
     reduce_packed: fn(&mut Machine<'_>, usize, usize, usize),
+    expand_row: fn(&mut Machine<'_>, usize, usize, usize, usize),
+    /// [`ops::reduce_segments_portable`] at this SIMD level.
+    segments_f32: fn(ReduceOp, &[f32], usize, &mut [f32]),
 }
 
 macro_rules! loops_for {
-    ($name:ident, $feat:literal) => {
+    ($name:ident, $feat:literal, $segments:path) => {
         #[cfg(target_arch = "x86_64")]
         mod $name {
             use super::*;
@@ -312,7 +355,15 @@ macro_rules! loops_for {
             unsafe fn reduce_packed(m: &mut Machine<'_>, r: usize, t: usize, segs: usize) {
                 m.reduce_packed_impl(r, t, segs)
             }
-            // SAFETY (all five): these are only installed by `pick_loops` after
+            #[target_feature(enable = $feat)]
+            unsafe fn segments_f32(op: ReduceOp, src: &[f32], len: usize, out: &mut [f32]) {
+                $segments(op, src, len, out)
+            }
+            #[target_feature(enable = $feat)]
+            unsafe fn expand_row(m: &mut Machine<'_>, v: usize, t: usize, segs: usize, len: usize) {
+                m.expand_row_impl(v, t, segs, len)
+            }
+            // SAFETY (all seven): these are only installed by `pick_loops` after
             // `is_x86_feature_detected!` confirmed every feature they enable.
             pub(super) static LOOPS: Loops = Loops {
                 eval: |m, v, ax, reg| unsafe { eval(m, v, ax, reg) },
@@ -320,6 +371,8 @@ macro_rules! loops_for {
                 accumulate: |m, r, i| unsafe { accumulate(m, r, i) },
                 reduce_run: |m, r, a, i| unsafe { reduce_run(m, r, a, i) },
                 reduce_packed: |m, r, t, s| unsafe { reduce_packed(m, r, t, s) },
+                expand_row: |m, v, t, s, l| unsafe { expand_row(m, v, t, s, l) },
+                segments_f32: |op, x, len, out| unsafe { segments_f32(op, x, len, out) },
             };
         }
     };
@@ -327,9 +380,14 @@ macro_rules! loops_for {
 
 loops_for!(
     avx512,
-    "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma,f16c,bmi1,bmi2,popcnt"
+    "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma,f16c,bmi1,bmi2,popcnt",
+    ops::reduce_segments_f32_avx512
 );
-loops_for!(avx2, "avx2,fma,f16c,bmi1,bmi2,popcnt");
+loops_for!(
+    avx2,
+    "avx2,fma,f16c,bmi1,bmi2,popcnt",
+    ops::reduce_segments_portable
+);
 
 static GENERIC_LOOPS: Loops = Loops {
     eval: |m, v, ax, reg| m.eval_impl(v, ax, reg),
@@ -337,6 +395,8 @@ static GENERIC_LOOPS: Loops = Loops {
     accumulate: |m, r, i| m.accumulate_impl(r, i),
     reduce_run: |m, r, a, i| m.reduce_run_impl(r, a, i),
     reduce_packed: |m, r, t, s| m.reduce_packed_impl(r, t, s),
+    expand_row: |m, v, t, s, l| m.expand_row_impl(v, t, s, l),
+    segments_f32: |op, x, len, out| ops::reduce_segments_portable(op, x, len, out),
 };
 
 fn loops() -> &'static Loops {
@@ -540,6 +600,25 @@ impl<'p> Machine<'p> {
         self.store_rows(ax, n);
     }
 
+    /// An elementwise item of `segs` packed rows of `len` (coordinates at its first row).
+    #[inline(always)]
+    fn item_out_packed(&mut self, segs: usize, len: usize) {
+        let prog = self.prog;
+        let ax = prog.n_out - 1;
+        self.row_t = None;
+        self.n = segs * len;
+        self.pack = Some((0, segs));
+        for ph in &prog.phases {
+            for &v in &ph.elem {
+                (self.loops.eval)(self, v, ax, ph.regs[v]);
+            }
+            for &s in &ph.stores {
+                (self.loops.store)(self, s, ax);
+            }
+        }
+        self.pack = None;
+    }
+
     /// Writes the `Row` stores of the current run of `n` positions along `ax`.
     #[inline(always)]
     fn store_rows(&mut self, ax: usize, n: usize) {
@@ -624,7 +703,7 @@ impl<'p> Machine<'p> {
                     self.row_t = None;
                     self.n = segs * run_total;
                     for &v in &ph.row_operands {
-                        self.expand_row(v, t, segs, run_total);
+                        (self.loops.expand_row)(self, v, t, segs, run_total);
                     }
                     self.pack = Some((t, segs));
                     let at = t * red_total;
@@ -695,7 +774,8 @@ impl<'p> Machine<'p> {
 
     /// Packed runs: fills `v`'s expansion register with row `t + s`'s value across segment
     /// `s`, for each of `segs` segments of `len`.
-    fn expand_row(&mut self, v: usize, t: usize, segs: usize, len: usize) {
+    #[inline(always)]
+    fn expand_row_impl(&mut self, v: usize, t: usize, segs: usize, len: usize) {
         let p = &self.prog.instrs[v];
         let (src, dst) = (p.row_reg, self.prog.exp_reg[v]);
         let mut out = std::mem::take(&mut self.regs[dst]);
@@ -716,7 +796,7 @@ impl<'p> Machine<'p> {
     fn eval_packed_source(&mut self, v: usize, ax: usize, reg: usize, segs: usize) {
         let prog = self.prog;
         let p: &PInstr = &prog.instrs[v];
-        let row_ax = prog.n_out - 1;
+        let row_ax = prog.pack_axes().0;
         let len = prog.dims[ax];
         let n = self.n;
         if let IrOp::Load { arg, view, .. } = &p.op
@@ -742,6 +822,51 @@ impl<'p> Machine<'p> {
             return;
         }
         let scratch = prog.scratch_reg;
+        if let IrOp::Load { arg, view, .. } = &p.op
+            && view.mask.is_none()
+            && (view.strides[ax] == 0 || view.strides[row_ax] == 0)
+        {
+            let a = self.args[*arg];
+            let (base, _) = view.base(&self.coords, ax);
+            let mut out = std::mem::take(&mut self.regs[reg]);
+            if view.strides[ax] == 0 {
+                // One value per row (a row statistic): read the `segs` values, then fill
+                // each row's segment. Their offsets are the view's at valid coordinates.
+                let mut tmp = std::mem::take(&mut self.regs[scratch]);
+                let rs = view.strides[row_ax];
+                load_run(a, p.dtype, base, rs, 0, segs, p.scal, &mut tmp, segs);
+                with_ct!(p.ct(), T => {
+                    let vals = &typed::<T>(&tmp)[..segs];
+                    let o = &mut typed_mut::<T>(&mut out)[..segs * len];
+                    for (seg, &x) in o.chunks_exact_mut(len).zip(vals) {
+                        seg.fill(x);
+                    }
+                });
+                self.regs[scratch] = tmp;
+            } else {
+                // The same row repeated (a weight vector): read it once, copy it on.
+                load_run(
+                    a,
+                    p.dtype,
+                    base,
+                    view.strides[ax],
+                    0,
+                    len,
+                    p.scal,
+                    &mut out,
+                    len,
+                );
+                with_ct!(p.ct(), T => {
+                    let o = &mut typed_mut::<T>(&mut out)[..segs * len];
+                    for s in 1..segs {
+                        o.copy_within(0..len, s * len);
+                    }
+                });
+            }
+            self.regs[reg] = out;
+            self.vals[v] = Val::Reg(reg);
+            return;
+        }
         let row0 = self.coords[row_ax];
         let mut out = std::mem::take(&mut self.regs[reg]);
         for s in 0..segs {
@@ -817,22 +942,46 @@ impl<'p> Machine<'p> {
         let p = &self.prog.instrs[r];
         let (rr, dtype) = (p.row_reg, p.dtype);
         let mut row = std::mem::take(&mut self.regs[rr]);
-        with_ct!(self.prog.instrs[src].ct(), T => {
-            let s = self.fetch::<T>(src);
-            for k in 0..segs {
-                let seg = match s {
-                    Src::Slice(x) => Src::Slice(&x[k * len..(k + 1) * len]),
-                    Src::Scalar(x) => Src::Scalar(x),
-                };
-                let part = ops::reduce_run::<T>(op, seg, len, 0);
-                let acc = ops::acc_combine::<T>(op, ops::acc_init::<T>(op), part);
-                if op.is_arg() {
-                    typed_mut::<i64>(&mut row)[t + k] = acc.index.max(0);
-                } else {
-                    typed_mut::<T>(&mut row)[t + k] = acc.value;
-                }
+        let ct = self.prog.instrs[src].ct();
+        if ct == ComputeType::F32
+            && !op.is_arg()
+            && let Src::Slice(x) = self.fetch::<f32>(src)
+        {
+            // Every segment at once at this SIMD level, then combined with the identity as
+            // `acc_combine` does below.
+            let mut vals = [0.0f32; CHUNK];
+            let vals = &mut vals[..segs];
+            (self.loops.segments_f32)(op, &x[..segs * len], len, vals);
+            let init = ops::acc_init::<f32>(op);
+            for (k, &v) in vals.iter().enumerate() {
+                let acc = ops::acc_combine::<f32>(op, init, ops::Acc { value: v, index: 0 });
+                typed_mut::<f32>(&mut row)[t + k] = acc.value;
             }
-        });
+        } else {
+            with_ct!(ct, T => {
+                let s = self.fetch::<T>(src);
+                for k in 0..segs {
+                    let seg = match s {
+                        Src::Slice(x) => Src::Slice(&x[k * len..(k + 1) * len]),
+                        Src::Scalar(x) => Src::Scalar(x),
+                    };
+                    if op.is_arg() {
+                        let part = ops::reduce_run::<T>(op, seg, len, 0);
+                        let acc = ops::acc_combine::<T>(op, ops::acc_init::<T>(op), part);
+                        typed_mut::<i64>(&mut row)[t + k] = acc.index.max(0);
+                    } else {
+                        // The identity combined with the fold, as `reduce_run` then
+                        // `acc_combine` would: the same value.
+                        let v = match seg {
+                            Src::Slice(x) => ops::reduce_segment::<T>(op, x, ops::fold_tree_of),
+                            Src::Scalar(_) => ops::reduce_run::<T>(op, seg, len, 0).value,
+                        };
+                        let acc = ops::acc_combine::<T>(op, ops::acc_init::<T>(op), ops::Acc { value: v, index: 0 });
+                        typed_mut::<T>(&mut row)[t + k] = acc.value;
+                    }
+                }
+            });
+        }
         if dtype.is_half() && !op.is_arg() {
             for x in &mut typed_mut::<f32>(&mut row)[t..t + segs] {
                 *x = CastTo::<f32>::cast(*x, dtype);
@@ -1184,7 +1333,7 @@ impl<'p> Machine<'p> {
         if let Some((_, segs)) = self.pack {
             // Packed run: one strided store if consecutive rows follow each other, else one
             // per row segment.
-            let row_ax = self.prog.n_out - 1;
+            let row_ax = self.prog.pack_axes().0;
             let len = n / segs.max(1);
             if view.strides[row_ax] == len as isize * stride {
                 with_ct!(dtype.compute(), T => {

@@ -522,6 +522,13 @@ pub(crate) fn reduce_run<T: Num>(op: ReduceOp, src: Src<'_, T>, n: usize, index0
 /// the lanes.
 #[inline(always)]
 fn fold_lanes<T: Num>(slice: &[T], id: T, f: impl Fn(T, T) -> T + Copy) -> T {
+    let (lanes, rest) = lanes_and_rest(slice, id, f);
+    f(fold_tree(lanes, f), rest)
+}
+
+/// [`fold_lanes`] before the lane fold: the [`LANES`] accumulators and the tail's fold.
+#[inline(always)]
+fn lanes_and_rest<T: Num>(slice: &[T], id: T, f: impl Fn(T, T) -> T + Copy) -> ([T; LANES], T) {
     let mut lanes = [id; LANES];
     let chunks = slice.chunks_exact(LANES);
     let rest = chunks.remainder();
@@ -534,7 +541,128 @@ fn fold_lanes<T: Num>(slice: &[T], id: T, f: impl Fn(T, T) -> T + Copy) -> T {
     for &x in rest {
         v = f(v, x);
     }
-    f(fold_tree(lanes, f), v)
+    (lanes, v)
+}
+
+/// The combining function of a sum, product, max or min.
+#[inline(always)]
+fn combine<T: Num>(op: ReduceOp, a: T, b: T) -> T {
+    match op {
+        ReduceOp::Sum => T::add(a, b),
+        ReduceOp::Prod => T::mul(a, b),
+        ReduceOp::Max => max_nan(a, b),
+        ReduceOp::Min => min_nan(a, b),
+        ReduceOp::ArgMax | ReduceOp::ArgMin => a,
+    }
+}
+
+/// [`reduce_run`] of a sum, product, max or min over one row segment of a packed run (a
+/// packed run folds one segment per row, 16 of them for rows of 64): the same lanes and
+/// order, with the lanes folded by `tree` (the caller passes [`fold_tree`]'s body compiled
+/// at its SIMD level, out of line: inlined here, the accumulation loop would lose its
+/// vector width, see [`fold_tree`]).
+#[inline(always)]
+pub(crate) fn reduce_segment<T: Num>(
+    op: ReduceOp,
+    slice: &[T],
+    tree: impl Fn(ReduceOp, &[T; LANES]) -> T,
+) -> T {
+    let id = acc_init::<T>(op).value;
+    let (lanes, rest) = match op {
+        ReduceOp::Sum => lanes_and_rest(slice, id, T::add),
+        ReduceOp::Prod => lanes_and_rest(slice, id, T::mul),
+        ReduceOp::Max => lanes_and_rest(slice, id, max_nan),
+        ReduceOp::Min => lanes_and_rest(slice, id, min_nan),
+        ReduceOp::ArgMax | ReduceOp::ArgMin => return arg_run(op, slice, 0).value,
+    };
+    combine(op, tree(op, &lanes), rest)
+}
+
+/// [`reduce_segment`] of every `len`-long segment of `src` into `out` (one value per
+/// segment), over f32 in AVX-512 registers: the same 32 lanes (two registers), the same
+/// tail fold and the same tree as the portable code, so the same bits, without the lanes'
+/// round trip through memory per segment. Products take the portable path.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512vl,avx512dq")]
+pub(crate) fn reduce_segments_f32_avx512(op: ReduceOp, src: &[f32], len: usize, out: &mut [f32]) {
+    use std::arch::x86_64::*;
+    macro_rules! pick {
+        ($cmp:ident, $blend:ident, $a:expr, $b:expr, $pred:expr) => {{
+            let (a, b) = ($a, $b);
+            let k = $cmp::<_CMP_UNORD_Q>(a, a) | $cmp::<$pred>(a, b);
+            $blend(k, b, a)
+        }};
+    }
+    macro_rules! segments {
+        ($f512:expr, $f256:expr, $f128:expr, $fs:expr) => {{
+            let id = acc_init::<f32>(op).value;
+            let full = len / LANES * LANES;
+            for (o, x) in out.iter_mut().zip(src.chunks_exact(len.max(1))) {
+                let (mut a, mut b) = (_mm512_set1_ps(id), _mm512_set1_ps(id));
+                let mut i = 0;
+                while i < full {
+                    // SAFETY: `i + 32 <= full <= len = x.len()`: both loads are in bounds.
+                    let (c, d) = unsafe {
+                        (
+                            _mm512_loadu_ps(x.as_ptr().add(i)),
+                            _mm512_loadu_ps(x.as_ptr().add(i + 16)),
+                        )
+                    };
+                    a = $f512(a, c);
+                    b = $f512(b, d);
+                    i += LANES;
+                }
+                let mut rest = id;
+                for &e in &x[full..] {
+                    rest = $fs(rest, e);
+                }
+                let s16 = $f512(a, b);
+                let s8 = $f256(
+                    _mm512_castps512_ps256(s16),
+                    _mm512_extractf32x8_ps::<1>(s16),
+                );
+                let s4 = $f128(_mm256_castps256_ps128(s8), _mm256_extractf128_ps::<1>(s8));
+                let s2 = $f128(s4, _mm_movehl_ps(s4, s4));
+                let s1 = $f128(s2, _mm_movehdup_ps(s2));
+                *o = $fs(_mm_cvtss_f32(s1), rest);
+            }
+        }};
+    }
+    match op {
+        ReduceOp::Sum => segments!(
+            _mm512_add_ps,
+            _mm256_add_ps,
+            _mm_add_ps,
+            |a: f32, b: f32| a + b
+        ),
+        ReduceOp::Max => segments!(
+            |a, b| pick!(_mm512_cmp_ps_mask, _mm512_mask_blend_ps, a, b, _CMP_GT_OQ),
+            |a, b| pick!(_mm256_cmp_ps_mask, _mm256_mask_blend_ps, a, b, _CMP_GT_OQ),
+            |a, b| pick!(_mm_cmp_ps_mask, _mm_mask_blend_ps, a, b, _CMP_GT_OQ),
+            max_nan::<f32>
+        ),
+        ReduceOp::Min => segments!(
+            |a, b| pick!(_mm512_cmp_ps_mask, _mm512_mask_blend_ps, a, b, _CMP_LT_OQ),
+            |a, b| pick!(_mm256_cmp_ps_mask, _mm256_mask_blend_ps, a, b, _CMP_LT_OQ),
+            |a, b| pick!(_mm_cmp_ps_mask, _mm_mask_blend_ps, a, b, _CMP_LT_OQ),
+            min_nan::<f32>
+        ),
+        _ => reduce_segments_portable(op, src, len, out),
+    }
+}
+
+/// [`reduce_segments_f32_avx512`]'s portable form.
+#[inline(always)]
+pub(crate) fn reduce_segments_portable(op: ReduceOp, src: &[f32], len: usize, out: &mut [f32]) {
+    for (o, x) in out.iter_mut().zip(src.chunks_exact(len.max(1))) {
+        *o = reduce_segment::<f32>(op, x, fold_tree_of);
+    }
+}
+
+/// [`fold_tree`] for `op` (a sum, product, max or min), inlined.
+#[inline(always)]
+pub(crate) fn fold_tree_of<T: Num>(op: ReduceOp, lanes: &[T; LANES]) -> T {
+    fold_tree_inline(*lanes, |a, b| combine(op, a, b))
 }
 
 /// [`fold_lanes`] over stored values converted as they are read (`conv`): the same lanes
@@ -577,7 +705,7 @@ pub(crate) fn reduce_run_16(op: ReduceOp, raw: &[u16], conv: impl Fn(u16) -> f32
 }
 
 /// Accumulators of [`fold_lanes`].
-const LANES: usize = 32;
+pub(crate) const LANES: usize = 32;
 
 /// The lanes of [`fold_lanes`] folded pairwise (lane i with lane i + half, halving): five
 /// dependent vector steps instead of 31 dependent scalar ones, which dominated short rows (a
@@ -586,7 +714,13 @@ const LANES: usize = 32;
 /// narrow steps (16 two-lane registers instead of two 16-lane ones), halving the throughput
 /// of every row reduction.
 #[inline(never)]
-fn fold_tree<T: Num>(mut lanes: [T; LANES], f: impl Fn(T, T) -> T) -> T {
+fn fold_tree<T: Num>(lanes: [T; LANES], f: impl Fn(T, T) -> T) -> T {
+    fold_tree_inline(lanes, f)
+}
+
+/// [`fold_tree`]'s body.
+#[inline(always)]
+fn fold_tree_inline<T: Num>(mut lanes: [T; LANES], f: impl Fn(T, T) -> T) -> T {
     let mut half = LANES / 2;
     while half > 0 {
         for i in 0..half {
@@ -661,6 +795,107 @@ pub(crate) fn accumulate<T: Num>(
                     acc[i] = x;
                     idx[i] = index;
                 }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Lane sets that exercise the tree's order and the combining functions' edge cases:
+    /// ties of ±0, NaN in either operand, infinities, values whose sum depends on order.
+    fn lane_sets() -> Vec<[f32; LANES]> {
+        let mut sets = vec![];
+        let mut state = 0x9e37_79b9_u32;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 17;
+            state ^= state << 5;
+            state
+        };
+        let specials = [
+            0.0,
+            -0.0,
+            f32::NAN,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            1e30,
+            -1e30,
+            1e-30,
+        ];
+        for k in 0..400 {
+            let mut l = [0.0f32; LANES];
+            for x in l.iter_mut() {
+                let r = next();
+                *x = if k % 3 == 0 && r % 5 == 0 {
+                    specials[(r as usize / 5) % specials.len()]
+                } else {
+                    (r as f32 / u32::MAX as f32 - 0.5) * 10f32.powi((r % 9) as i32 - 4)
+                };
+            }
+            sets.push(l);
+        }
+        // Signed zeros only: which of two equal operands a step keeps shows in the sign.
+        for _ in 0..64 {
+            let r = next();
+            sets.push(std::array::from_fn(|i| {
+                if r >> i & 1 == 1 { -0.0 } else { 0.0 }
+            }));
+        }
+        sets
+    }
+
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn avx512_segments_match_the_portable_segments_bit_for_bit() {
+        let has = is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512vl")
+            && is_x86_feature_detected!("avx512dq");
+        if !has {
+            return;
+        }
+        let flat: Vec<f32> = lane_sets().into_iter().flatten().collect();
+        for len in [1usize, 7, 31, 32, 33, 64, 100, 128, 160] {
+            let segs = flat.len() / len;
+            let src = &flat[..segs * len];
+            for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min, ReduceOp::Prod] {
+                let mut want = vec![0.0f32; segs];
+                let mut got = vec![0.0f32; segs];
+                reduce_segments_portable(op, src, len, &mut want);
+                // SAFETY: the features this function enables were detected above.
+                unsafe { segments_avx512_checked(op, src, len, &mut got) };
+                for (k, (w, g)) in want.iter().zip(&got).enumerate() {
+                    assert!(
+                        w.to_bits() == g.to_bits() || (w.is_nan() && g.is_nan()),
+                        "{op:?} over {len}, segment {k}: {w} vs {g}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// Calls [`reduce_segments_f32_avx512`] from a function compiled with its features.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512F/VL/DQ.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512vl,avx512dq")]
+    unsafe fn segments_avx512_checked(op: ReduceOp, src: &[f32], len: usize, out: &mut [f32]) {
+        reduce_segments_f32_avx512(op, src, len, out)
+    }
+
+    #[test]
+    fn segment_reduction_matches_the_run_reduction() {
+        for len in [1usize, 31, 32, 33, 64, 100, 128] {
+            let x: Vec<f32> = (0..len)
+                .map(|i| ((i * 37 % 11) as f32 - 5.0) * 0.1)
+                .collect();
+            for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min, ReduceOp::Prod] {
+                let run = reduce_run::<f32>(op, Src::Slice(&x), len, 0).value;
+                let seg = reduce_segment::<f32>(op, &x, fold_tree_of);
+                assert_eq!(run.to_bits(), seg.to_bits(), "{op:?} over {len}");
             }
         }
     }

@@ -163,8 +163,8 @@ pub(crate) struct CpuKernel {
     /// Slot of each instruction saved across passes (`usize::MAX` if none), and the count.
     pub reuse_slot: Vec<usize>,
     pub n_reuse: usize,
-    /// ReduceInner with one short reduce dimension: how many rows share one run (each row
-    /// a segment of `dims[n_out]` elements); 1 = one row per run. See [`pack_rows`].
+    /// How many rows share one run, each row a segment of the run dimension's length
+    /// ([`CpuKernel::pack_axes`]); 1 = one row per run. See [`pack_rows`].
     pub pack: usize,
     /// Packed runs: the register each `Row` value read by `Elem` work is expanded into
     /// (`usize::MAX` if none).
@@ -179,6 +179,15 @@ impl CpuKernel {
     }
     pub fn reduce_len(&self) -> usize {
         self.dims[self.n_out..].iter().product()
+    }
+    /// Packed runs: `(row axis, run axis)`. A row reduction packs output rows, each a
+    /// segment of its one reduce dimension; an elementwise kernel packs rows of its
+    /// next-to-last output dimension, each a segment of its last.
+    pub fn pack_axes(&self) -> (usize, usize) {
+        match self.strategy {
+            Strategy::ReduceInner => (self.n_out - 1, self.n_out),
+            Strategy::OutInner => (self.n_out.saturating_sub(2), self.n_out - 1),
+        }
     }
 }
 
@@ -278,7 +287,11 @@ pub(crate) fn compile(k: &Kernel, in_place: &[usize]) -> CpuKernel {
     // Borrowable loads: Elem level, unit stride along the run dimension, no mask, storage
     // type equal to compute type, not written by this kernel.
     let strategy = choose_strategy(&dims, n_out, has_reduce, &instrs, k);
-    let pack = pack_rows(strategy, &dims, n_out);
+    let pack = pack_rows(strategy, &dims, n_out, &instrs);
+    let (pack_row, pack_run) = match strategy {
+        Strategy::ReduceInner => (n_out - 1, n_out),
+        Strategy::OutInner => (n_out.saturating_sub(2), n_out - 1),
+    };
     for p in instrs.iter_mut() {
         let run_dim = run_dim(strategy, p.level, &dims, n_out);
         let level = p.level;
@@ -294,7 +307,7 @@ pub(crate) fn compile(k: &Kernel, in_place: &[usize]) -> CpuKernel {
                 && run_dim.is_some_and(|d| view.strides[d] == 1)
                 && level == Level::Elem
                 // A packed run is read in place only if consecutive rows follow each other.
-                && (pack <= 1 || view.strides[n_out - 1] == dims[n_out] as isize);
+                && (pack <= 1 || view.strides[pack_row] == dims[pack_run] as isize);
         }
     }
 
@@ -334,11 +347,12 @@ pub(crate) fn compile(k: &Kernel, in_place: &[usize]) -> CpuKernel {
             instrs[v].save_direct = writes_f32_run(&instrs[v]);
         }
     }
-    if pack <= 1 {
-        plan_direct_stores(&mut instrs, &phases, strategy, &dims, n_out);
-        if strategy == Strategy::ReduceInner {
-            plan_half_reduces(&mut instrs, &mut phases, &reuse_slot, dims.len() - 1);
-        }
+    // A packed run is one contiguous stretch of the output only if its rows follow
+    // each other there.
+    let rows_follow = |v: &PView| pack <= 1 || v.strides[pack_row] == dims[pack_run] as isize;
+    plan_direct_stores(&mut instrs, &phases, strategy, &dims, n_out, rows_follow);
+    if pack <= 1 && strategy == Strategy::ReduceInner {
+        plan_half_reduces(&mut instrs, &mut phases, &reuse_slot, dims.len() - 1);
     }
     CpuKernel {
         dims,
@@ -362,16 +376,39 @@ pub(crate) fn compile(k: &Kernel, in_place: &[usize]) -> CpuKernel {
 /// elements then cover several whole rows, each reduced as its own segment (the same
 /// summation order as one row per run), so every instruction is dispatched once for all
 /// of them instead of once per row.
-fn pack_rows(strategy: Strategy, dims: &[usize], n_out: usize) -> usize {
-    if strategy != Strategy::ReduceInner || dims.len() != n_out + 1 {
-        return 1;
+///
+/// Elementwise kernels whose last dimension stays short after coalescing (a view broadcasts
+/// a per-row value across it, or repeats a vector along the rows: layer norm's statistics
+/// and weights) pack rows of the next-to-last dimension the same way, within one span of it.
+fn pack_rows(strategy: Strategy, dims: &[usize], n_out: usize, instrs: &[PInstr]) -> usize {
+    match strategy {
+        Strategy::ReduceInner => {
+            if dims.len() != n_out + 1 {
+                return 1;
+            }
+            let len = dims[n_out];
+            let rows: usize = dims[..n_out].iter().product();
+            if len == 0 || 2 * len > CHUNK || rows < 2 {
+                return 1;
+            }
+            CHUNK / len
+        }
+        Strategy::OutInner => {
+            let elementwise = dims.len() == n_out
+                && instrs
+                    .iter()
+                    .all(|p| p.level == Level::Elem && !matches!(p.op, IrOp::Reduce { .. }));
+            if !elementwise || n_out < 2 {
+                return 1;
+            }
+            let len = dims[n_out - 1];
+            if len == 0 || 2 * len > CHUNK {
+                return 1;
+            }
+            let pack = (CHUNK / len).min(dims[n_out - 2]);
+            if pack < 2 { 1 } else { pack }
+        }
     }
-    let len = dims[n_out];
-    let rows: usize = dims[..n_out].iter().product();
-    if len == 0 || 2 * len > CHUNK || rows < 2 {
-        return 1;
-    }
-    CHUNK / len
 }
 
 /// Ops worth saving rather than recomputing (polynomial evaluations, and indexed loads:
@@ -792,7 +829,8 @@ fn writes_f32_run(p: &PInstr) -> bool {
 /// Lets the last op of a value that is only stored write its run straight into the output
 /// buffer instead of a register (saving the store's copy): an f32 unary, arithmetic binary
 /// or [`Pair`] `Elem` value whose only reader is an f32 `Store` of the pass that computes
-/// it, unmasked and contiguous along the run dimension, into a buffer no instruction of
+/// it, unmasked and contiguous along the run dimension (and, in packed runs, from one row
+/// to the next), into a buffer no instruction of
 /// the kernel reads (so a run written early is never read, and the write aliases nothing
 /// the op reads).
 fn plan_direct_stores(
@@ -801,6 +839,7 @@ fn plan_direct_stores(
     strategy: Strategy,
     dims: &[usize],
     n_out: usize,
+    rows_follow: impl Fn(&PView) -> bool,
 ) {
     let readers = reader_counts(instrs);
     let Some(ax) = run_dim(strategy, Level::Elem, dims, n_out) else {
@@ -812,6 +851,7 @@ fn plan_direct_stores(
                 IrOp::Store { arg, view, src }
                     if view.mask.is_none()
                         && view.strides.get(ax) == Some(&1)
+                        && rows_follow(view)
                         && instrs[s].dtype == DType::F32 =>
                 {
                     (*arg, *src)
@@ -1024,6 +1064,35 @@ mod tests {
         assert!(p.phases.iter().any(|ph| !ph.row_operands.is_empty()));
         let long = Tensor::try_rand([4, 4096], 4, DType::F32).expect("rand");
         assert_eq!(program_of(&long.softmax(-1)).pack, 1);
+    }
+
+    #[test]
+    fn short_elementwise_rows_share_runs() {
+        // Layer norm's last step: a row statistic and a weight vector broadcast over rows of
+        // 128 keep the last dimension from merging; rows of it share one run.
+        let x = Tensor::try_rand([32, 64, 128], 5, DType::F32).expect("rand");
+        let stat = Tensor::try_rand([32, 64, 1], 6, DType::F32).expect("rand");
+        let w = Tensor::try_rand([128], 7, DType::F32).expect("rand");
+        for t in [&x, &stat, &w] {
+            t.realize().expect("realizes");
+        }
+        let y = x.sub(&stat).mul(&w);
+        let p = program_of(&y);
+        assert_eq!(p.strategy, Strategy::OutInner);
+        assert_eq!(p.pack, CHUNK / 128);
+        assert_eq!(p.pack_axes(), (p.n_out - 2, p.n_out - 1));
+        // x's rows follow each other: read in place; the result is written straight out.
+        assert!(
+            p.instrs
+                .iter()
+                .any(|i| matches!(&i.op, IrOp::Load { view, .. } if view.borrow))
+        );
+        assert!(p.instrs.iter().any(|i| i.direct.is_some()));
+        // A long last dimension, or a reduction, keeps one row per run.
+        let long = Tensor::try_rand([4, 4096], 8, DType::F32).expect("rand");
+        let row = Tensor::try_rand([4, 1], 9, DType::F32).expect("rand");
+        assert_eq!(program_of(&long.mul(&row)).pack, 1);
+        assert_eq!(program_of(&x.sum_keepdim(0)).pack, 1);
     }
 
     #[test]
