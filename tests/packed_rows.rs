@@ -128,3 +128,55 @@ fn half_types_and_a_row_condition() {
         }
     });
 }
+
+/// Column reductions with a short output run (a layer norm's weight and bias gradients):
+/// several reduce positions share a run and are accumulated one after the other. Sizes
+/// large enough for the reduce space to split into blocks whose edges fall inside spans
+/// of the last reduce dimension, and small ones that run as one item.
+#[test]
+fn column_sums_over_short_output_runs() {
+    for (lead, span, width) in [(7usize, 300usize, 32usize), (3, 50, 24), (2, 5, 8)] {
+        // Stored span-major and read permuted, so the two reduce dimensions cannot merge
+        // and packed runs stop at the end of each span.
+        let x = tensor3([span, lead, width], |j, i, k| x_at(i, j, k)).permute([1, 0, 2]);
+        let stat = tensor3([lead, span, 1], |i, j, _| stat_at(i, j));
+        let g = tensor3([lead, span, width], |i, j, k| x_at(j % 5, i + k, j));
+        // (x stays a view: realizing it would store it contiguous.)
+        for t in [&stat, &g] {
+            t.realize().unwrap();
+        }
+        let wgrad = g.mul(x.sub(&stat)).sum([0, 1]);
+        let bgrad = g.sum([0, 1]);
+        let maxed = x.sub(&stat).max([0, 1]);
+        let (wv, bv, mv) = (
+            wgrad.to_vec::<f32>().unwrap(),
+            bgrad.to_vec::<f32>().unwrap(),
+            maxed.to_vec::<f32>().unwrap(),
+        );
+        for k in 0..width {
+            let (mut w, mut b, mut m) = (0.0f64, 0.0f64, f64::NEG_INFINITY);
+            for i in 0..lead {
+                for j in 0..span {
+                    let gv = x_at(j % 5, i + k, j) as f64;
+                    let d = (x_at(i, j, k) - stat_at(i, j)) as f64;
+                    w += gv * d;
+                    b += gv;
+                    m = m.max(d);
+                }
+            }
+            let close =
+                |got: f32, want: f64| (got as f64 - want).abs() <= 1e-4 * want.abs().max(1.0);
+            assert!(
+                close(wv[k], w),
+                "{lead}x{span}x{width} wgrad[{k}]: {} vs {w}",
+                wv[k]
+            );
+            assert!(
+                close(bv[k], b),
+                "{lead}x{span}x{width} bgrad[{k}]: {} vs {b}",
+                bv[k]
+            );
+            assert_eq!(mv[k] as f64, m, "{lead}x{span}x{width} max[{k}]");
+        }
+    }
+}

@@ -235,7 +235,11 @@ pub(crate) fn execute(prog: &CpuKernel, env: &Env<'_>) {
         return;
     }
     let threads = rayon::current_num_threads().max(1);
-    if prog.strategy == Strategy::OutInner && prog.pack > 1 && tiling(prog).is_none() {
+    if prog.strategy == Strategy::OutInner
+        && !prog.has_reduce
+        && prog.pack > 1
+        && tiling(prog).is_none()
+    {
         return run_packed_rows(prog, env);
     }
     if let Some(blocks) = column_blocks(prog) {
@@ -1409,10 +1413,20 @@ impl<'p> Machine<'p> {
         } else {
             Vec::new()
         };
+        // A packed run (column reductions, see `pack_rows`) holds `segs` reduce positions,
+        // each a segment of the output run: accumulated one after the other, in order.
+        let segs = self.pack.map_or(1, |(_, s)| s.max(1));
+        let len = n / segs;
         with_ct!(src_ct, T => {
             let s = self.fetch::<T>(src);
-            let idx_slice: &mut [i64] = if idx.is_empty() { &mut [] } else { &mut typed_mut::<i64>(&mut idx)[..n] };
-            ops::accumulate::<T>(op, s, &mut typed_mut::<T>(&mut acc)[..n], idx_slice, index);
+            for k in 0..segs {
+                let seg = match s {
+                    Src::Slice(x) => Src::Slice(&x[k * len..(k + 1) * len]),
+                    Src::Scalar(x) => Src::Scalar(x),
+                };
+                let idx_slice: &mut [i64] = if idx.is_empty() { &mut [] } else { &mut typed_mut::<i64>(&mut idx)[..len] };
+                ops::accumulate::<T>(op, seg, &mut typed_mut::<T>(&mut acc)[..len], idx_slice, index + k as i64);
+            }
         });
         self.regs[vr] = acc;
         if ir != usize::MAX {
@@ -2103,6 +2117,34 @@ impl Machine<'_> {
         let single = store.len() == 1;
         if single {
             swap(self, &mut store[0]);
+        }
+        if single && prog.pack > 1 && at[0].1 == prog.dims[ax] {
+            // Packed (see `pack_rows`): up to `pack` reduce positions of one span of the
+            // last reduce dimension per run, accumulated segment by segment in order.
+            let last = prog.dims.len() - 1;
+            let (coords, n) = (&at[0].0, at[0].1);
+            let mut a = a_lo;
+            while a < a_hi {
+                self.coords[..prog.n_out].copy_from_slice(coords);
+                self.set_reduce_coords(a);
+                let segs = prog
+                    .pack
+                    .min(a_hi - a)
+                    .min(prog.dims[last] - self.coords[last]);
+                self.n = n * segs;
+                self.pack = Some((0, segs));
+                for &v in &ph.elem {
+                    (self.loops.eval)(self, v, ax, ph.regs[v]);
+                }
+                for &r in &ph.reduces {
+                    (self.loops.accumulate)(self, r, a as i64);
+                }
+                self.pack = None;
+                a += segs;
+            }
+            self.n = n;
+            swap(self, &mut store[0]);
+            return store;
         }
         for a in a_lo..a_hi {
             for (k, (coords, n)) in at.iter().enumerate() {

@@ -182,12 +182,10 @@ impl CpuKernel {
     }
     /// Packed runs: `(row axis, run axis)`. A row reduction packs output rows, each a
     /// segment of its one reduce dimension; an elementwise kernel packs rows of its
-    /// next-to-last output dimension, each a segment of its last.
+    /// next-to-last output dimension, each a segment of its last; a column reduction packs
+    /// positions of its last reduce dimension, each a segment of its (short) output run.
     pub fn pack_axes(&self) -> (usize, usize) {
-        match self.strategy {
-            Strategy::ReduceInner => (self.n_out - 1, self.n_out),
-            Strategy::OutInner => (self.n_out.saturating_sub(2), self.n_out - 1),
-        }
+        pack_axes(self.strategy, self.has_reduce, self.dims.len(), self.n_out)
     }
 }
 
@@ -288,10 +286,7 @@ pub(crate) fn compile(k: &Kernel, in_place: &[usize]) -> CpuKernel {
     // type equal to compute type, not written by this kernel.
     let strategy = choose_strategy(&dims, n_out, has_reduce, &instrs, k);
     let pack = pack_rows(strategy, &dims, n_out, &instrs);
-    let (pack_row, pack_run) = match strategy {
-        Strategy::ReduceInner => (n_out - 1, n_out),
-        Strategy::OutInner => (n_out.saturating_sub(2), n_out - 1),
-    };
+    let (pack_row, pack_run) = pack_axes(strategy, has_reduce, dims.len(), n_out);
     for p in instrs.iter_mut() {
         let run_dim = run_dim(strategy, p.level, &dims, n_out);
         let level = p.level;
@@ -380,7 +375,30 @@ pub(crate) fn compile(k: &Kernel, in_place: &[usize]) -> CpuKernel {
 /// Elementwise kernels whose last dimension stays short after coalescing (a view broadcasts
 /// a per-row value across it, or repeats a vector along the rows: layer norm's statistics
 /// and weights) pack rows of the next-to-last dimension the same way, within one span of it.
+///
+/// Column reductions with a short output run (a layer norm's weight gradient: 2,048 rows
+/// summed into 128 columns) pack positions of the last reduce dimension: the elementwise
+/// work runs once over several reduce positions, and the run is then accumulated segment
+/// by segment in reduce order (the same order as one position per run). Only where the
+/// reducing pass reads no `Row` value and takes no arg-reduction (see `column_block`).
 fn pack_rows(strategy: Strategy, dims: &[usize], n_out: usize, instrs: &[PInstr]) -> usize {
+    if strategy == Strategy::OutInner && dims.len() > n_out {
+        let len = dims[n_out - 1];
+        let reads_row = instrs.iter().any(|p| {
+            p.level == Level::Elem
+                && operands(p)
+                    .iter()
+                    .any(|&o| instrs[o].level == Level::Row && !is_scalar(&instrs[o].op))
+        });
+        let arg = instrs
+            .iter()
+            .any(|p| matches!(p.op, IrOp::Reduce { op, .. } if op.is_arg()));
+        let last = dims[dims.len() - 1];
+        if reads_row || arg || len == 0 || 2 * len > CHUNK || last < 2 {
+            return 1;
+        }
+        return (CHUNK / len).min(last);
+    }
     match strategy {
         Strategy::ReduceInner => {
             if dims.len() != n_out + 1 {
@@ -408,6 +426,15 @@ fn pack_rows(strategy: Strategy, dims: &[usize], n_out: usize, instrs: &[PInstr]
             let pack = (CHUNK / len).min(dims[n_out - 2]);
             if pack < 2 { 1 } else { pack }
         }
+    }
+}
+
+/// `(row axis, run axis)` of packed runs: see [`CpuKernel::pack_axes`].
+fn pack_axes(strategy: Strategy, has_reduce: bool, nd: usize, n_out: usize) -> (usize, usize) {
+    match strategy {
+        Strategy::ReduceInner => (n_out - 1, n_out),
+        Strategy::OutInner if has_reduce => (nd - 1, n_out - 1),
+        Strategy::OutInner => (n_out.saturating_sub(2), n_out - 1),
     }
 }
 
@@ -830,9 +857,9 @@ fn writes_f32_run(p: &PInstr) -> bool {
 /// buffer instead of a register (saving the store's copy): an f32 unary, arithmetic binary
 /// or [`Pair`] `Elem` value whose only reader is an f32 `Store` of the pass that computes
 /// it, unmasked and contiguous along the run dimension (and, in packed runs, from one row
-/// to the next), into a buffer no instruction of
-/// the kernel reads (so a run written early is never read, and the write aliases nothing
-/// the op reads).
+/// to the next), into a buffer the kernel reads only as copies of the same run taken
+/// earlier in the pass (a matmul epilogue's product, an in-place update's old value), so a
+/// run written early is never read, and the write aliases nothing the op reads.
 fn plan_direct_stores(
     instrs: &mut [PInstr],
     phases: &[Phase],
@@ -859,8 +886,24 @@ fn plan_direct_stores(
                 _ => continue,
             };
             let p = &instrs[src];
-            let read_here = instrs.iter().any(|q| match &q.op {
-                IrOp::Load { arg: a, .. } | IrOp::Gather { arg: a, .. } => *a == arg,
+            let (store_view, at) = match &instrs[s].op {
+                IrOp::Store { view, .. } => (view, ph.elem.iter().position(|&e| e == src)),
+                _ => continue,
+            };
+            // A matmul epilogue reads the output it writes: fine when every such read is a
+            // copy of exactly this run's positions, taken earlier in the pass (the product
+            // as loaded into a register before the last op overwrites it).
+            let read_here = instrs.iter().enumerate().any(|(q, i)| match &i.op {
+                IrOp::Load { arg: a, view, .. } if *a == arg => {
+                    let pos = ph.elem.iter().position(|&e| e == q);
+                    let earlier = matches!((pos, at), (Some(p), Some(a)) if p < a);
+                    view.borrow
+                        || view.strides != store_view.strides
+                        || view.offset != store_view.offset
+                        || view.mask.is_some()
+                        || !earlier
+                }
+                IrOp::Gather { arg: a, .. } => *a == arg,
                 _ => false,
             });
             if writes_f32_run(p)
@@ -1093,6 +1136,48 @@ mod tests {
         let row = Tensor::try_rand([4, 1], 9, DType::F32).expect("rand");
         assert_eq!(program_of(&long.mul(&row)).pack, 1);
         assert_eq!(program_of(&x.sum_keepdim(0)).pack, 1);
+    }
+
+    #[test]
+    fn short_column_reductions_share_runs() {
+        let x = Tensor::try_rand([32, 64, 128], 10, DType::F32).expect("rand");
+        let stat = Tensor::try_rand([32, 64, 1], 11, DType::F32).expect("rand");
+        for t in [&x, &stat] {
+            t.realize().expect("realizes");
+        }
+        let p = program_of(&x.sub(&stat).sum([0, 1]));
+        assert_eq!(p.strategy, Strategy::OutInner);
+        assert_eq!(p.pack, CHUNK / 128);
+        assert_eq!(p.pack_axes(), (p.dims.len() - 1, p.n_out - 1));
+        // An arg-reduction keeps one position per run.
+        assert_eq!(program_of(&x.argmax(0)).pack, 1);
+    }
+
+    #[test]
+    fn epilogues_write_their_last_op_into_the_product() {
+        let a = Tensor::try_rand([64, 32], 12, DType::F32).expect("rand");
+        let b = Tensor::try_rand([32, 48], 13, DType::F32).expect("rand");
+        let bias = Tensor::try_rand([48], 14, DType::F32).expect("rand");
+        for t in [&a, &b, &bias] {
+            t.realize().expect("realizes");
+        }
+        let plan = a
+            .matmul(&b)
+            .add(&bias)
+            .relu()
+            .plan(&RealizeOptions::default())
+            .expect("plans");
+        let kernels: Vec<_> = plan.kernels().collect();
+        assert_eq!(kernels.len(), 1, "{}", plan.dump_text());
+        let mm_out = kernels[0].kernel.matmul.as_ref().expect("a product").out;
+        let p = compile(&kernels[0].kernel, &[mm_out]);
+        // The product is copied into a register first; relu writes the run back in place.
+        let direct: Vec<&PInstr> = p.instrs.iter().filter(|i| i.direct.is_some()).collect();
+        assert_eq!(direct.len(), 1);
+        assert!(matches!(
+            direct[0].op,
+            IrOp::Unary(crate::ops::UnaryOp::Relu, _)
+        ));
     }
 
     #[test]
