@@ -1633,6 +1633,19 @@ fn load_run(
             }
         }};
     }
+    if dtype == DType::F16 && stride == 1 && hi > lo {
+        let o = &mut typed_mut::<f32>(out)[..n];
+        let f = <f32 as Num>::get(fill);
+        o[..lo].fill(f);
+        o[hi..].fill(f);
+        // SAFETY: elements base+lo .. base+hi lie inside the buffer (bounds checked before
+        // the run) and are initialized f16 bits.
+        let src = unsafe {
+            std::slice::from_raw_parts((a.ptr as *const u16).offset(base + lo as isize), hi - lo)
+        };
+        super::f16c::widen_f16_slice(src, &mut o[lo..hi]);
+        return;
+    }
     match dtype {
         DType::Bool | DType::U8 => go!(u8, u8, |s: u8| s),
         DType::I32 => go!(i32, i32, |s: i32| s),
@@ -1761,6 +1774,15 @@ fn store_run<T: Num>(a: ArgPtr, dtype: DType, base: isize, stride: isize, v: Src
         }};
     }
     let as_f32 = |x: T| -> f32 { bytemuck::cast::<T, f32>(x) };
+    if let (DType::F16, 1, Src::Slice(s)) = (dtype, stride, v)
+        && let Ok(s) = bytemuck::try_cast_slice::<T, f32>(&s[..n])
+    {
+        // SAFETY: as for `go!` below: the run's `n` elements are inside the buffer and this
+        // item is their only writer.
+        let dst = unsafe { std::slice::from_raw_parts_mut((a.ptr as *mut u16).offset(base), n) };
+        super::f16c::narrow_f16_slice(s, dst);
+        return;
+    }
     match dtype {
         DType::Bool | DType::U8 => go!(u8, |x: T| bytemuck::cast::<T, u8>(x)),
         DType::I32 => go!(i32, |x: T| bytemuck::cast::<T, i32>(x)),

@@ -8,6 +8,7 @@
 //!   `transpose` permuted copies block by block.
 
 mod exec;
+mod f16c;
 mod lanes;
 mod matmul;
 mod ops;

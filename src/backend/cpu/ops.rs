@@ -343,11 +343,7 @@ pub(crate) fn select<T: Num>(c: Src<'_, u8>, a: Src<'_, T>, b: Src<'_, T>, out: 
 #[inline(always)]
 pub(crate) fn round_to(dtype: DType, v: &mut [f32]) {
     match dtype {
-        DType::F16 => {
-            for x in v.iter_mut() {
-                *x = math::round_f16(*x);
-            }
-        }
+        DType::F16 => super::f16c::round_f16_slice(v),
         DType::BF16 => {
             for x in v.iter_mut() {
                 *x = math::round_bf16(*x);
