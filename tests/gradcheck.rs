@@ -176,6 +176,29 @@ fn reductions_and_composites() {
     );
 }
 
+/// softmax, log_softmax and logsumexp shift by the row maximum, which leaves their value
+/// unchanged: the backward does not differentiate through that max (whose gradient, the
+/// tie-splitting `eq`/`cast`/`sum` of `amax`, would be exactly zero work).
+#[test]
+fn row_shifts_are_not_differentiated() {
+    let x = leaf(&values(24, 9, -2.0, 2.0), &[4, 6]);
+    let outs = [x.softmax(-1), x.log_softmax(1), x.logsumexp_keepdim(1)];
+    for (i, y) in outs.iter().enumerate() {
+        x.zero_grad();
+        let w = Tensor::from_vec(values(y.numel(), 10 + i as u64, -1.0, 1.0), y.shape());
+        y.backward_with(&w).unwrap();
+        let g = x.grad().unwrap();
+        let text = g
+            .plan(&kiln::RealizeOptions::default())
+            .unwrap()
+            .dump_text();
+        assert!(
+            !text.contains("= eq ") && !text.contains("= cast "),
+            "output {i}: {text}"
+        );
+    }
+}
+
 /// The `nn::functional` forms, whose backward is one rule each rather than the derivative
 /// of every forward step.
 #[test]

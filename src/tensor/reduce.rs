@@ -388,7 +388,9 @@ impl Tensor {
         if x.shape[d as usize] == 0 {
             return Ok(x);
         }
-        let e = x.try_sub(&x.try_max_keepdim(d)?)?.try_exp()?;
+        // The shift by the row's maximum leaves the value unchanged, so its gradient is
+        // zero: detached, the backward does not differentiate through the max.
+        let e = x.try_sub(x.try_max_keepdim(d)?.detach())?.try_exp()?;
         let s = e.try_sum_keepdim(d)?;
         if x.dtype.is_half() {
             // A reciprocal rounded to a half type would add a rounding as large as the
@@ -407,7 +409,8 @@ impl Tensor {
         let m = x.max_impl(axes, true)?;
         // An infinite maximum would make `x - m` NaN: shift by 0 there instead.
         let finite = m.try_abs()?.try_lt(f64::INFINITY)?;
-        let shift = Tensor::try_where(&finite, &m, 0.0)?;
+        // The shift cancels out of the value, so its gradient is zero: detached.
+        let shift = Tensor::try_where(&finite, &m, 0.0)?.detach();
         let lse = x
             .try_sub(&shift)?
             .try_exp()?
@@ -437,7 +440,8 @@ impl Tensor {
         if x.shape[d as usize] == 0 {
             return Ok(x);
         }
-        let shifted = x.try_sub(&x.try_max_keepdim(d)?)?;
+        // (The shift's gradient is zero: detached, as in `softmax`.)
+        let shifted = x.try_sub(x.try_max_keepdim(d)?.detach())?;
         let lse = shifted.try_exp()?.try_sum_keepdim(d)?.try_log()?;
         shifted.try_sub(&lse)
     }
