@@ -265,15 +265,18 @@ pub(crate) fn execute(prog: &CpuKernel, env: &Env<'_>) {
     let tile = tiling(prog);
     let item_len = if tile.is_some() { TILE_RUN } else { item_len };
     let items = Items::new(prog, item_len, tile);
-    let work_per_item = items.item_len * red;
+    for_each_task(items.count(), items.item_len * red, |lo, hi| {
+        run_items(prog, env, &items, lo, hi)
+    });
+}
+
+/// Splits `n_items` items of `work_per_item` positions each into tasks of about 64K
+/// positions and runs `f(lo, hi)` for each: across rayon's pool above 32K positions in all,
+/// in order on this thread below that.
+fn for_each_task(n_items: usize, work_per_item: usize, f: impl Fn(usize, usize) + Sync) {
     let per_task = (65_536 / work_per_item.max(1)).max(1);
-    let n_items = items.count();
     let n_tasks = n_items.div_ceil(per_task);
-    let run = |task: usize| {
-        let lo = task * per_task;
-        let hi = (lo + per_task).min(n_items);
-        run_items(prog, env, &items, lo, hi);
-    };
+    let run = |task: usize| f(task * per_task, ((task + 1) * per_task).min(n_items));
     if n_tasks <= 1 || n_items * work_per_item < 1 << 15 {
         (0..n_tasks).for_each(run);
     } else {
@@ -288,13 +291,7 @@ fn run_packed_rows(prog: &CpuKernel, env: &Env<'_>) {
     let (len, span) = (prog.dims[ax], prog.dims[row_ax]);
     let blocks = span.div_ceil(prog.pack);
     let outer: usize = prog.dims[..row_ax].iter().product();
-    let n_items = outer * blocks;
-    let per_item = prog.pack * len;
-    let per_task = (65_536 / per_item.max(1)).max(1);
-    let n_tasks = n_items.div_ceil(per_task);
-    let run = |task: usize| {
-        let lo = task * per_task;
-        let hi = (lo + per_task).min(n_items);
+    for_each_task(outer * blocks, prog.pack * len, |lo, hi| {
         REGS.with(|cell| {
             let mut m = new_machine(prog, env, cell.take());
             for item in lo..hi {
@@ -310,12 +307,7 @@ fn run_packed_rows(prog: &CpuKernel, env: &Env<'_>) {
             }
             cell.replace(m.regs);
         });
-    };
-    if n_tasks <= 1 || n_items * per_item < 1 << 15 {
-        (0..n_tasks).for_each(run);
-    } else {
-        (0..n_tasks).into_par_iter().for_each(run);
-    }
+    });
 }
 
 fn splittable(prog: &CpuKernel) -> bool {
@@ -951,36 +943,31 @@ impl<'p> Machine<'p> {
             && !op.is_arg()
             && let Src::Slice(x) = self.fetch::<f32>(src)
         {
-            // Every segment at once at this SIMD level, then combined with the identity as
-            // `acc_combine` does below.
-            let mut vals = [0.0f32; CHUNK];
-            let vals = &mut vals[..segs];
+            // Every segment at once at this SIMD level, into the rows' places, then combined
+            // with the identity as `acc_combine` does below.
+            let vals = &mut typed_mut::<f32>(&mut row)[t..t + segs];
             (self.loops.segments_f32)(op, &x[..segs * len], len, vals);
             let init = ops::acc_init::<f32>(op);
-            for (k, &v) in vals.iter().enumerate() {
-                let acc = ops::acc_combine::<f32>(op, init, ops::Acc { value: v, index: 0 });
-                typed_mut::<f32>(&mut row)[t + k] = acc.value;
+            for v in vals.iter_mut() {
+                *v = ops::acc_combine::<f32>(
+                    op,
+                    init,
+                    ops::Acc {
+                        value: *v,
+                        index: 0,
+                    },
+                )
+                .value;
             }
         } else {
             with_ct!(ct, T => {
                 let s = self.fetch::<T>(src);
                 for k in 0..segs {
-                    let seg = match s {
-                        Src::Slice(x) => Src::Slice(&x[k * len..(k + 1) * len]),
-                        Src::Scalar(x) => Src::Scalar(x),
-                    };
+                    let part = ops::reduce_run::<T>(op, s.segment(k, len), len, 0);
+                    let acc = ops::acc_combine::<T>(op, ops::acc_init::<T>(op), part);
                     if op.is_arg() {
-                        let part = ops::reduce_run::<T>(op, seg, len, 0);
-                        let acc = ops::acc_combine::<T>(op, ops::acc_init::<T>(op), part);
                         typed_mut::<i64>(&mut row)[t + k] = acc.index.max(0);
                     } else {
-                        // The identity combined with the fold, as `reduce_run` then
-                        // `acc_combine` would: the same value.
-                        let v = match seg {
-                            Src::Slice(x) => ops::reduce_segment::<T>(op, x, ops::fold_tree_of),
-                            Src::Scalar(_) => ops::reduce_run::<T>(op, seg, len, 0).value,
-                        };
-                        let acc = ops::acc_combine::<T>(op, ops::acc_init::<T>(op), ops::Acc { value: v, index: 0 });
                         typed_mut::<T>(&mut row)[t + k] = acc.value;
                     }
                 }
@@ -1115,8 +1102,9 @@ impl<'p> Machine<'p> {
                     // elements of the output buffer (see `store_ptr`) or of `v`'s saved
                     // buffer (set by `eval_phase` from this machine's own f32 buffer, which
                     // nothing resizes or reads while `v` is evaluated). Neither aliases an
-                    // operand: the kernel never reads its direct-store buffer, and no
-                    // operand of `v` lives in `v`'s saved run.
+                    // operand: the kernel reads its direct-store buffer only as register
+                    // copies of this run made earlier in the pass (`plan_direct_stores`),
+                    // and no operand of `v` lives in `v`'s saved run.
                     Some(ptr) if std::any::TypeId::of::<$T>() == std::any::TypeId::of::<f32>() => unsafe {
                         std::slice::from_raw_parts_mut(ptr as *mut $T, n)
                     },
@@ -1309,7 +1297,8 @@ impl<'p> Machine<'p> {
     /// store with unit stride along `ax`, see `plan_direct_stores`). Its `n` elements from
     /// there are inside the buffer (the view's offsets were validated before the run), the
     /// store view is injective and items partition the output, so no other thread touches
-    /// them, and nothing in the kernel reads them back.
+    /// them, and the kernel reads them only before this write, as copies (a matmul
+    /// epilogue's product, an in-place update's old value; see `plan_direct_stores`).
     #[inline(always)]
     fn store_ptr(&self, s: usize, ax: usize) -> Option<*mut f32> {
         let IrOp::Store { arg, view, .. } = &self.prog.instrs[s].op else {
@@ -1349,10 +1338,7 @@ impl<'p> Machine<'p> {
                 with_ct!(dtype.compute(), T => {
                     let v = self.fetch::<T>(*src);
                     for k in 0..segs {
-                        let seg = match v {
-                            Src::Slice(x) => Src::Slice(&x[k * len..(k + 1) * len]),
-                            Src::Scalar(x) => Src::Scalar(x),
-                        };
+                        let seg = v.segment(k, len);
                         store_run::<T>(a, dtype, base + k as isize * row_stride, stride, seg, len);
                     }
                 });
@@ -1420,12 +1406,8 @@ impl<'p> Machine<'p> {
         with_ct!(src_ct, T => {
             let s = self.fetch::<T>(src);
             for k in 0..segs {
-                let seg = match s {
-                    Src::Slice(x) => Src::Slice(&x[k * len..(k + 1) * len]),
-                    Src::Scalar(x) => Src::Scalar(x),
-                };
                 let idx_slice: &mut [i64] = if idx.is_empty() { &mut [] } else { &mut typed_mut::<i64>(&mut idx)[..len] };
-                ops::accumulate::<T>(op, seg, &mut typed_mut::<T>(&mut acc)[..len], idx_slice, index + k as i64);
+                ops::accumulate::<T>(op, s.segment(k, len), &mut typed_mut::<T>(&mut acc)[..len], idx_slice, index + k as i64);
             }
         });
         self.regs[vr] = acc;

@@ -15,6 +15,17 @@ pub(crate) enum Src<'a, T> {
     Scalar(T),
 }
 
+impl<'a, T: Copy> Src<'a, T> {
+    /// Segment `k` of `len` values of a packed run (a scalar stays the scalar).
+    #[inline(always)]
+    pub(crate) fn segment(self, k: usize, len: usize) -> Src<'a, T> {
+        match self {
+            Src::Slice(x) => Src::Slice(&x[k * len..(k + 1) * len]),
+            Src::Scalar(x) => Src::Scalar(x),
+        }
+    }
+}
+
 #[inline(always)]
 fn map1<T: Copy, U: Copy>(a: Src<'_, T>, out: &mut [U], f: impl Fn(T) -> U) {
     match a {
@@ -518,13 +529,6 @@ pub(crate) fn reduce_run<T: Num>(op: ReduceOp, src: Src<'_, T>, n: usize, index0
 /// the lanes.
 #[inline(always)]
 fn fold_lanes<T: Num>(slice: &[T], id: T, f: impl Fn(T, T) -> T + Copy) -> T {
-    let (lanes, rest) = lanes_and_rest(slice, id, f);
-    f(fold_tree(lanes, f), rest)
-}
-
-/// [`fold_lanes`] before the lane fold: the [`LANES`] accumulators and the tail's fold.
-#[inline(always)]
-fn lanes_and_rest<T: Num>(slice: &[T], id: T, f: impl Fn(T, T) -> T + Copy) -> ([T; LANES], T) {
     let mut lanes = [id; LANES];
     let chunks = slice.chunks_exact(LANES);
     let rest = chunks.remainder();
@@ -537,47 +541,14 @@ fn lanes_and_rest<T: Num>(slice: &[T], id: T, f: impl Fn(T, T) -> T + Copy) -> (
     for &x in rest {
         v = f(v, x);
     }
-    (lanes, v)
+    f(fold_tree(lanes, f), v)
 }
 
-/// The combining function of a sum, product, max or min.
-#[inline(always)]
-fn combine<T: Num>(op: ReduceOp, a: T, b: T) -> T {
-    match op {
-        ReduceOp::Sum => T::add(a, b),
-        ReduceOp::Prod => T::mul(a, b),
-        ReduceOp::Max => max_nan(a, b),
-        ReduceOp::Min => min_nan(a, b),
-        ReduceOp::ArgMax | ReduceOp::ArgMin => a,
-    }
-}
-
-/// [`reduce_run`] of a sum, product, max or min over one row segment of a packed run (a
-/// packed run folds one segment per row, 16 of them for rows of 64): the same lanes and
-/// order, with the lanes folded by `tree` (the caller passes [`fold_tree`]'s body compiled
-/// at its SIMD level, out of line: inlined here, the accumulation loop would lose its
-/// vector width, see [`fold_tree`]).
-#[inline(always)]
-pub(crate) fn reduce_segment<T: Num>(
-    op: ReduceOp,
-    slice: &[T],
-    tree: impl Fn(ReduceOp, &[T; LANES]) -> T,
-) -> T {
-    let id = acc_init::<T>(op).value;
-    let (lanes, rest) = match op {
-        ReduceOp::Sum => lanes_and_rest(slice, id, T::add),
-        ReduceOp::Prod => lanes_and_rest(slice, id, T::mul),
-        ReduceOp::Max => lanes_and_rest(slice, id, max_nan),
-        ReduceOp::Min => lanes_and_rest(slice, id, min_nan),
-        ReduceOp::ArgMax | ReduceOp::ArgMin => return arg_run(op, slice, 0).value,
-    };
-    combine(op, tree(op, &lanes), rest)
-}
-
-/// [`reduce_segment`] of every `len`-long segment of `src` into `out` (one value per
-/// segment), over f32 in AVX-512 registers: the same 32 lanes (two registers), the same
-/// tail fold and the same tree as the portable code, so the same bits, without the lanes'
-/// round trip through memory per segment. Products take the portable path.
+/// [`reduce_segments_portable`] over f32 in AVX-512 registers: the same 32 lanes (two
+/// registers), the same tail fold and the same pairwise lane tree as [`fold_lanes`], so the
+/// same bits, without a call and the lanes' round trip through memory per segment (a
+/// packed run reduces one segment per row, 16 of them for rows of 64). Products take the
+/// portable path.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512vl,avx512dq")]
 pub(crate) fn reduce_segments_f32_avx512(op: ReduceOp, src: &[f32], len: usize, out: &mut [f32]) {
@@ -647,18 +618,13 @@ pub(crate) fn reduce_segments_f32_avx512(op: ReduceOp, src: &[f32], len: usize, 
     }
 }
 
-/// [`reduce_segments_f32_avx512`]'s portable form.
+/// [`reduce_run`]'s value of every `len`-long segment of `src`, into `out` (one value per
+/// segment).
 #[inline(always)]
 pub(crate) fn reduce_segments_portable(op: ReduceOp, src: &[f32], len: usize, out: &mut [f32]) {
     for (o, x) in out.iter_mut().zip(src.chunks_exact(len.max(1))) {
-        *o = reduce_segment::<f32>(op, x, fold_tree_of);
+        *o = reduce_run::<f32>(op, Src::Slice(x), len, 0).value;
     }
-}
-
-/// [`fold_tree`] for `op` (a sum, product, max or min), inlined.
-#[inline(always)]
-pub(crate) fn fold_tree_of<T: Num>(op: ReduceOp, lanes: &[T; LANES]) -> T {
-    fold_tree_inline(*lanes, |a, b| combine(op, a, b))
 }
 
 /// [`fold_lanes`] over stored values converted as they are read (`conv`): the same lanes
@@ -701,7 +667,7 @@ pub(crate) fn reduce_run_16(op: ReduceOp, raw: &[u16], conv: impl Fn(u16) -> f32
 }
 
 /// Accumulators of [`fold_lanes`].
-pub(crate) const LANES: usize = 32;
+const LANES: usize = 32;
 
 /// The lanes of [`fold_lanes`] folded pairwise (lane i with lane i + half, halving): five
 /// dependent vector steps instead of 31 dependent scalar ones, which dominated short rows (a
@@ -710,13 +676,7 @@ pub(crate) const LANES: usize = 32;
 /// narrow steps (16 two-lane registers instead of two 16-lane ones), halving the throughput
 /// of every row reduction.
 #[inline(never)]
-fn fold_tree<T: Num>(lanes: [T; LANES], f: impl Fn(T, T) -> T) -> T {
-    fold_tree_inline(lanes, f)
-}
-
-/// [`fold_tree`]'s body.
-#[inline(always)]
-fn fold_tree_inline<T: Num>(mut lanes: [T; LANES], f: impl Fn(T, T) -> T) -> T {
+fn fold_tree<T: Num>(mut lanes: [T; LANES], f: impl Fn(T, T) -> T) -> T {
     let mut half = LANES / 2;
     while half > 0 {
         for i in 0..half {
@@ -890,8 +850,12 @@ mod tests {
                 .collect();
             for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min, ReduceOp::Prod] {
                 let run = reduce_run::<f32>(op, Src::Slice(&x), len, 0).value;
-                let seg = reduce_segment::<f32>(op, &x, fold_tree_of);
-                assert_eq!(run.to_bits(), seg.to_bits(), "{op:?} over {len}");
+                let mut seg = [0.0f32; 3];
+                let three: Vec<f32> = x.iter().chain(&x).chain(&x).copied().collect();
+                reduce_segments_portable(op, &three, len, &mut seg);
+                for v in seg {
+                    assert_eq!(run.to_bits(), v.to_bits(), "{op:?} over {len}");
+                }
             }
         }
     }

@@ -382,51 +382,42 @@ pub(crate) fn compile(k: &Kernel, in_place: &[usize]) -> CpuKernel {
 /// by segment in reduce order (the same order as one position per run). Only where the
 /// reducing pass reads no `Row` value and takes no arg-reduction (see `column_block`).
 fn pack_rows(strategy: Strategy, dims: &[usize], n_out: usize, instrs: &[PInstr]) -> usize {
-    if strategy == Strategy::OutInner && dims.len() > n_out {
-        let len = dims[n_out - 1];
-        let reads_row = instrs.iter().any(|p| {
-            p.level == Level::Elem
-                && operands(p)
-                    .iter()
-                    .any(|&o| instrs[o].level == Level::Row && !is_scalar(&instrs[o].op))
-        });
-        let arg = instrs
-            .iter()
-            .any(|p| matches!(p.op, IrOp::Reduce { op, .. } if op.is_arg()));
-        let last = dims[dims.len() - 1];
-        if reads_row || arg || len == 0 || 2 * len > CHUNK || last < 2 {
-            return 1;
+    let reduce_dims = dims.len() - n_out;
+    // `len`: the run dimension's length (one segment); `span`: the packed dimension's.
+    let (len, span) = match strategy {
+        Strategy::ReduceInner if reduce_dims == 1 => {
+            (dims[n_out], dims[..n_out].iter().product::<usize>())
         }
-        return (CHUNK / len).min(last);
-    }
-    match strategy {
-        Strategy::ReduceInner => {
-            if dims.len() != n_out + 1 {
-                return 1;
-            }
-            let len = dims[n_out];
-            let rows: usize = dims[..n_out].iter().product();
-            if len == 0 || 2 * len > CHUNK || rows < 2 {
-                return 1;
-            }
-            CHUNK / len
-        }
-        Strategy::OutInner => {
-            let elementwise = dims.len() == n_out
-                && instrs
-                    .iter()
-                    .all(|p| p.level == Level::Elem && !matches!(p.op, IrOp::Reduce { .. }));
+        Strategy::OutInner if reduce_dims == 0 => {
+            let elementwise = instrs
+                .iter()
+                .all(|p| p.level == Level::Elem && !matches!(p.op, IrOp::Reduce { .. }));
             if !elementwise || n_out < 2 {
                 return 1;
             }
-            let len = dims[n_out - 1];
-            if len == 0 || 2 * len > CHUNK {
+            (dims[n_out - 1], dims[n_out - 2])
+        }
+        Strategy::OutInner if reduce_dims > 0 => {
+            let reads_row = instrs.iter().any(|p| {
+                p.level == Level::Elem
+                    && operands(p)
+                        .iter()
+                        .any(|&o| instrs[o].level == Level::Row && !is_scalar(&instrs[o].op))
+            });
+            let arg = instrs
+                .iter()
+                .any(|p| matches!(p.op, IrOp::Reduce { op, .. } if op.is_arg()));
+            if reads_row || arg {
                 return 1;
             }
-            let pack = (CHUNK / len).min(dims[n_out - 2]);
-            if pack < 2 { 1 } else { pack }
+            (dims[n_out - 1], dims[dims.len() - 1])
         }
+        _ => return 1,
+    };
+    if len == 0 || 2 * len > CHUNK || span < 2 {
+        return 1;
     }
+    (CHUNK / len).min(span)
 }
 
 /// `(row axis, run axis)` of packed runs: see [`CpuKernel::pack_axes`].
