@@ -324,10 +324,12 @@ struct Loops {
     expand_row: fn(&mut Machine<'_>, usize, usize, usize, usize),
     /// [`ops::reduce_segments_portable`] at this SIMD level.
     segments_f32: fn(ReduceOp, &[f32], usize, &mut [f32]),
+    /// [`ops::reduce_segments_f16_portable`] at this SIMD level.
+    segments_f16: fn(ReduceOp, &[u16], usize, &mut [f32]),
 }
 
 macro_rules! loops_for {
-    ($name:ident, $feat:literal, $segments:path) => {
+    ($name:ident, $feat:literal, $segments:path, $segments16:path) => {
         #[cfg(target_arch = "x86_64")]
         mod $name {
             use super::*;
@@ -356,10 +358,14 @@ macro_rules! loops_for {
                 $segments(op, src, len, out)
             }
             #[target_feature(enable = $feat)]
+            unsafe fn segments_f16(op: ReduceOp, src: &[u16], len: usize, out: &mut [f32]) {
+                $segments16(op, src, len, out)
+            }
+            #[target_feature(enable = $feat)]
             unsafe fn expand_row(m: &mut Machine<'_>, v: usize, t: usize, segs: usize, len: usize) {
                 m.expand_row_impl(v, t, segs, len)
             }
-            // SAFETY (all seven): these are only installed by `pick_loops` after
+            // SAFETY (all eight): these are only installed by `pick_loops` after
             // `is_x86_feature_detected!` confirmed every feature they enable.
             pub(super) static LOOPS: Loops = Loops {
                 eval: |m, v, ax, reg| unsafe { eval(m, v, ax, reg) },
@@ -369,6 +375,7 @@ macro_rules! loops_for {
                 reduce_packed: |m, r, t, s| unsafe { reduce_packed(m, r, t, s) },
                 expand_row: |m, v, t, s, l| unsafe { expand_row(m, v, t, s, l) },
                 segments_f32: |op, x, len, out| unsafe { segments_f32(op, x, len, out) },
+                segments_f16: |op, x, len, out| unsafe { segments_f16(op, x, len, out) },
             };
         }
     };
@@ -377,12 +384,14 @@ macro_rules! loops_for {
 loops_for!(
     avx512,
     "avx512f,avx512vl,avx512bw,avx512dq,avx2,fma,f16c,bmi1,bmi2,popcnt",
-    ops::reduce_segments_f32_avx512
+    ops::reduce_segments_f32_avx512,
+    ops::reduce_segments_f16_avx512
 );
 loops_for!(
     avx2,
     "avx2,fma,f16c,bmi1,bmi2,popcnt",
-    ops::reduce_segments_portable
+    ops::reduce_segments_portable,
+    ops::reduce_segments_f16_portable
 );
 
 static GENERIC_LOOPS: Loops = Loops {
@@ -393,6 +402,7 @@ static GENERIC_LOOPS: Loops = Loops {
     reduce_packed: |m, r, t, s| m.reduce_packed_impl(r, t, s),
     expand_row: |m, v, t, s, l| m.expand_row_impl(v, t, s, l),
     segments_f32: |op, x, len, out| ops::reduce_segments_portable(op, x, len, out),
+    segments_f16: |op, x, len, out| ops::reduce_segments_f16_portable(op, x, len, out),
 };
 
 fn loops() -> &'static Loops {
@@ -1449,7 +1459,9 @@ impl<'p> Machine<'p> {
             // during this kernel (it is an input).
             let raw = unsafe { std::slice::from_raw_parts(ptr, self.n) };
             let part = if p.dtype == DType::F16 {
-                ops::reduce_run_16(op, raw, |h: u16| f16_to_f32(h))
+                let mut one = [0f32];
+                (self.loops.segments_f16)(op, raw, raw.len(), &mut one);
+                one[0]
             } else {
                 ops::reduce_run_16(op, raw, |b: u16| f32::from_bits((b as u32) << 16))
             };

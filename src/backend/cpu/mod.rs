@@ -4,7 +4,8 @@
 //! * `program` compiles a kernel (reduce axes last, dimensions coalesced, phases,
 //!   registers, loop strategy);
 //! * `exec` runs programs (SIMD level picked at run time);
-//! * `ops` holds the typed elementwise and reduction loops, `matmul` the products,
+//! * `ops` holds the typed elementwise and reduction loops, `matmul` the products
+//!   (`small_gemm` the register-blocked kernel for small f32 ones),
 //!   `transpose` permuted copies block by block.
 
 mod exec;
@@ -14,6 +15,7 @@ mod matmul;
 mod ops;
 mod program;
 mod scatter;
+mod small_gemm;
 mod transpose;
 
 pub use exec::simd_level;

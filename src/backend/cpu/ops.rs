@@ -4,6 +4,7 @@
 //! themselves come from the op tables ([`crate::ops`]): each table arm hands a scalar
 //! definition to the [`Map`]/[`Map2`] impls below, which build one loop per op.
 
+use super::exec::f16_to_f32;
 use crate::dtype::DType;
 use crate::math::f32 as math;
 use crate::ops::{BinaryOp, Map, Map2, Num, ReduceOp, UnaryOp, max_nan, min_nan};
@@ -544,6 +545,78 @@ fn fold_lanes<T: Num>(slice: &[T], id: T, f: impl Fn(T, T) -> T + Copy) -> T {
     f(fold_tree(lanes, f), v)
 }
 
+/// The body of [`reduce_segments_f32_avx512`] and [`reduce_segments_f16_avx512`]: 32
+/// lanes in two registers fed by `$load` (16 values widened to f32 from a pointer), the
+/// tail through `$conv` one value at a time, the lanes folded pairwise; products (and
+/// arg-reductions, never asked) take `$portable`.
+#[cfg(target_arch = "x86_64")]
+macro_rules! avx512_segments {
+    ($op:expr, $src:expr, $len:expr, $out:expr, $load:expr, $conv:expr, $portable:path) => {{
+        use std::arch::x86_64::*;
+        let (op, src, len, out) = ($op, $src, $len, $out);
+        macro_rules! pick {
+            ($cmp:ident, $blend:ident, $a:expr, $b:expr, $pred:expr) => {{
+                let (a, b) = ($a, $b);
+                let k = $cmp::<_CMP_UNORD_Q>(a, a) | $cmp::<$pred>(a, b);
+                $blend(k, b, a)
+            }};
+        }
+        macro_rules! segments {
+            ($f512:expr, $f256:expr, $f128:expr, $fs:expr) => {{
+                let id = acc_init::<f32>(op).value;
+                let full = len / LANES * LANES;
+                for (o, x) in out.iter_mut().zip(src.chunks_exact(len.max(1))) {
+                    let (mut a, mut b) = (_mm512_set1_ps(id), _mm512_set1_ps(id));
+                    let mut i = 0;
+                    while i < full {
+                        // SAFETY: `i + 32 <= full <= len = x.len()`: both loads (16 values
+                        // each) are in bounds.
+                        let (c, d) =
+                            unsafe { ($load(x.as_ptr().add(i)), $load(x.as_ptr().add(i + 16))) };
+                        a = $f512(a, c);
+                        b = $f512(b, d);
+                        i += LANES;
+                    }
+                    let mut rest = id;
+                    for &e in &x[full..] {
+                        rest = $fs(rest, $conv(e));
+                    }
+                    let s16 = $f512(a, b);
+                    let s8 = $f256(
+                        _mm512_castps512_ps256(s16),
+                        _mm512_extractf32x8_ps::<1>(s16),
+                    );
+                    let s4 = $f128(_mm256_castps256_ps128(s8), _mm256_extractf128_ps::<1>(s8));
+                    let s2 = $f128(s4, _mm_movehl_ps(s4, s4));
+                    let s1 = $f128(s2, _mm_movehdup_ps(s2));
+                    *o = $fs(_mm_cvtss_f32(s1), rest);
+                }
+            }};
+        }
+        match op {
+            ReduceOp::Sum => segments!(
+                _mm512_add_ps,
+                _mm256_add_ps,
+                _mm_add_ps,
+                |a: f32, b: f32| a + b
+            ),
+            ReduceOp::Max => segments!(
+                |a, b| pick!(_mm512_cmp_ps_mask, _mm512_mask_blend_ps, a, b, _CMP_GT_OQ),
+                |a, b| pick!(_mm256_cmp_ps_mask, _mm256_mask_blend_ps, a, b, _CMP_GT_OQ),
+                |a, b| pick!(_mm_cmp_ps_mask, _mm_mask_blend_ps, a, b, _CMP_GT_OQ),
+                max_nan::<f32>
+            ),
+            ReduceOp::Min => segments!(
+                |a, b| pick!(_mm512_cmp_ps_mask, _mm512_mask_blend_ps, a, b, _CMP_LT_OQ),
+                |a, b| pick!(_mm256_cmp_ps_mask, _mm256_mask_blend_ps, a, b, _CMP_LT_OQ),
+                |a, b| pick!(_mm_cmp_ps_mask, _mm_mask_blend_ps, a, b, _CMP_LT_OQ),
+                min_nan::<f32>
+            ),
+            _ => $portable(op, src, len, out),
+        }
+    }};
+}
+
 /// [`reduce_segments_portable`] over f32 in AVX-512 registers: the same 32 lanes (two
 /// registers), the same tail fold and the same pairwise lane tree as [`fold_lanes`], so the
 /// same bits, without a call and the lanes' round trip through memory per segment (a
@@ -552,69 +625,40 @@ fn fold_lanes<T: Num>(slice: &[T], id: T, f: impl Fn(T, T) -> T + Copy) -> T {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512vl,avx512dq")]
 pub(crate) fn reduce_segments_f32_avx512(op: ReduceOp, src: &[f32], len: usize, out: &mut [f32]) {
-    use std::arch::x86_64::*;
-    macro_rules! pick {
-        ($cmp:ident, $blend:ident, $a:expr, $b:expr, $pred:expr) => {{
-            let (a, b) = ($a, $b);
-            let k = $cmp::<_CMP_UNORD_Q>(a, a) | $cmp::<$pred>(a, b);
-            $blend(k, b, a)
-        }};
-    }
-    macro_rules! segments {
-        ($f512:expr, $f256:expr, $f128:expr, $fs:expr) => {{
-            let id = acc_init::<f32>(op).value;
-            let full = len / LANES * LANES;
-            for (o, x) in out.iter_mut().zip(src.chunks_exact(len.max(1))) {
-                let (mut a, mut b) = (_mm512_set1_ps(id), _mm512_set1_ps(id));
-                let mut i = 0;
-                while i < full {
-                    // SAFETY: `i + 32 <= full <= len = x.len()`: both loads are in bounds.
-                    let (c, d) = unsafe {
-                        (
-                            _mm512_loadu_ps(x.as_ptr().add(i)),
-                            _mm512_loadu_ps(x.as_ptr().add(i + 16)),
-                        )
-                    };
-                    a = $f512(a, c);
-                    b = $f512(b, d);
-                    i += LANES;
-                }
-                let mut rest = id;
-                for &e in &x[full..] {
-                    rest = $fs(rest, e);
-                }
-                let s16 = $f512(a, b);
-                let s8 = $f256(
-                    _mm512_castps512_ps256(s16),
-                    _mm512_extractf32x8_ps::<1>(s16),
-                );
-                let s4 = $f128(_mm256_castps256_ps128(s8), _mm256_extractf128_ps::<1>(s8));
-                let s2 = $f128(s4, _mm_movehl_ps(s4, s4));
-                let s1 = $f128(s2, _mm_movehdup_ps(s2));
-                *o = $fs(_mm_cvtss_f32(s1), rest);
-            }
-        }};
-    }
-    match op {
-        ReduceOp::Sum => segments!(
-            _mm512_add_ps,
-            _mm256_add_ps,
-            _mm_add_ps,
-            |a: f32, b: f32| a + b
-        ),
-        ReduceOp::Max => segments!(
-            |a, b| pick!(_mm512_cmp_ps_mask, _mm512_mask_blend_ps, a, b, _CMP_GT_OQ),
-            |a, b| pick!(_mm256_cmp_ps_mask, _mm256_mask_blend_ps, a, b, _CMP_GT_OQ),
-            |a, b| pick!(_mm_cmp_ps_mask, _mm_mask_blend_ps, a, b, _CMP_GT_OQ),
-            max_nan::<f32>
-        ),
-        ReduceOp::Min => segments!(
-            |a, b| pick!(_mm512_cmp_ps_mask, _mm512_mask_blend_ps, a, b, _CMP_LT_OQ),
-            |a, b| pick!(_mm256_cmp_ps_mask, _mm256_mask_blend_ps, a, b, _CMP_LT_OQ),
-            |a, b| pick!(_mm_cmp_ps_mask, _mm_mask_blend_ps, a, b, _CMP_LT_OQ),
-            min_nan::<f32>
-        ),
-        _ => reduce_segments_portable(op, src, len, out),
+    avx512_segments!(
+        op,
+        src,
+        len,
+        out,
+        |p: *const f32| _mm512_loadu_ps(p),
+        |x: f32| x,
+        reduce_segments_portable
+    )
+}
+
+/// [`reduce_segments_f16_portable`] in AVX-512 registers, each 16 stored f16 widened by one
+/// instruction (exact, as the portable conversion): the same lanes and order, so the same
+/// bits.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512vl,avx512dq")]
+pub(crate) fn reduce_segments_f16_avx512(op: ReduceOp, src: &[u16], len: usize, out: &mut [f32]) {
+    avx512_segments!(
+        op,
+        src,
+        len,
+        out,
+        |p: *const u16| _mm512_cvtph_ps(_mm256_loadu_si256(p.cast())),
+        f16_to_f32,
+        reduce_segments_f16_portable
+    )
+}
+
+/// [`reduce_run_16`] over f16 bit patterns, for every `len`-long segment of `src`, into
+/// `out` (one value per segment).
+#[inline(always)]
+pub(crate) fn reduce_segments_f16_portable(op: ReduceOp, src: &[u16], len: usize, out: &mut [f32]) {
+    for (o, x) in out.iter_mut().zip(src.chunks_exact(len.max(1))) {
+        *o = reduce_run_16(op, x, f16_to_f32);
     }
 }
 
@@ -830,6 +874,58 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The f16 loop (sixteen values widened per instruction) against the portable fold over
+    /// the same patterns, and both against the f32 fold of the widened values.
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn avx512_f16_segments_match_the_portable_segments_bit_for_bit() {
+        let has = is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512vl")
+            && is_x86_feature_detected!("avx512dq");
+        if !has {
+            return;
+        }
+        let mut bits: Vec<u16> = lane_sets()
+            .into_iter()
+            .flatten()
+            .map(|x| half::f16::from_f32(x).to_bits())
+            .collect();
+        // Every f16 pattern too (subnormals, infinities, NaN payloads of both signs).
+        bits.extend(0..=u16::MAX);
+        let wide: Vec<f32> = bits.iter().map(|&h| f16_to_f32(h)).collect();
+        for len in [1usize, 7, 31, 32, 33, 64, 100, 128, 160] {
+            let segs = bits.len() / len;
+            let src = &bits[..segs * len];
+            for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min, ReduceOp::Prod] {
+                let mut want = vec![0.0f32; segs];
+                let mut portable = vec![0.0f32; segs];
+                let mut got = vec![0.0f32; segs];
+                reduce_segments_portable(op, &wide[..segs * len], len, &mut want);
+                reduce_segments_f16_portable(op, src, len, &mut portable);
+                // SAFETY: the features this function enables were detected above.
+                unsafe { segments_f16_avx512_checked(op, src, len, &mut got) };
+                for (k, ((w, p), g)) in want.iter().zip(&portable).zip(&got).enumerate() {
+                    let same =
+                        |a: &f32, b: &f32| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan());
+                    assert!(
+                        same(w, p) && same(w, g),
+                        "{op:?} over {len}, segment {k}: {w} (f32) vs {p} (portable) vs {g}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// Calls [`reduce_segments_f16_avx512`] from a function compiled with its features.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512F/VL/DQ.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512vl,avx512dq")]
+    unsafe fn segments_f16_avx512_checked(op: ReduceOp, src: &[u16], len: usize, out: &mut [f32]) {
+        reduce_segments_f16_avx512(op, src, len, out)
     }
 
     /// Calls [`reduce_segments_f32_avx512`] from a function compiled with its features.
