@@ -170,7 +170,11 @@ mod tests {
     fn large_blocks_are_huge_page_aligned() {
         let host = HostMemory;
         for bytes in [HUGE_PAGE, HUGE_PAGE + 4096, 3 * HUGE_PAGE] {
-            let want = if cfg!(target_os = "linux") { HUGE_PAGE } else { 64 };
+            let want = if cfg!(target_os = "linux") {
+                HUGE_PAGE
+            } else {
+                64
+            };
             assert_eq!(huge_align(bytes, 64), want);
             let addr = host.alloc(bytes, 64).unwrap();
             assert_eq!(addr % want as u64, 0, "{bytes} bytes at {addr:#x}");
