@@ -72,18 +72,9 @@ pub(super) unsafe fn run(p: &SmallProduct) {
             let mut buf = cell.borrow_mut();
             buf.clear();
             buf.resize(p.k * np, 0.0);
-            if p.r_rs.unsigned_abs() < p.r_cs.unsigned_abs() {
-                // SAFETY: the caller's contract (the operand is readable), `buf` is k × np.
-                unsafe { pack_columns(p, &mut buf, np) };
-            } else {
-                for (i, row) in buf.chunks_exact_mut(np).enumerate() {
-                    let src = p.rhs.wrapping_offset(i as isize * p.r_rs);
-                    for (j, x) in row[..p.n].iter_mut().enumerate() {
-                        // SAFETY: `i < k`, `j < n`: readable per the caller's contract.
-                        *x = unsafe { *src.offset(j as isize * p.r_cs) };
-                    }
-                }
-            }
+            // SAFETY: the caller's contract (the operand is readable, AVX-512F available);
+            // `buf` is k × np.
+            unsafe { pack_rhs(p, &mut buf, np) };
             // SAFETY: `buf` holds the k × np row-major copy (padding columns are zero);
             // the rest is the caller's contract.
             unsafe { blocks(p, buf.as_ptr(), np as isize) };
@@ -96,60 +87,50 @@ pub(super) unsafe fn run(p: &SmallProduct) {
     }
 }
 
-/// Copies a right operand whose columns are the nearer in memory (`x @ w.t()`, `q @ kᵀ`)
-/// row-major into `buf` through 16×16 tiles: each tile reads 16-element runs down the
-/// columns and writes 16-element runs along the rows (whole tiles of contiguous columns
-/// transposed in registers), instead of one scalar per element strided by the column
-/// distance.
+/// Copies the right operand row-major into `buf` (`k × np`, the padding columns left as
+/// they are). Whole 16×16 tiles of an operand with unit row stride (`x @ w.t()`, `q @ kᵀ`)
+/// are read as 16 contiguous column runs and transposed in registers; every other element
+/// is copied on its own.
 ///
 /// # Safety
 /// As for [`run`] (the right operand is readable, AVX-512F available); `buf.len() ==
 /// p.k · np`, `np ≥ p.n`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn pack_columns(p: &SmallProduct, buf: &mut [f32], np: usize) {
+unsafe fn pack_rhs(p: &SmallProduct, buf: &mut [f32], np: usize) {
     const T: usize = 16;
-    let mut tile = [[0f32; T]; T];
-    for j0 in (0..p.n).step_by(T) {
-        let nc = T.min(p.n - j0);
-        for i0 in (0..p.k).step_by(T) {
-            let nr = T.min(p.k - i0);
-            if p.r_rs == 1 && nc == T && nr == T {
-                let mut cols = [_mm512_setzero_ps(); T];
-                for (c, v) in cols.iter_mut().enumerate() {
-                    // SAFETY: elements (i0..i0 + 16, j0 + c), contiguous (row stride 1),
-                    // inside `k × n`.
-                    *v = unsafe {
-                        _mm512_loadu_ps(
-                            p.rhs
-                                .wrapping_offset((j0 + c) as isize * p.r_cs + i0 as isize),
-                        )
-                    };
-                }
-                let rows = transpose16(cols);
-                for (r, v) in rows.iter().enumerate() {
-                    let at = (i0 + r) * np + j0;
-                    let dst = &mut buf[at..at + T];
-                    // SAFETY: `dst` is 16 writable f32s.
-                    unsafe { _mm512_storeu_ps(dst.as_mut_ptr(), *v) };
-                }
-                continue;
+    let (n_tiled, k_tiled) = if p.r_rs == 1 {
+        (p.n / T * T, p.k / T * T)
+    } else {
+        (0, 0)
+    };
+    for j0 in (0..n_tiled).step_by(T) {
+        for i0 in (0..k_tiled).step_by(T) {
+            let mut cols = [_mm512_setzero_ps(); T];
+            for (c, v) in cols.iter_mut().enumerate() {
+                // SAFETY: elements (i0..i0 + 16, j0 + c), contiguous (row stride 1), inside
+                // `k × n`.
+                *v = unsafe {
+                    _mm512_loadu_ps(
+                        p.rhs
+                            .wrapping_offset((j0 + c) as isize * p.r_cs + i0 as isize),
+                    )
+                };
             }
-            for (c, line) in tile.iter_mut().enumerate().take(nc) {
-                let col = p
-                    .rhs
-                    .wrapping_offset((j0 + c) as isize * p.r_cs + i0 as isize * p.r_rs);
-                for (r, x) in line.iter_mut().enumerate().take(nr) {
-                    // SAFETY: element (i0 + r, j0 + c) with `i0 + r < k`, `j0 + c < n`.
-                    *x = unsafe { *col.offset(r as isize * p.r_rs) };
-                }
+            for (r, v) in transpose16(cols).iter().enumerate() {
+                let at = (i0 + r) * np + j0;
+                let dst = &mut buf[at..at + T];
+                // SAFETY: `dst` is 16 writable f32s.
+                unsafe { _mm512_storeu_ps(dst.as_mut_ptr(), *v) };
             }
-            for r in 0..nr {
-                let row = &mut buf[(i0 + r) * np + j0..(i0 + r) * np + j0 + nc];
-                for (x, line) in row.iter_mut().zip(&tile) {
-                    *x = line[r];
-                }
-            }
+        }
+    }
+    for (i, row) in buf.chunks_exact_mut(np).enumerate() {
+        let from = if i < k_tiled { n_tiled } else { 0 };
+        let src = p.rhs.wrapping_offset(i as isize * p.r_rs);
+        for (j, x) in row.iter_mut().enumerate().take(p.n).skip(from) {
+            // SAFETY: `i < k`, `j < n`: readable per the caller's contract.
+            *x = unsafe { *src.offset(j as isize * p.r_cs) };
         }
     }
 }
