@@ -12,6 +12,7 @@
 //! writes it and never borrows it.
 
 use super::ops::{self, Acc, CastTo, Src};
+use super::prefetch::NextRun;
 use super::program::{CHUNK, CpuKernel, PInstr, Strategy, is_scalar};
 use crate::dtype::Scalar;
 use crate::dtype::{ComputeType, DType};
@@ -481,6 +482,8 @@ fn new_machine<'p>(prog: &'p CpuKernel, env: &'p Env<'_>, mut regs: Vec<Vec<u64>
         pack: None,
         saved: Vec::new(),
         save_to: std::ptr::null_mut(),
+        next: NextRun::default(),
+        prefetching: false,
     }
 }
 
@@ -528,6 +531,11 @@ struct Machine<'p> {
     saved: Vec<Vec<u64>>,
     /// While a `save_direct` value is evaluated: where its run goes in its saved buffer.
     save_to: *mut f32,
+    /// Prefetches for the next run ([`NextRun`]), while `prefetching`.
+    next: NextRun,
+    /// Set while a run whose successor usually follows it in memory is evaluated: an
+    /// elementwise item along the output's last axis, or one run along a reduced row.
+    prefetching: bool,
 }
 
 /// Most words (8 bytes each) a block may use for values saved across passes; larger blocks
@@ -572,6 +580,7 @@ impl<'p> Machine<'p> {
         let ax = prog.n_out - 1;
         self.row_t = None;
         self.n = n;
+        self.prefetching = !prog.has_reduce;
         for &v in &prog.row_first {
             (self.loops.eval)(self, v, ax, usize::MAX);
         }
@@ -604,6 +613,10 @@ impl<'p> Machine<'p> {
             }
         }
         self.store_rows(ax, n);
+        if self.prefetching {
+            self.next.finish();
+            self.prefetching = false;
+        }
     }
 
     /// An elementwise item of `segs` packed rows of `len` (coordinates at its first row).
@@ -742,6 +755,7 @@ impl<'p> Machine<'p> {
                             self.coords[ax] = c0;
                             self.n = n;
                             let at = t * red_total + o * run_total + c0;
+                            self.prefetching = true;
                             self.eval_phase(ph, elem, ax, reuse, at);
                             let index0 = (o * run_total + c0) as i64;
                             for (i, &r) in ph.reduces.iter().enumerate() {
@@ -754,6 +768,10 @@ impl<'p> Machine<'p> {
                             }
                             for &s in &ph.stores {
                                 (self.loops.store)(self, s, ax);
+                            }
+                            if self.prefetching {
+                                self.next.finish();
+                                self.prefetching = false;
                             }
                             c0 += n;
                         }
@@ -1074,6 +1092,9 @@ impl<'p> Machine<'p> {
     /// register for `Row` values).
     #[inline(always)]
     fn eval_impl(&mut self, v: usize, ax: usize, reg: usize) {
+        if self.prefetching {
+            self.next.step();
+        }
         let p: &PInstr = &self.prog.instrs[v];
         let reg = if p.level == Level::Row {
             p.row_reg
@@ -1097,7 +1118,13 @@ impl<'p> Machine<'p> {
         // buffer (`direct`) or its saved buffer (`save_direct`). Each op's loop is then
         // still compiled once, writing wherever `out_slice!` points.
         let dst: Option<*mut f32> = if let Some(s) = p.direct {
-            self.store_ptr(s, ax)
+            let d = self.store_ptr(s, ax);
+            if let Some(d) = d
+                && self.prefetching
+            {
+                self.next.write_after(d as *const u8, n * 4);
+            }
+            d
         } else if p.save_direct && !self.save_to.is_null() {
             Some(self.save_to)
         } else {
@@ -1140,6 +1167,9 @@ impl<'p> Machine<'p> {
                     // SAFETY: the view's offsets are inside the buffer (checked before the
                     // run), so the run's first element is too.
                     let ptr = unsafe { a.ptr.offset(base * sz) } as *const u8;
+                    if self.prefetching {
+                        self.next.read_after(ptr, n * sz as usize);
+                    }
                     self.vals[v] = Val::Ptr(ptr);
                     return;
                 }
@@ -1148,6 +1178,11 @@ impl<'p> Machine<'p> {
                 } else {
                     (0, 0)
                 };
+                if self.prefetching && stride == 1 && hi > lo {
+                    let sz = dtype.size_bytes();
+                    let first = a.ptr.wrapping_offset((base + lo as isize) * sz as isize);
+                    self.next.read_after(first, (hi - lo) * sz);
+                }
                 let mut out = std::mem::take(&mut self.regs[reg]);
                 load_run(a, dtype, base, stride, lo, hi, p.scal, &mut out, n);
                 self.regs[reg] = out;
@@ -1354,6 +1389,11 @@ impl<'p> Machine<'p> {
                 });
             }
             return;
+        }
+        if self.prefetching && stride == 1 {
+            let sz = dtype.size_bytes();
+            let first = a.ptr.wrapping_offset(base * sz as isize);
+            self.next.write_after(first, n * sz);
         }
         with_ct!(dtype.compute(), T => {
             let v = self.fetch::<T>(*src);

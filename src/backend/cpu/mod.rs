@@ -13,6 +13,7 @@ mod f16c;
 mod lanes;
 mod matmul;
 mod ops;
+mod prefetch;
 mod program;
 mod scatter;
 mod small_gemm;

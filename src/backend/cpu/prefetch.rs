@@ -1,0 +1,176 @@
+//! Software prefetch of the next run's memory, spread over the current run's compute.
+//!
+//! An elementwise kernel evaluates one instruction at a time over a run of up to
+//! [`CHUNK`](super::program::CHUNK) elements: its loads come in a burst at the start of the
+//! run and its stores at the end, with the compute in between touching only cache-resident
+//! registers. The hardware prefetchers see no misses during the compute, so every run
+//! starts by waiting for memory, and a store into a cold output line waits for its
+//! read-for-ownership. [`NextRun`] records, at each contiguous load or store, the same
+//! number of bytes right after it (where the next run of a row-major walk reads or
+//! writes) and issues prefetches for them a few lines per instruction, so the memory
+//! traffic of run `i + 1` overlaps the compute of run `i`.
+//!
+//! Prefetches are hints: they never fault and change no value, so a guess that is wrong
+//! (the next run is elsewhere, or past the end of the buffer) costs only the hint.
+
+/// Cache line size assumed for stepping through a range.
+const LINE: usize = 64;
+/// Lines issued per instruction at least (more when much is pending; see [`NextRun::step`]).
+const MIN_LINES_PER_STEP: usize = 16;
+
+/// A byte range to prefetch, and whether it will be written.
+#[derive(Clone, Copy, Default)]
+struct Pending {
+    at: usize,
+    left: usize,
+    write: bool,
+}
+
+/// The ranges the next run will touch that are not prefetched yet (a few streams: a
+/// kernel with more loses the hints for the rest, nothing else).
+#[derive(Default)]
+pub(crate) struct NextRun {
+    q: [Pending; 6],
+    /// Lines hinted so far (for the tests).
+    issued: usize,
+}
+
+impl NextRun {
+    /// Records that the next run reads the `bytes` bytes right after `[ptr, ptr + bytes)`.
+    #[inline(always)]
+    pub(crate) fn read_after(&mut self, ptr: *const u8, bytes: usize) {
+        self.push(ptr as usize, bytes, false);
+    }
+
+    /// Records that the next run writes the `bytes` bytes right after `[ptr, ptr + bytes)`.
+    #[inline(always)]
+    pub(crate) fn write_after(&mut self, ptr: *const u8, bytes: usize) {
+        self.push(ptr as usize, bytes, true);
+    }
+
+    /// Queues `[at + bytes, at + 2 bytes)`.
+    #[inline(always)]
+    fn push(&mut self, at: usize, bytes: usize, write: bool) {
+        if bytes < LINE {
+            return;
+        }
+        if let Some(slot) = self.q.iter_mut().find(|p| p.left == 0) {
+            *slot = Pending {
+                at: at.wrapping_add(bytes),
+                left: bytes,
+                write,
+            };
+        }
+    }
+
+    /// Issues a share of what is pending: a quarter of it, at least
+    /// [`MIN_LINES_PER_STEP`] lines. Called once per evaluated instruction.
+    #[inline(always)]
+    pub(crate) fn step(&mut self) {
+        let pending: usize = self.q.iter().map(|p| p.left).sum::<usize>() / LINE;
+        if pending > 0 {
+            self.issue((pending / 4).max(MIN_LINES_PER_STEP));
+        }
+    }
+
+    /// Issues everything still pending (at the end of a run, so no range goes stale).
+    #[inline(always)]
+    pub(crate) fn finish(&mut self) {
+        self.issue(usize::MAX);
+    }
+
+    #[inline(always)]
+    fn issue(&mut self, mut lines: usize) {
+        for p in &mut self.q {
+            while p.left > 0 && lines > 0 {
+                hint(p.at, p.write);
+                self.issued += 1;
+                p.at = p.at.wrapping_add(LINE);
+                p.left = p.left.saturating_sub(LINE);
+                lines -= 1;
+            }
+        }
+    }
+}
+
+/// One prefetch hint for the line holding `addr`: into L2 for reading, or into L1 in an
+/// exclusive state for writing (so the store does not wait for the line's ownership).
+#[inline(always)]
+fn hint(addr: usize, write: bool) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_MM_HINT_ET0, _MM_HINT_T1, _mm_prefetch};
+        let p = addr as *const i8;
+        // SAFETY: a prefetch is a hint that never faults and has no architectural effect:
+        // it is sound for any address, inside an allocation or not (nothing is
+        // dereferenced). `prefetchw` (ET0) decodes as a NOP on CPUs without PRFCHW.
+        unsafe {
+            if write {
+                _mm_prefetch::<_MM_HINT_ET0>(p)
+            } else {
+                _mm_prefetch::<_MM_HINT_T1>(p)
+            }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (addr, write);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pending(n: &NextRun) -> usize {
+        n.q.iter().map(|p| p.left.div_ceil(LINE)).sum()
+    }
+
+    #[test]
+    fn a_run_is_hinted_line_by_line_and_spread_over_steps() {
+        let buf = vec![0u8; 3 * 4096];
+        let mut n = NextRun::default();
+        n.read_after(buf.as_ptr(), 4096);
+        n.write_after(buf[4096..].as_ptr(), 4096);
+        assert_eq!(
+            n.q[0].at,
+            buf.as_ptr() as usize + 4096,
+            "the range after the run"
+        );
+        assert_eq!(pending(&n), 128);
+        n.step();
+        assert_eq!(n.issued, 32, "a quarter of what is pending");
+        n.step();
+        assert_eq!(n.issued, 32 + 24);
+        for _ in 0..20 {
+            n.step();
+        }
+        assert_eq!(
+            n.issued, 128,
+            "steps drain everything, at least 16 lines each"
+        );
+        assert_eq!(pending(&n), 0);
+    }
+
+    #[test]
+    fn finish_issues_the_rest_and_short_runs_are_skipped() {
+        let buf = vec![0u8; 1 << 14];
+        let mut n = NextRun::default();
+        n.read_after(buf.as_ptr(), 32);
+        assert_eq!(pending(&n), 0, "less than a line is not worth a hint");
+        for k in 0..8 {
+            n.read_after(buf[k * 1024..].as_ptr(), 1024);
+        }
+        assert_eq!(
+            pending(&n),
+            6 * 16,
+            "six streams are kept, the rest dropped"
+        );
+        n.finish();
+        assert_eq!(n.issued, 96);
+        assert_eq!(pending(&n), 0);
+        // The slots are free again.
+        n.read_after(buf.as_ptr(), 1024);
+        assert_eq!(pending(&n), 16);
+    }
+}
