@@ -96,7 +96,7 @@ impl NextRun {
 /// One prefetch hint for the line holding `addr`: into L2 for reading, or into L1 in an
 /// exclusive state for writing (so the store does not wait for the line's ownership).
 #[inline(always)]
-fn hint(addr: usize, write: bool) {
+pub(crate) fn hint(addr: usize, write: bool) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_MM_HINT_ET0, _MM_HINT_T1, _mm_prefetch};
