@@ -484,6 +484,7 @@ fn new_machine<'p>(prog: &'p CpuKernel, env: &'p Env<'_>, mut regs: Vec<Vec<u64>
         save_to: std::ptr::null_mut(),
         next: NextRun::default(),
         prefetching: false,
+        later_pass: false,
     }
 }
 
@@ -536,6 +537,9 @@ struct Machine<'p> {
     /// Set while a run whose successor usually follows it in memory is evaluated: an
     /// elementwise item along the output's last axis, or one run along a reduced row.
     prefetching: bool,
+    /// Set during a row kernel's passes after the first: its loads read the block of rows
+    /// from cache, so only its stores are hinted.
+    later_pass: bool,
 }
 
 /// Most words (8 bytes each) a block may use for values saved across passes; larger blocks
@@ -710,7 +714,8 @@ impl<'p> Machine<'p> {
                 }
             }
         }
-        for ph in &prog.phases {
+        for (phase_no, ph) in prog.phases.iter().enumerate() {
+            self.later_pass = phase_no > 0;
             let elem = if reuse { &ph.elem_reusing } else { &ph.elem };
             if prog.pack > 1 && (!ph.reduces.is_empty() || !ph.stores.is_empty()) {
                 // One reduce dimension of `run_total` (see `pack_rows`): runs of whole rows.
@@ -789,6 +794,7 @@ impl<'p> Machine<'p> {
                 (self.loops.eval)(self, v, row_ax, usize::MAX);
             }
         }
+        self.later_pass = false;
         self.coords[row_ax] = j0;
         self.n = rows;
         for &s in &prog.row_stores {
@@ -1167,7 +1173,7 @@ impl<'p> Machine<'p> {
                     // SAFETY: the view's offsets are inside the buffer (checked before the
                     // run), so the run's first element is too.
                     let ptr = unsafe { a.ptr.offset(base * sz) } as *const u8;
-                    if self.prefetching {
+                    if self.prefetching && !self.later_pass {
                         self.next.read_after(ptr, n * sz as usize);
                     }
                     self.vals[v] = Val::Ptr(ptr);
@@ -1178,7 +1184,7 @@ impl<'p> Machine<'p> {
                 } else {
                     (0, 0)
                 };
-                if self.prefetching && stride == 1 && hi > lo {
+                if self.prefetching && !self.later_pass && stride == 1 && hi > lo {
                     let sz = dtype.size_bytes();
                     let first = a.ptr.wrapping_offset((base + lo as isize) * sz as isize);
                     self.next.read_after(first, (hi - lo) * sz);

@@ -328,7 +328,7 @@ unsafe fn block_row<T: Copy + Default>(
         // Write: output row r0 + r, columns c0..c0 + nc, from the tile's column r.
         for r in 0..nr {
             let at = doff + (r0 + r) as isize * dr + c0 as isize;
-            // This output row's segment of the next block, to be written (ownership first).
+            // This output row's segment of the next block, to be written.
             hint_lines(dp.wrapping_offset(at + B as isize), B, true);
             // SAFETY: offsets `at .. at + nc` are the store view's offsets of output
             // coordinates (r0 + r, c0..c0 + nc), inside the destination buffer, written
