@@ -584,7 +584,7 @@ impl<'p> Machine<'p> {
         let ax = prog.n_out - 1;
         self.row_t = None;
         self.n = n;
-        self.prefetching = !prog.has_reduce;
+        self.prefetching = !prog.has_reduce && super::prefetch::enabled();
         for &v in &prog.row_first {
             (self.loops.eval)(self, v, ax, usize::MAX);
         }
@@ -760,7 +760,7 @@ impl<'p> Machine<'p> {
                             self.coords[ax] = c0;
                             self.n = n;
                             let at = t * red_total + o * run_total + c0;
-                            self.prefetching = true;
+                            self.prefetching = super::prefetch::enabled();
                             self.eval_phase(ph, elem, ax, reuse, at);
                             let index0 = (o * run_total + c0) as i64;
                             for (i, &r) in ph.reduces.iter().enumerate() {

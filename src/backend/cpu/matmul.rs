@@ -436,10 +436,24 @@ unsafe fn widen_row_major<S: Widen>(
             let r0 = t * TILE;
             let rh = block.len() / cols;
             let mut tile = [[0f32; TILE]; TILE];
+            let hints = super::prefetch::enabled();
             for c0 in (0..cols).step_by(TILE) {
                 let ch = TILE.min(cols - c0);
                 for (c, column) in tile.iter_mut().enumerate().take(ch) {
                     let first = off + r0 as isize * rs + (c0 + c) as isize * cs;
+                    // Hints for the next tile: this column's segment there (in another page,
+                    // out of the hardware prefetchers' reach) and one output row's next
+                    // segment. Hints never fault, wherever the addresses fall.
+                    if hints {
+                        let next = elem::<S>(p, first + (TILE as isize) * cs) as usize;
+                        let bytes = (rh as isize * rs).unsigned_abs() * size_of::<S>();
+                        for b in (0..bytes).step_by(64) {
+                            super::prefetch::hint(next + b, false);
+                        }
+                        let row = c.min(rh - 1) * cols;
+                        let at = block[row..].as_ptr() as usize + (c0 + TILE) * 4;
+                        super::prefetch::hint(at, true);
+                    }
                     for (r, x) in column.iter_mut().enumerate().take(rh) {
                         // SAFETY: element (r0 + r, c0 + c) of the view: in bounds.
                         *x = unsafe { *elem::<S>(p, first + r as isize * rs) }.to_f32();

@@ -14,6 +14,11 @@
 //!
 //! Prefetches are hints: they never fault and change no value, so a guess that is wrong
 //! (the next run is elsewhere, or past the end of the buffer) costs only the hint.
+//!
+//! Measured on Intel Xeon only (the gains are in `docs/benchmarks.md`); earlier designs
+//! that hinted whole runs at once were slower on AMD EPYC, and this one has not been
+//! measured there, so the hints are on by default on Intel CPUs and off elsewhere until it
+//! is. `KILN_PREFETCH=1` or `=0` overrides ([`enabled`]).
 
 /// Cache line size assumed for stepping through a range.
 const LINE: usize = 64;
@@ -92,6 +97,37 @@ impl NextRun {
                 lines -= 1;
             }
         }
+    }
+}
+
+/// Whether the CPU backend issues software prefetch hints: `KILN_PREFETCH` (`0` or `1`)
+/// when set, else on for Intel CPUs (see the module docs). Read once.
+pub(crate) fn enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| match std::env::var("KILN_PREFETCH").as_deref() {
+        Ok("0") => false,
+        Ok("1") => true,
+        _ => is_intel(),
+    })
+}
+
+/// Whether the CPU's vendor string is `GenuineIntel`.
+fn is_intel() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: CPUID leaf 0 exists on every x86-64 CPU and only reads identification
+        // registers.
+        #[allow(unused_unsafe)]
+        let r = unsafe { std::arch::x86_64::__cpuid(0) };
+        let mut v = [0u8; 12];
+        v[..4].copy_from_slice(&r.ebx.to_le_bytes());
+        v[4..8].copy_from_slice(&r.edx.to_le_bytes());
+        v[8..].copy_from_slice(&r.ecx.to_le_bytes());
+        &v == b"GenuineIntel"
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
     }
 }
 

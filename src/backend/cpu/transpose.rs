@@ -7,7 +7,8 @@
 //! sides stream whole cache lines and the strided part of the access happens in L1.
 //! While a block is copied, the next block's 64 input segments and 64 output segments are
 //! prefetched (one page each, out of the hardware prefetchers' reach): 4096² f32 went from
-//! 1.9× to 1.0× a plain copy's time on the Intel Xeon test machine.
+//! 1.9× to 1.0× a plain copy's time on the Intel Xeon test machine (where
+//! `prefetch::enabled`).
 //! Reorderings that keep short rows contiguous (attention's head split) are copied row by
 //! row ([`try_run_rows`]).
 //!
@@ -301,6 +302,7 @@ unsafe fn block_row<T: Copy + Default>(
     let dr = t.store.strides[d - 2];
     let (sp, dp) = (src.ptr as *const T, dst.ptr as *mut T);
     let mut tile = [[T::default(); B]; B];
+    let hints = super::prefetch::enabled();
     let mut c0 = 0;
     while c0 < cols {
         let nc = B.min(cols - c0);
@@ -310,7 +312,9 @@ unsafe fn block_row<T: Copy + Default>(
             let at = so + (r0 as isize) + (c0 + c) as isize * lc;
             // The same segment of the next block of columns: its lines are in other pages
             // than this one's, where the hardware prefetchers do not follow.
-            hint_lines(sp.wrapping_offset(at + B as isize * lc), nr, false);
+            if hints {
+                hint_lines(sp.wrapping_offset(at + B as isize * lc), nr, false);
+            }
             // Offsets `at .. at + nr` are the load view's offsets of output coordinates
             // (r0..r0 + nr, c0 + c), inside the source buffer.
             if nr == B {
@@ -329,7 +333,9 @@ unsafe fn block_row<T: Copy + Default>(
         for r in 0..nr {
             let at = doff + (r0 + r) as isize * dr + c0 as isize;
             // This output row's segment of the next block, to be written.
-            hint_lines(dp.wrapping_offset(at + B as isize), B, true);
+            if hints {
+                hint_lines(dp.wrapping_offset(at + B as isize), B, true);
+            }
             // SAFETY: offsets `at .. at + nc` are the store view's offsets of output
             // coordinates (r0 + r, c0..c0 + nc), inside the destination buffer, written
             // only by this task; the source does not overlap them.
