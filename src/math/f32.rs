@@ -148,7 +148,8 @@ fn exp_full(x: f32) -> f32 {
     // unmasked softmax before this). NaN compares false and keeps its path.
     let zero = x < -104.0;
     let x = if zero { 0.0 } else { x };
-    let x = clamp_keep_nan(x, -110.0, 100.0);
+    // What is left is NaN or at least -104: only the upper clamp can apply.
+    let x = if x > 100.0 { 100.0 } else { x };
     let (r, b) = exp_reduce(x);
     let (s1, s2) = pow2_pair(b);
     // e^r s1 = s1 + (e^r - 1) s1 rounds like 1 + (e^r - 1) (s1 is a normal

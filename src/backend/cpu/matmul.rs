@@ -447,12 +447,10 @@ unsafe fn widen_row_major<S: Widen>(
                     if hints {
                         let next = elem::<S>(p, first + (TILE as isize) * cs) as usize;
                         let bytes = (rh as isize * rs).unsigned_abs() * size_of::<S>();
-                        for b in (0..bytes).step_by(64) {
-                            super::prefetch::hint(next + b, false);
-                        }
+                        super::prefetch::hint_range(next, bytes, false);
                         let row = c.min(rh - 1) * cols;
                         let at = block[row..].as_ptr() as usize + (c0 + TILE) * 4;
-                        super::prefetch::hint(at, true);
+                        super::prefetch::hint_range(at, 1, true);
                     }
                     for (r, x) in column.iter_mut().enumerate().take(rh) {
                         // SAFETY: element (r0 + r, c0 + c) of the view: in bounds.

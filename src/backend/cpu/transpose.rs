@@ -348,13 +348,10 @@ unsafe fn block_row<T: Copy + Default>(
     }
 }
 
-/// Prefetch hints for the lines of `n` elements from `p` (an address that may lie outside
-/// the buffer: a hint never faults).
+/// Prefetch hints for the lines of `n` elements from `p`.
 #[inline(always)]
 fn hint_lines<T>(p: *const T, n: usize, write: bool) {
-    for k in (0..n * size_of::<T>()).step_by(64) {
-        super::prefetch::hint(p as usize + k, write);
-    }
+    super::prefetch::hint_range(p as usize, n * size_of::<T>(), write);
 }
 
 #[cfg(test)]
