@@ -176,7 +176,7 @@ fn exp_hilo_times(hi: f32, lo: f32, m: f32) -> f32 {
 /// Cody–Waite reduction `x = n ln2 + r` (FMA, two-part `ln 2`), a degree-6
 /// minimax polynomial for `e^r`, and scaling by `2^n` assembled from exponent
 /// bits (split in two factors so that results near overflow and subnormal
-/// results are produced with a single rounding). About 21 vector operations;
+/// results are produced with a single rounding). About 20 vector operations;
 /// arguments below -104 take a zero lane, so `-inf` (a masked position) never
 /// makes the scaling underflow, which is slow on Intel cores.
 ///
