@@ -12,6 +12,7 @@ use crate::error::{KilnError, Result};
 use crate::kernel::{BufferRef, Program, Step};
 use crate::memory::{self, Buffer};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// `KILN_DEBUG` (0 when unset): 1 prints one line per realize, 2 adds one line per kernel.
 pub fn debug_level() -> u8 {
@@ -84,15 +85,57 @@ pub fn run_program(
         }
     }
     // Several steps run on one of rayon's workers: each kernel's parallel loop then starts
-    // on the thread that asks for it (the other workers steal from it while still spinning
-    // from the previous kernel), instead of a non-pool thread handing every kernel over and
-    // sleeping until it is done (two thread wake-ups per kernel). A single step keeps the
-    // caller's thread: its loop hands over at most once either way, and a small one runs
-    // without the pool at all.
+    // on the thread that asks for it, instead of a non-pool thread handing every kernel over
+    // and sleeping until it is done (two thread wake-ups per kernel). The other workers are
+    // kept awake for the run (see `keep_awake`), so a kernel's loop does not wait for one to
+    // be woken. A single step keeps the caller's thread: its loop hands over at most once
+    // either way, and a small one runs without the pool at all.
     if program.steps.len() > 1 {
-        rayon::scope(|_| run_steps(program, inputs, params))
+        let done = AtomicBool::new(false);
+        rayon::scope(|s| {
+            let owner = rayon::current_thread_index();
+            for _ in 1..rayon::current_num_threads() {
+                let done = &done;
+                s.spawn(move |_| keep_awake(done, owner));
+            }
+            let out = run_steps(program, inputs, params);
+            done.store(true, Ordering::Release);
+            out
+        })
     } else {
         run_steps(program, inputs, params)
+    }
+}
+
+/// How long a kept-awake worker spins without finding work before it stops and leaves the
+/// pool's own sleeping to rayon. The gaps between one realize's parallel kernels (small
+/// kernels running on the calling thread) are microseconds; the limit also bounds how long
+/// a worker stays here when it picked this job up while work of its own waits beneath it
+/// (two realizes on two threads at once).
+const IDLE_SPIN: std::time::Duration = std::time::Duration::from_micros(500);
+
+/// Keeps a pool worker busy while one realize runs: it runs whatever work the pool has (each
+/// kernel's parallel loop, stolen as soon as it is offered) and spins in between, instead of
+/// going to sleep between kernels and being woken by a system call when the next one starts.
+/// Measured on 2 cores (Intel Xeon), a char_gpt step's unfused kernels ran ≈ 10% faster.
+/// Returns at once on the thread that owns the realize (it must never wait on itself).
+fn keep_awake(done: &AtomicBool, owner: Option<usize>) {
+    if rayon::current_thread_index() == owner {
+        return;
+    }
+    let mut idle_since = std::time::Instant::now();
+    let mut spins = 0u32;
+    while !done.load(Ordering::Acquire) {
+        if rayon::yield_now() == Some(rayon::Yield::Executed) {
+            spins = 0;
+            idle_since = std::time::Instant::now();
+            continue;
+        }
+        std::hint::spin_loop();
+        spins = spins.wrapping_add(1);
+        if spins.is_multiple_of(64) && idle_since.elapsed() > IDLE_SPIN {
+            return;
+        }
     }
 }
 

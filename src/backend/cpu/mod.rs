@@ -5,9 +5,12 @@
 //!   registers, loop strategy);
 //! * `exec` runs programs (SIMD level picked at run time);
 //! * `ops` holds the typed elementwise and reduction loops, `matmul` the products
-//!   (`small_gemm` the register-blocked kernel for small f32 ones),
+//!   (`small_gemm` the register-blocked kernel for small f32 ones, `blocked_gemm` the
+//!   packed, threaded one for weight gradients and few-row products),
 //!   `transpose` permuted copies block by block.
 
+#[cfg(target_arch = "x86_64")]
+mod blocked_gemm;
 mod exec;
 mod f16c;
 mod lanes;

@@ -139,7 +139,7 @@ unsafe fn pack_rhs(p: &SmallProduct, buf: &mut [f32], np: usize) {
 /// 64-bit interleaves within 128-bit lanes, then two rounds of 128-bit lane shuffles.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-fn transpose16(x: [__m512; 16]) -> [__m512; 16] {
+pub(super) fn transpose16(x: [__m512; 16]) -> [__m512; 16] {
     // t[2i] / t[2i+1]: vectors 2i and 2i+1 interleaved (low / high pairs of each lane).
     let mut t = [_mm512_setzero_ps(); 16];
     for i in 0..8 {
@@ -279,15 +279,20 @@ unsafe fn kernel<const MR: usize, const NV: usize>(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    /// `(lhs, rhs)` filled with a deterministic pattern, read through the given strides.
-    fn check(m: usize, n: usize, k: usize, lhs_t: bool, rhs_t: bool, pad: usize) {
-        if !applies(m, n, k) {
-            return;
-        }
-        // Operand storage with `pad` extra elements per row to make strides uneven.
+    /// Runs `m×k · k×n` through `run` with the operands stored transposed or not (rows
+    /// padded by `pad` elements, so strides are uneven) and filled with a deterministic
+    /// pattern, and compares every element with an f64 sum: within the standard bound for a
+    /// sum of `k` products in f32, γ_k·Σ|a·b|, and nothing written past the output.
+    pub(in crate::backend::cpu) fn check_product(
+        (m, n, k): (usize, usize, usize),
+        lhs_t: bool,
+        rhs_t: bool,
+        pad: usize,
+        run: impl FnOnce(&SmallProduct),
+    ) {
         let (l_rs, l_cs) = if lhs_t {
             (1, (m + pad) as isize)
         } else {
@@ -304,7 +309,7 @@ mod tests {
         let lhs: Vec<f32> = (0..lhs_len).map(val).collect();
         let rhs: Vec<f32> = (0..rhs_len).map(|i| val(i + 13)).collect();
         let mut out = vec![f32::NAN; m * n + 16];
-        let p = SmallProduct {
+        run(&SmallProduct {
             out: out.as_mut_ptr(),
             lhs: lhs.as_ptr(),
             l_rs,
@@ -315,13 +320,10 @@ mod tests {
             m,
             n,
             k,
-        };
-        // SAFETY: the buffers hold every element the strides address.
-        unsafe { run(&p) };
+        });
         for i in 0..m {
             for j in 0..n {
-                let mut exact = 0f64;
-                let mut mag = 0f64;
+                let (mut exact, mut mag) = (0f64, 0f64);
                 for t in 0..k {
                     let a = lhs[(i as isize * l_rs + t as isize * l_cs) as usize] as f64;
                     let b = rhs[(t as isize * r_rs + j as isize * r_cs) as usize] as f64;
@@ -329,14 +331,26 @@ mod tests {
                     mag += (a * b).abs();
                 }
                 let got = out[i * n + j] as f64;
+                let bound = 1.01 * k as f64 * f32::EPSILON as f64 / 2.0 * mag;
                 assert!(
-                    (got - exact).abs() <= 1e-6 * mag + 1e-30,
+                    (got - exact).abs() <= bound + 1e-30,
                     "{m}×{k}·{k}×{n} lhs_t={lhs_t} rhs_t={rhs_t} at ({i}, {j}): {got} vs {exact}"
                 );
             }
         }
-        // Nothing past the m × n output is written.
-        assert!(out[m * n..].iter().all(|x| x.is_nan()));
+        assert!(
+            out[m * n..].iter().all(|x| x.is_nan()),
+            "wrote past the output"
+        );
+    }
+
+    fn check(m: usize, n: usize, k: usize, lhs_t: bool, rhs_t: bool, pad: usize) {
+        if !applies(m, n, k) {
+            return;
+        }
+        // SAFETY: the harness's buffers hold every element the strides address; `applies`
+        // holds.
+        check_product((m, n, k), lhs_t, rhs_t, pad, |p| unsafe { run(p) });
     }
 
     #[test]

@@ -1,0 +1,378 @@
+//! f32 products whose shape `gemm` runs below its rate, with an AVX-512 kernel that owns
+//! its blocking and threading: weight gradients (`xᵀ · g` over many tokens: a depth of
+//! 2048 over a 128 × 512 output) and products with few rows. Measured on 2 Intel Xeon
+//! cores, medians of 20 runs alternating with `gemm` in one process (warm caches): the
+//! char_gpt weight gradients 512×2048·2048×128 1.146 → 0.917 ms, 128×2048·2048×512
+//! 1.202 → 1.016, 384×2048·2048×128 0.857 → 0.758, 128×2048·2048×128 0.372 → 0.283,
+//! 65×2048·2048×128 0.204 → 0.136; 64×1024·1024×1024 0.844 → 0.736; 100×300·300×1000
+//! 0.764 → 0.256. `gemm` stays faster on large square products (1024³ 5.81 vs 6.82 ms) and
+//! on deep products with many rows (2048×512·512×128 0.80 vs 0.88 ms), which keep it.
+//!
+//! Blocking: the right operand is copied, `KC` rows of depth at a time, into panels of
+//! `KC × 64` (row-major, columns past `n` zero), each 32 KiB, so a panel stays in L1 while
+//! the kernel walks down the rows of the left operand. The left operand is not copied: the
+//! kernel broadcasts its elements through their strides, six rows at a time, so a row-major
+//! left operand is six sequential streams and a column-major one (a weight gradient's `xᵀ`)
+//! one stream of six consecutive elements. A 6 × 64 block of the output stays in 24
+//! registers for the panel's depth (24 FMAs per four vector loads and six broadcasts), and is
+//! loaded again for the next depth block, so every output element is one chain of FMAs over
+//! the depth in order, as in `gemm`'s kernels.
+//!
+//! Threads: a product with a long depth over a small output is split along the depth, each
+//! thread summing its part into its own block (the first into the output), and the blocks
+//! are added at the end; any other product splits its output rows, each thread packing the
+//! right operand for itself (a panel block is at most `KC × NC`, 256 KiB).
+
+use super::prefetch;
+use super::small_gemm::{SmallProduct as Product, transpose16};
+use crate::error::Result;
+use crate::memory::{self, Buffer};
+use rayon::prelude::*;
+
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
+
+/// Output rows per kernel call.
+const MR: usize = 6;
+/// Output columns per panel: four 16-lane vectors.
+const NR: usize = 64;
+/// Depth per panel block: a `KC × NR` panel is 32 KiB, resident in L1.
+const KC: usize = 128;
+/// Columns per packed block (`KC × NC` f32 = 256 KiB, resident in L2).
+const NC: usize = 512;
+/// Rows walked per panel before the next panel (their left-operand rows stay in L2).
+const MC: usize = 96;
+
+/// Whether an f32 product of this size runs through [`run`] on `threads` threads: AVX-512
+/// in use, at least two threads, and a shape where it measured faster than `gemm` (module
+/// docs): a long depth over a small output (split along the depth), or fewer than 128 rows.
+pub(super) fn applies(m: usize, n: usize, k: usize, threads: usize) -> bool {
+    super::exec::simd_level() == "avx512"
+        && threads > 1
+        && m.min(n).min(k) >= 16
+        && (splits_depth(m, n, k) || m < 128)
+}
+
+/// Whether a product is split between threads along the depth: a long depth (at least four
+/// times the larger output side) over an output of at most 512 × 512.
+fn splits_depth(m: usize, n: usize, k: usize) -> bool {
+    k >= 4 * m.max(n) && m * n <= 512 * 512
+}
+
+/// Computes `p.out = p.lhs @ p.rhs` on up to `threads` threads.
+///
+/// # Safety
+/// [`applies`] holds for `(p.m, p.n, p.k)`; every element `lhs + i·l_rs + j·l_cs`
+/// (`i < m`, `j < k`) and `rhs + i·r_rs + j·r_cs` (`i < k`, `j < n`) is readable; the `m·n`
+/// elements from `out` (row-major, row stride `n`) are writable and overlap neither operand.
+pub(super) unsafe fn run(p: &Product, threads: usize) -> Result<()> {
+    let threads = threads.max(1);
+    if threads > 1 && splits_depth(p.m, p.n, p.k) {
+        let parts = threads.min(p.k / KC).max(1);
+        let per = p.k.div_ceil(parts).next_multiple_of(KC);
+        let partials: Vec<Buffer> = (1..parts)
+            .map(|_| memory::alloc_host(p.m * p.n * 4))
+            .collect::<Result<_>>()?;
+        let outs: Vec<usize> = std::iter::once(p.out as usize)
+            .chain(partials.iter().map(|b| b.host_ptr() as usize))
+            .collect();
+        let q = SendProduct(*p);
+        (0..parts).into_par_iter().for_each(|t| {
+            let p = q.get();
+            let (k0, k1) = ((t * per).min(p.k), ((t + 1) * per).min(p.k));
+            let part = Product {
+                out: outs[t] as *mut f32,
+                lhs: p.lhs.wrapping_offset(k0 as isize * p.l_cs),
+                rhs: p.rhs.wrapping_offset(k0 as isize * p.r_rs),
+                k: k1 - k0,
+                ..*p
+            };
+            // SAFETY: depth `[k0, k1)` of the caller's operands; `outs[t]` is this part's
+            // own m × n block (the caller's output or a fresh partial buffer).
+            unsafe { rows(&part, 0, p.m) };
+        });
+        // SAFETY: the caller's output holds m·n f32s and no other reference to it lives.
+        let out = unsafe { std::slice::from_raw_parts_mut(p.out, p.m * p.n) };
+        let sums: Vec<&[f32]> = partials
+            .iter()
+            // SAFETY: each partial holds m·n f32s written above; nothing writes them now.
+            .map(|b| unsafe { std::slice::from_raw_parts(b.host_ptr().cast::<f32>(), p.m * p.n) })
+            .collect();
+        const GRAIN: usize = 1 << 14;
+        out.par_chunks_mut(GRAIN).enumerate().for_each(|(i, o)| {
+            for s in &sums {
+                for (x, y) in o.iter_mut().zip(&s[i * GRAIN..]) {
+                    *x += *y;
+                }
+            }
+        });
+        return Ok(());
+    }
+    let parts = threads.min(p.m.div_ceil(MR * 4)).max(1);
+    let per = p.m.div_ceil(parts).next_multiple_of(MR);
+    if parts == 1 {
+        // SAFETY: the caller's contract, all rows.
+        unsafe { rows(p, 0, p.m) };
+    } else {
+        let q = SendProduct(*p);
+        (0..parts).into_par_iter().for_each(|t| {
+            let m = q.get().m;
+            let (i0, i1) = ((t * per).min(m), ((t + 1) * per).min(m));
+            // SAFETY: the caller's contract; the row ranges are disjoint, so no output
+            // element is written by two threads.
+            unsafe { rows(q.get(), i0, i1) };
+        });
+    }
+    Ok(())
+}
+
+/// A product shared by the threads of one call.
+struct SendProduct(Product);
+
+impl SendProduct {
+    /// The product (a method, so closures capture the `Sync` wrapper, not the field).
+    fn get(&self) -> &Product {
+        &self.0
+    }
+}
+// SAFETY: the pointers are only dereferenced under `run`'s contract, each thread writing
+// its own output rows.
+unsafe impl Sync for SendProduct {}
+
+thread_local! {
+    /// Packed right-operand panels, one block per thread.
+    static PANELS: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Output rows `[i0, i1)` of `p` on this thread.
+///
+/// # Safety
+/// As for [`run`], AVX-512F available, `i0 ≤ i1 ≤ m`.
+unsafe fn rows(p: &Product, i0: usize, i1: usize) {
+    if i0 >= i1 {
+        return;
+    }
+    PANELS.with(|cell| {
+        let mut buf = cell.borrow_mut();
+        let need = KC * NC.min(p.n.next_multiple_of(NR));
+        if buf.len() < need {
+            buf.resize(need, 0.0);
+        }
+        for j0 in (0..p.n).step_by(NC) {
+            let nc = NC.min(p.n - j0);
+            let panels = nc.div_ceil(NR);
+            for d0 in (0..p.k).step_by(KC) {
+                let kc = KC.min(p.k - d0);
+                // SAFETY: rows `[d0, d0 + kc)`, columns `[j0, j0 + nc)` of the right
+                // operand are readable; `buf` holds `panels · kc · NR` f32s.
+                unsafe { pack_panels(p, d0, kc, j0, nc, &mut buf) };
+                for r0 in (i0..i1).step_by(MC) {
+                    let r1 = (r0 + MC).min(i1);
+                    for pn in 0..panels {
+                        let cols = NR.min(nc - pn * NR);
+                        let panel = buf[pn * kc * NR..].as_ptr();
+                        let mut r = r0;
+                        while r < r1 {
+                            let nr = MR.min(r1 - r);
+                            let tile = Tile {
+                                a: p.lhs
+                                    .wrapping_offset(r as isize * p.l_rs + d0 as isize * p.l_cs),
+                                l_rs: p.l_rs,
+                                l_cs: p.l_cs,
+                                b: panel,
+                                c: p.out.wrapping_add(r * p.n + j0 + pn * NR),
+                                ldc: p.n,
+                                kc,
+                                rows: nr,
+                                cols,
+                                accumulate: d0 > 0,
+                            };
+                            // SAFETY: rows `[r, r + nr)` and depth `[d0, d0 + kc)` of the
+                            // left operand are readable; the panel holds `kc × 64`; the
+                            // output tile lies inside this thread's rows.
+                            unsafe { kernel(&tile) };
+                            r += nr;
+                        }
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// Copies rows `[d0, d0 + kc)`, columns `[j0, j0 + nc)` of the right operand into panels of
+/// `kc × NR` (row-major, columns past `nc` zero). A unit-row-stride operand (`x @ w.t()`)
+/// goes through 16 × 16 register transposes; a row-major one is copied row by row.
+///
+/// # Safety
+/// As for [`run`] for those elements; `buf.len() ≥ nc.div_ceil(NR) · kc · NR`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn pack_panels(p: &Product, d0: usize, kc: usize, j0: usize, nc: usize, buf: &mut [f32]) {
+    let at = |i: usize, j: usize| {
+        p.rhs
+            .wrapping_offset((d0 + i) as isize * p.r_rs + (j0 + j) as isize * p.r_cs)
+    };
+    let panels = nc.div_ceil(NR);
+    for pn in 0..panels {
+        let cols = NR.min(nc - pn * NR);
+        let panel = &mut buf[pn * kc * NR..(pn + 1) * kc * NR];
+        let c0 = pn * NR;
+        if p.r_cs == 1 {
+            for (i, row) in panel.chunks_exact_mut(NR).enumerate() {
+                // SAFETY: element (d0 + i, j0 + c0 + j) for j < cols: readable.
+                let src = unsafe { std::slice::from_raw_parts(at(i, c0), cols) };
+                row[..cols].copy_from_slice(src);
+                row[cols..].fill(0.0);
+            }
+            continue;
+        }
+        let (full_i, full_j) = if p.r_rs == 1 {
+            (kc / 16 * 16, cols / 16 * 16)
+        } else {
+            (0, 0)
+        };
+        for jb in (0..full_j).step_by(16) {
+            for ib in (0..full_i).step_by(16) {
+                let mut v = [_mm512_setzero_ps(); 16];
+                for (c, x) in v.iter_mut().enumerate() {
+                    // SAFETY: elements (d0 + ib .. + 16, column c0 + jb + c), contiguous
+                    // (row stride 1), readable.
+                    *x = unsafe { _mm512_loadu_ps(at(ib, c0 + jb + c)) };
+                }
+                for (r, x) in transpose16(v).iter().enumerate() {
+                    let dst = &mut panel[(ib + r) * NR + jb..(ib + r) * NR + jb + 16];
+                    // SAFETY: `dst` is 16 writable f32s.
+                    unsafe { _mm512_storeu_ps(dst.as_mut_ptr(), *x) };
+                }
+            }
+        }
+        for (i, row) in panel.chunks_exact_mut(NR).enumerate() {
+            let from = if i < full_i { full_j } else { 0 };
+            for (j, x) in row.iter_mut().enumerate().skip(from) {
+                // SAFETY: element (d0 + i, j0 + c0 + j) for j < cols: readable.
+                *x = if j < cols {
+                    unsafe { *at(i, c0 + j) }
+                } else {
+                    0.0
+                };
+            }
+        }
+    }
+}
+
+/// One kernel call: `rows × cols` of the output at `c` (row stride `ldc`) gets (or, with
+/// `accumulate`, adds) `a · b` over `kc` depth steps.
+struct Tile {
+    /// Left operand at (first row, first depth step), read through `l_rs`/`l_cs`.
+    a: *const f32,
+    l_rs: isize,
+    l_cs: isize,
+    /// A packed `kc × NR` panel.
+    b: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    kc: usize,
+    rows: usize,
+    cols: usize,
+    accumulate: bool,
+}
+
+/// The 6 × 64 register kernel (fewer rows or columns through masks).
+///
+/// # Safety
+/// AVX-512F is available; `rows ≤ MR`, `cols ≤ NR`; the left operand's `rows × kc`
+/// elements and the panel's `kc × NR` are readable; the output's `rows × cols` elements
+/// are writable (and readable with `accumulate`).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn kernel(t: &Tile) {
+    let mut masks = [0 as __mmask16; 4];
+    for (v, m) in masks.iter_mut().enumerate() {
+        let lanes = t.cols.saturating_sub(16 * v).min(16);
+        *m = ((1u32 << lanes) - 1) as __mmask16;
+    }
+    let mut acc = [[_mm512_setzero_ps(); 4]; MR];
+    if t.accumulate {
+        for (r, row) in acc.iter_mut().enumerate().take(t.rows) {
+            for (v, x) in row.iter_mut().enumerate() {
+                // SAFETY: row r < rows, the masked lanes are columns < cols.
+                *x = unsafe { _mm512_maskz_loadu_ps(masks[v], t.c.add(r * t.ldc + 16 * v)) };
+            }
+        }
+    } else {
+        for r in 0..t.rows {
+            let row = t.c.wrapping_add(r * t.ldc) as usize;
+            prefetch::hint_range(row, t.cols * 4, true);
+        }
+    }
+    // Rows past `rows` read row 0 again (their sums are never stored).
+    let mut a = [t.a; MR];
+    for (r, x) in a.iter_mut().enumerate() {
+        if r < t.rows {
+            *x = t.a.wrapping_offset(r as isize * t.l_rs);
+        }
+    }
+    for d in 0..t.kc {
+        // SAFETY: panel row d < kc, 64 f32s.
+        let b = unsafe {
+            let row = t.b.add(d * NR);
+            [
+                _mm512_loadu_ps(row),
+                _mm512_loadu_ps(row.add(16)),
+                _mm512_loadu_ps(row.add(32)),
+                _mm512_loadu_ps(row.add(48)),
+            ]
+        };
+        let off = d as isize * t.l_cs;
+        for r in 0..MR {
+            // SAFETY: element (row r or 0, depth d) of the left operand: readable.
+            let x = _mm512_set1_ps(unsafe { *a[r].offset(off) });
+            for v in 0..4 {
+                acc[r][v] = _mm512_fmadd_ps(x, b[v], acc[r][v]);
+            }
+        }
+    }
+    for (r, row) in acc.iter().enumerate().take(t.rows) {
+        for (v, x) in row.iter().enumerate() {
+            // SAFETY: row r < rows, the masked lanes are columns < cols.
+            unsafe { _mm512_mask_storeu_ps(t.c.add(r * t.ldc + 16 * v), masks[v], *x) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::cpu::small_gemm::tests::check_product;
+
+    #[test]
+    fn blocked_products_match_f64_for_every_layout_edge_and_split() {
+        if super::super::exec::simd_level() != "avx512" {
+            return;
+        }
+        for &(m, n, k) in &[
+            (16, 16, 16),
+            (96, 64, 128),
+            (97, 65, 129),
+            (13, 130, 300),
+            (200, 17, 40),
+            (64, 600, 257),
+            (31, 47, 1100),
+            (128, 96, 2048),
+            (40, 200, 1000),
+        ] {
+            for lhs_t in [false, true] {
+                for rhs_t in [false, true] {
+                    for (pad, threads) in [(0, 1), (3, 2), (0, 3)] {
+                        check_product((m, n, k), lhs_t, rhs_t, pad, |p| {
+                            // SAFETY: the harness's buffers hold every element the strides
+                            // address; AVX-512 is checked above.
+                            unsafe { run(p, threads) }.expect("partial sums' memory")
+                        });
+                    }
+                }
+            }
+        }
+    }
+}
