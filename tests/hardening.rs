@@ -231,3 +231,43 @@ fn reducing_an_empty_axis_without_identity_names_the_dimension() {
     // Over the non-empty axis it is fine (three empty rows... of zero rows).
     assert_eq!(x.max(1).shape(), &[0]);
 }
+
+/// A graph of several kernels (a product, elementwise work, reductions), its result.
+fn several_kernels(seed: u64) -> Vec<f32> {
+    // Large enough that every kernel splits its work across the pool.
+    let a = Tensor::randn_seeded([384, 256], seed);
+    let b = Tensor::randn_seeded([256, 192], seed + 1);
+    let y = (a.matmul(&b).tanh() * 2.0).sum(1) + a.exp().mean(1).sum(..);
+    y.to_vec::<f32>().expect("realize")
+}
+
+#[test]
+fn realizes_from_many_threads_and_from_inside_the_pool_all_finish_with_the_same_values() {
+    // Each realize keeps the pool's other workers busy while it runs; realizes started at
+    // once from several threads, and from inside the pool, must neither deadlock nor mix
+    // up their values.
+    use rayon::prelude::*;
+    let expected: Vec<Vec<f32>> = (0..4).map(several_kernels).collect();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let want = expected.clone();
+    std::thread::spawn(move || {
+        std::thread::scope(|s| {
+            for t in 0..4u64 {
+                let want = &want;
+                s.spawn(move || {
+                    for _ in 0..200 {
+                        assert_eq!(several_kernels(t), want[t as usize]);
+                    }
+                });
+            }
+            (0..256u64).into_par_iter().for_each(|i| {
+                assert_eq!(several_kernels(i % 4), want[(i % 4) as usize]);
+            });
+        });
+        tx.send(()).ok();
+    });
+    // A generous guard, so a deadlock fails the test instead of hanging the suite.
+    rx.recv_timeout(std::time::Duration::from_secs(300))
+        .expect("concurrent realizes finished");
+    assert_eq!(expected.len(), 4);
+}
