@@ -68,8 +68,12 @@ fn splits_depth(m: usize, n: usize, k: usize) -> bool {
 pub(super) unsafe fn run(p: &Product, threads: usize) -> Result<()> {
     let threads = threads.max(1);
     if threads > 1 && splits_depth(p.m, p.n, p.k) {
-        let parts = threads.min(p.k / KC).max(1);
-        let per = p.k.div_ceil(parts).next_multiple_of(KC);
+        // Whole depth blocks per part; rounding up can leave fewer parts than threads, and
+        // every part must be non-empty (a part writes its whole block only if it has depth).
+        let per =
+            p.k.div_ceil(threads.min(p.k / KC).max(1))
+                .next_multiple_of(KC);
+        let parts = p.k.div_ceil(per);
         let partials: Vec<Buffer> = (1..parts)
             .map(|_| memory::alloc_host(p.m * p.n * 4))
             .collect::<Result<_>>()?;
@@ -361,6 +365,7 @@ mod tests {
             (31, 47, 1100),
             (128, 96, 2048),
             (40, 200, 1000),
+            (20, 40, 385),
         ] {
             for lhs_t in [false, true] {
                 for rhs_t in [false, true] {
