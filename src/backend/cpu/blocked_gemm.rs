@@ -23,10 +23,10 @@
 //! are added at the end; any other product splits its output rows, each thread packing the
 //! right operand for itself (a panel block is at most `KC × NC`, 256 KiB).
 
+use super::matmul::Scratch;
 use super::prefetch;
 use super::small_gemm::{SmallProduct as Product, transpose16};
 use crate::error::Result;
-use crate::memory::{self, Buffer};
 use rayon::prelude::*;
 
 #[cfg(target_arch = "x86_64")]
@@ -68,65 +68,66 @@ fn splits_depth(m: usize, n: usize, k: usize) -> bool {
 pub(super) unsafe fn run(p: &Product, threads: usize) -> Result<()> {
     let threads = threads.max(1);
     if threads > 1 && splits_depth(p.m, p.n, p.k) {
-        // Whole depth blocks per part; rounding up can leave fewer parts than threads, and
-        // every part must be non-empty (a part writes its whole block only if it has depth).
-        let per =
-            p.k.div_ceil(threads.min(p.k / KC).max(1))
-                .next_multiple_of(KC);
-        let parts = p.k.div_ceil(per);
-        let partials: Vec<Buffer> = (1..parts)
-            .map(|_| memory::alloc_host(p.m * p.n * 4))
-            .collect::<Result<_>>()?;
-        let outs: Vec<usize> = std::iter::once(p.out as usize)
-            .chain(partials.iter().map(|b| b.host_ptr() as usize))
-            .collect();
-        let q = SendProduct(*p);
-        (0..parts).into_par_iter().for_each(|t| {
-            let p = q.get();
-            let (k0, k1) = ((t * per).min(p.k), ((t + 1) * per).min(p.k));
-            let part = Product {
-                out: outs[t] as *mut f32,
-                lhs: p.lhs.wrapping_offset(k0 as isize * p.l_cs),
-                rhs: p.rhs.wrapping_offset(k0 as isize * p.r_rs),
-                k: k1 - k0,
-                ..*p
-            };
-            // SAFETY: depth `[k0, k1)` of the caller's operands; `outs[t]` is this part's
-            // own m × n block (the caller's output or a fresh partial buffer).
-            unsafe { rows(&part, 0, p.m) };
-        });
-        // SAFETY: the caller's output holds m·n f32s and no other reference to it lives.
-        let out = unsafe { std::slice::from_raw_parts_mut(p.out, p.m * p.n) };
-        let sums: Vec<&[f32]> = partials
-            .iter()
-            // SAFETY: each partial holds m·n f32s written above; nothing writes them now.
-            .map(|b| unsafe { std::slice::from_raw_parts(b.host_ptr().cast::<f32>(), p.m * p.n) })
-            .collect();
-        const GRAIN: usize = 1 << 14;
-        out.par_chunks_mut(GRAIN).enumerate().for_each(|(i, o)| {
-            for s in &sums {
-                for (x, y) in o.iter_mut().zip(&s[i * GRAIN..]) {
-                    *x += *y;
-                }
-            }
-        });
-        return Ok(());
+        // SAFETY: the caller's contract.
+        return unsafe { depth_split(p, threads) };
     }
+    // Rows in multiples of `MR` per thread (a range may come out empty: `rows` skips it).
     let parts = threads.min(p.m.div_ceil(MR * 4)).max(1);
     let per = p.m.div_ceil(parts).next_multiple_of(MR);
-    if parts == 1 {
-        // SAFETY: the caller's contract, all rows.
-        unsafe { rows(p, 0, p.m) };
-    } else {
-        let q = SendProduct(*p);
-        (0..parts).into_par_iter().for_each(|t| {
-            let m = q.get().m;
-            let (i0, i1) = ((t * per).min(m), ((t + 1) * per).min(m));
-            // SAFETY: the caller's contract; the row ranges are disjoint, so no output
-            // element is written by two threads.
-            unsafe { rows(q.get(), i0, i1) };
-        });
-    }
+    let q = SendProduct(*p);
+    (0..parts).into_par_iter().for_each(|t| {
+        let m = q.get().m;
+        let (i0, i1) = ((t * per).min(m), ((t + 1) * per).min(m));
+        // SAFETY: the caller's contract; the row ranges are disjoint, so no output element
+        // is written by two threads.
+        unsafe { rows(q.get(), i0, i1) };
+    });
+    Ok(())
+}
+
+/// [`run`] for a long depth: each thread sums whole depth blocks into its own m × n block
+/// (the first into the output, the others into scratch), then the blocks are added.
+///
+/// # Safety
+/// As for [`run`].
+unsafe fn depth_split(p: &Product, threads: usize) -> Result<()> {
+    // Whole depth blocks per part; rounding up can leave fewer parts than threads, and every
+    // part must be non-empty (a part writes its whole block only if it has depth).
+    let per =
+        p.k.div_ceil(threads.min(p.k / KC).max(1))
+            .next_multiple_of(KC);
+    let parts = p.k.div_ceil(per);
+    let partials: Vec<Scratch> = (1..parts)
+        .map(|_| Scratch::new(p.m * p.n))
+        .collect::<Result<_>>()?;
+    let outs: Vec<usize> = std::iter::once(p.out as usize)
+        .chain(partials.iter().map(|b| b.arg().ptr as usize))
+        .collect();
+    let q = SendProduct(*p);
+    (0..parts).into_par_iter().for_each(|t| {
+        let p = q.get();
+        let (k0, k1) = ((t * per).min(p.k), ((t + 1) * per).min(p.k));
+        let part = Product {
+            out: outs[t] as *mut f32,
+            lhs: p.lhs.wrapping_offset(k0 as isize * p.l_cs),
+            rhs: p.rhs.wrapping_offset(k0 as isize * p.r_rs),
+            k: k1 - k0,
+            ..*p
+        };
+        // SAFETY: depth `[k0, k1)` of the caller's operands; `outs[t]` is this part's own
+        // m × n block (the caller's output or its scratch block).
+        unsafe { rows(&part, 0, p.m) };
+    });
+    // SAFETY: the caller's output holds m·n f32s and no other reference to it lives.
+    let out = unsafe { std::slice::from_raw_parts_mut(p.out, p.m * p.n) };
+    const GRAIN: usize = 1 << 14;
+    out.par_chunks_mut(GRAIN).enumerate().for_each(|(i, o)| {
+        for s in &partials {
+            for (x, y) in o.iter_mut().zip(&s.as_slice()[i * GRAIN..]) {
+                *x += *y;
+            }
+        }
+    });
     Ok(())
 }
 

@@ -273,12 +273,10 @@ const MIN_DEPTH_FOR_RHS_COPY: usize = 256;
 /// # Safety
 /// As for [`gemm_typed`].
 unsafe fn f32_gemm(g: Gemm, par: gemm::Parallelism) -> Result<()> {
-    let threads = match par {
-        gemm::Parallelism::Rayon(t) => t,
-        _ => 1,
-    };
     #[cfg(target_arch = "x86_64")]
-    if super::blocked_gemm::applies(g.m, g.n, g.k, threads) {
+    if let gemm::Parallelism::Rayon(threads) = par
+        && super::blocked_gemm::applies(g.m, g.n, g.k, threads)
+    {
         let p = g.f32_product();
         // SAFETY: the caller's contract: operands in bounds for their strides, the m × n
         // output block this product's alone; `applies` holds.
@@ -389,15 +387,21 @@ impl HalfFloat for bf16 {
 
 /// Temporary f32 storage from the host caching allocator: a repeated product gets the same
 /// block back instead of faulting in fresh pages on every call.
-struct Scratch {
+pub(super) struct Scratch {
     buf: Buffer,
     len: usize,
 }
 
 impl Scratch {
-    fn new(len: usize) -> Result<Self> {
+    pub(super) fn new(len: usize) -> Result<Self> {
         let buf = memory::alloc_host(len * std::mem::size_of::<f32>())?;
         Ok(Self { buf, len })
+    }
+
+    /// The `len` f32s, read-only.
+    pub(super) fn as_slice(&self) -> &[f32] {
+        // SAFETY: as for `as_mut_slice`; `&self` allows no writer through this value.
+        unsafe { std::slice::from_raw_parts(self.buf.host_ptr().cast::<f32>(), self.len) }
     }
 
     fn as_mut_slice(&mut self) -> &mut [f32] {
@@ -406,7 +410,7 @@ impl Scratch {
         unsafe { std::slice::from_raw_parts_mut(self.buf.host_ptr().cast::<f32>(), self.len) }
     }
 
-    fn arg(&self) -> ArgPtr {
+    pub(super) fn arg(&self) -> ArgPtr {
         ArgPtr {
             ptr: self.buf.host_ptr(),
         }
