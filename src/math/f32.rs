@@ -53,27 +53,27 @@ const MAGIC: f32 = 12_582_912.0;
 /// integer `n` that `t = v + MAGIC_P254` rounds `v` to, the low 9 bits of
 /// `t.to_bits()` hold `254 + n` (for `-254 <= n <= 257`), from which
 /// [`pow2_pair`] builds `2^n` with three integer operations.
-const MAGIC_P254: f32 = MAGIC + 254.0;
+pub(crate) const MAGIC_P254: f32 = MAGIC + 254.0;
 /// `2^23`: the same trick for non-negative `v < 2^23`.
 const TWO_23: f32 = 8_388_608.0;
 
 const SIGN_MASK: u32 = 0x8000_0000;
 
 /// `log2(e)` rounded to `f32`.
-const LOG2_E: f32 = core::f32::consts::LOG2_E;
+pub(crate) const LOG2_E: f32 = core::f32::consts::LOG2_E;
 /// `ln 2 = LN2_HI + LN2_LO` (the high part is `ln 2` rounded to `f32`; with
 /// FMA, `x - n * LN2_HI` is exact for the `n` that occur here).
-const LN2_HI: f32 = core::f32::consts::LN_2;
-const LN2_LO: f32 = -1.904_654_2e-9;
+pub(crate) const LN2_HI: f32 = core::f32::consts::LN_2;
+pub(crate) const LN2_LO: f32 = -1.904_654_2e-9;
 
 // exp(r) ~ 1 + r + r^2 * (E2 + E3 r + E4 r^2 + E5 r^3 + E6 r^4) on
 // [-ln2/2, ln2/2]; minimax for relative error (3.3e-9 with these f32
 // coefficients).
-const E2: f32 = 0.499_999_94;
-const E3: f32 = 0.166_665_15;
-const E4: f32 = 0.041_668_087;
-const E5: f32 = 0.008_369_298;
-const E6: f32 = 0.001_383_828_2;
+pub(crate) const E2: f32 = 0.499_999_94;
+pub(crate) const E3: f32 = 0.166_665_15;
+pub(crate) const E4: f32 = 0.041_668_087;
+pub(crate) const E5: f32 = 0.008_369_298;
+pub(crate) const E6: f32 = 0.001_383_828_2;
 
 // ---------------------------------------------------------------------------
 // exp

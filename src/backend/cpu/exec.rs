@@ -18,7 +18,7 @@ use crate::dtype::Scalar;
 use crate::dtype::{ComputeType, DType};
 use crate::kernel::IrOp;
 use crate::kernel::Level;
-use crate::ops::{GenKind, ReduceOp, seed_of};
+use crate::ops::{GenKind, ReduceOp, UnaryOp, seed_of};
 use crate::ops::{Num, Scal};
 use crate::random;
 use rayon::prelude::*;
@@ -308,6 +308,9 @@ fn run_packed_rows(prog: &CpuKernel, env: &Env<'_>) {
             }
             cell.replace(m.regs);
         });
+        if prog.streams {
+            super::stream::fence();
+        }
     });
 }
 
@@ -505,6 +508,9 @@ fn items_impl(prog: &CpuKernel, env: &Env<'_>, items: &Items, lo: usize, hi: usi
         SAVED.with(|c| c.replace(std::mem::take(&mut m.saved)));
         cell.replace(m.regs);
     });
+    if prog.streams {
+        super::stream::fence();
+    }
 }
 
 struct Machine<'p> {
@@ -1269,16 +1275,25 @@ impl<'p> Machine<'p> {
                 let Some(pr) = p.pair else { return };
                 let mut out = std::mem::take(&mut self.regs[reg]);
                 let (x, y) = (self.fetch::<f32>(pr.x), self.fetch::<f32>(pr.y));
-                ops::unary_of_pair(*op, pr.inner, x, y, out_slice!(f32, &mut out));
+                let o = out_slice!(f32, &mut out);
+                if !(*op == UnaryOp::Exp && super::vexp::exp_of_pair(pr.inner, x, y, o)) {
+                    ops::unary_of_pair(*op, pr.inner, x, y, o);
+                }
                 done(self, out);
             }
             IrOp::Unary(op, a) => {
                 let (op, a) = (*op, *a);
                 let mut out = std::mem::take(&mut self.regs[reg]);
-                with_ct!(p.ct(), T => {
-                    let src = self.fetch::<T>(a);
-                    ops::unary::<T>(op, src, out_slice!(T, &mut out));
-                });
+                // f32 `exp` at AVX-512: `vscalefps` (the same bits, fewer instructions).
+                let fast_exp = op == UnaryOp::Exp
+                    && p.ct() == ComputeType::F32
+                    && super::vexp::exp_run(self.fetch::<f32>(a), out_slice!(f32, &mut out));
+                if !fast_exp {
+                    with_ct!(p.ct(), T => {
+                        let src = self.fetch::<T>(a);
+                        ops::unary::<T>(op, src, out_slice!(T, &mut out));
+                    });
+                }
                 round_half(dtype, &mut out, n);
                 done(self, out);
             }
@@ -1374,6 +1389,19 @@ impl<'p> Machine<'p> {
         let stride = view.strides[ax];
         let n = self.n;
         let dtype = p.dtype;
+        if p.stream
+            && stride == 1
+            && let Src::Slice(v) = self.fetch::<f32>(*src)
+        {
+            // A streaming store (`plan_streams`): f32, unit stride, no mask; in a packed run
+            // the rows follow each other, so the run is one contiguous stretch.
+            let dst = a.ptr.wrapping_offset(base * 4) as *mut f32;
+            // SAFETY: the store view is injective and inside the buffer (checked before
+            // the run), the run's `n` elements are contiguous there, and this item is
+            // their only writer; no reference to them exists.
+            unsafe { super::stream::store_f32(dst, &v[..n]) };
+            return;
+        }
         if let Some((_, segs)) = self.pack {
             // Packed run: one strided store if consecutive rows follow each other, else one
             // per row segment.

@@ -20,7 +20,9 @@ mod prefetch;
 mod program;
 mod scatter;
 mod small_gemm;
+mod stream;
 mod transpose;
+mod vexp;
 
 pub use exec::simd_level;
 

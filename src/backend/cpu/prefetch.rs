@@ -89,13 +89,24 @@ impl NextRun {
     #[inline(always)]
     fn issue(&mut self, mut lines: usize) {
         for p in &mut self.q {
-            while p.left > 0 && lines > 0 {
-                hint(p.at, p.write);
-                self.issued += 1;
-                p.at = p.at.wrapping_add(LINE);
-                p.left = p.left.saturating_sub(LINE);
-                lines -= 1;
+            if p.left == 0 || lines == 0 {
+                continue;
             }
+            // One tight loop per range (the write flag and the counters outside it).
+            let count = p.left.div_ceil(LINE).min(lines);
+            if p.write {
+                for k in 0..count {
+                    hint(p.at.wrapping_add(k * LINE), true);
+                }
+            } else {
+                for k in 0..count {
+                    hint(p.at.wrapping_add(k * LINE), false);
+                }
+            }
+            self.issued += count;
+            p.at = p.at.wrapping_add(count * LINE);
+            p.left = p.left.saturating_sub(count * LINE);
+            lines -= count;
         }
     }
 }

@@ -85,6 +85,8 @@ pub(crate) struct PInstr {
     /// An f32 value saved for later passes (see [`plan_reuse`]) that its pass computes
     /// straight into the saved buffer instead of a register copied there.
     pub save_direct: bool,
+    /// A `Store` written with non-temporal (streaming) stores: see [`plan_streams`].
+    pub stream: bool,
 }
 
 /// Two f32 ops evaluated in one loop: a binary `outer(inner(x, y), z)` (or
@@ -171,6 +173,8 @@ pub(crate) struct CpuKernel {
     pub exp_reg: Vec<usize>,
     /// Packed runs: a register sources are read into one row segment at a time.
     pub scratch_reg: usize,
+    /// Some store streams ([`PInstr::stream`]): each task ends with a store fence.
+    pub streams: bool,
 }
 
 impl CpuKernel {
@@ -273,6 +277,7 @@ pub(crate) fn compile(k: &Kernel, in_place: &[usize]) -> CpuKernel {
                 stored_by_src: false,
                 half_src: false,
                 save_direct: false,
+                stream: false,
             }
         })
         .collect();
@@ -333,7 +338,11 @@ pub(crate) fn compile(k: &Kernel, in_place: &[usize]) -> CpuKernel {
         n_regs += 1;
     }
     let (reuse_slot, n_reuse) = if strategy == Strategy::ReduceInner {
-        plan_reuse(&instrs, &mut phases)
+        plan_reuse(
+            &instrs,
+            &mut phases,
+            (pack > 1).then_some((pack_row, pack_run)),
+        )
     } else {
         (vec![usize::MAX; instrs.len()], 0)
     };
@@ -345,6 +354,15 @@ pub(crate) fn compile(k: &Kernel, in_place: &[usize]) -> CpuKernel {
     // A packed run is one contiguous stretch of the output only if its rows follow
     // each other there.
     let rows_follow = |v: &PView| pack <= 1 || v.strides[pack_row] == dims[pack_run] as isize;
+    let streams = plan_streams(
+        k,
+        &mut instrs,
+        &phases,
+        strategy,
+        &dims,
+        n_out,
+        &rows_follow,
+    );
     plan_direct_stores(&mut instrs, &phases, strategy, &dims, n_out, rows_follow);
     if pack <= 1 && strategy == Strategy::ReduceInner {
         plan_half_reduces(&mut instrs, &mut phases, &reuse_slot, dims.len() - 1);
@@ -364,6 +382,7 @@ pub(crate) fn compile(k: &Kernel, in_place: &[usize]) -> CpuKernel {
         pack,
         exp_reg,
         scratch_reg,
+        streams,
     }
 }
 
@@ -453,7 +472,11 @@ const RECOMPUTE_PASSES: usize = 2;
 /// which then skips everything only that value needed. Only passes that run over the reduce
 /// space (they reduce or store) take part. The executor uses this when a block's saves fit
 /// in its per-thread budget and runs the full `elem` lists otherwise.
-fn plan_reuse(instrs: &[PInstr], phases: &mut [Phase]) -> (Vec<usize>, usize) {
+fn plan_reuse(
+    instrs: &[PInstr],
+    phases: &mut [Phase],
+    packed: Option<(usize, usize)>,
+) -> (Vec<usize>, usize) {
     let n = instrs.len();
     let mut slot = vec![usize::MAX; n];
     let mut n_slots = 0;
@@ -473,8 +496,16 @@ fn plan_reuse(instrs: &[PInstr], phases: &mut [Phase]) -> (Vec<usize>, usize) {
         for &v in &ph.elem {
             in_elem[v] = true;
             let ops = operands(&instrs[v]);
-            let own = match instrs[v].op {
+            let own = match &instrs[v].op {
                 IrOp::Unary(..) | IrOp::Binary(..) | IrOp::Where(..) | IrOp::Cast(..) => 1,
+                // Packed runs fill a broadcast read across every row segment: one pass.
+                IrOp::Load { view, .. }
+                    if packed.is_some_and(|(row, run)| {
+                        view.strides[run] == 0 || view.strides[row] == 0
+                    }) =>
+                {
+                    1
+                }
                 _ => 0,
             };
             work[v] = own + ops.iter().map(|&o| work[o]).sum::<usize>();
@@ -870,7 +901,8 @@ fn plan_direct_stores(
                     if view.mask.is_none()
                         && view.strides.get(ax) == Some(&1)
                         && rows_follow(view)
-                        && instrs[s].dtype == DType::F32 =>
+                        && instrs[s].dtype == DType::F32
+                        && !instrs[s].stream =>
                 {
                     (*arg, *src)
                 }
@@ -908,6 +940,66 @@ fn plan_direct_stores(
             }
         }
     }
+}
+
+/// Outputs at least this large are written with streaming stores: they cannot stay in the
+/// caches until the next kernel reads them anyway.
+pub(crate) const STREAM_MIN_BYTES: usize = 16 << 20;
+
+/// Marks the f32 `Elem` stores of a kernel whose output is at least [`STREAM_MIN_BYTES`]
+/// to be written with non-temporal stores (x86-64 only): the line goes to memory without
+/// first being read for ownership, which a cacheable store costs, so writing a large
+/// output moves half the bytes. Such a store takes its value from a register (no
+/// [`plan_direct_stores`]) and needs no prefetch of the lines it writes. Only stores
+/// with unit stride along the run dimension, no mask and (packed runs) rows that follow
+/// each other, in kernels that read nothing they write (not a matmul epilogue). Returns
+/// whether any store streams.
+fn plan_streams(
+    k: &Kernel,
+    instrs: &mut [PInstr],
+    phases: &[Phase],
+    strategy: Strategy,
+    dims: &[usize],
+    n_out: usize,
+    rows_follow: &impl Fn(&PView) -> bool,
+) -> bool {
+    let Some(ax) = run_dim(strategy, Level::Elem, dims, n_out) else {
+        return false;
+    };
+    // Column reductions run on their own task split (`run_column_split`), which has no
+    // store fence; their `Elem` stores, if any, stay ordinary.
+    let column_reduce = strategy == Strategy::OutInner
+        && instrs.iter().any(|p| matches!(p.op, IrOp::Reduce { .. }));
+    if !cfg!(target_arch = "x86_64") || k.matmul.is_some() || column_reduce {
+        return false;
+    }
+    let bytes = dims.iter().product::<usize>().saturating_mul(4);
+    if bytes < STREAM_MIN_BYTES {
+        return false;
+    }
+    let mut any = false;
+    for ph in phases {
+        for &s in &ph.stores {
+            let IrOp::Store { arg, view, .. } = &instrs[s].op else {
+                continue;
+            };
+            let reads_own = instrs.iter().any(|q| match &q.op {
+                IrOp::Load { arg: a, .. } | IrOp::Gather { arg: a, .. } => a == arg,
+                _ => false,
+            });
+            if instrs[s].level == Level::Elem
+                && instrs[s].dtype == DType::F32
+                && view.mask.is_none()
+                && view.strides.get(ax) == Some(&1)
+                && rows_follow(view)
+                && !reads_own
+            {
+                instrs[s].stream = true;
+                any = true;
+            }
+        }
+    }
+    any
 }
 
 /// Row reductions (sum, product, max, min) of an f16 or bf16 tensor read in place: when the
@@ -1182,5 +1274,63 @@ mod tests {
                 .iter()
                 .all(|ph| ph.saves.is_empty() && ph.reuses.is_empty())
         );
+    }
+
+    #[test]
+    fn only_outputs_of_16_mib_and_more_stream() {
+        let streams = |p: &CpuKernel| {
+            p.instrs
+                .iter()
+                .any(|i| i.stream && matches!(i.op, IrOp::Store { .. }))
+        };
+        let big = Tensor::try_rand([STREAM_MIN_BYTES / 4], 30, DType::F32).expect("rand");
+        let small = Tensor::try_rand([STREAM_MIN_BYTES / 4 - 1], 31, DType::F32).expect("rand");
+        for t in [&big, &small] {
+            t.realize().expect("realizes");
+        }
+        let p = program_of(&big.mul(2.0).add(1.0));
+        assert!(cfg!(not(target_arch = "x86_64")) || (streams(&p) && p.streams));
+        // The streaming store takes its value from a register.
+        assert!(p.instrs.iter().all(|i| i.direct.is_none()));
+        let p = program_of(&small.mul(2.0).add(1.0));
+        assert!(!streams(&p) && !p.streams);
+        assert!(p.instrs.iter().any(|i| i.direct.is_some()));
+        // Half outputs and column reductions keep ordinary stores.
+        assert!(!streams(&program_of(&big.cast(DType::F16))));
+        let cols = big.reshape([1 << 10, (STREAM_MIN_BYTES / 4) >> 10]);
+        assert!(!streams(&program_of(&cols.sum([0]))));
+    }
+
+    #[test]
+    fn packed_broadcast_reads_count_as_passes() {
+        // Layer norm's input gradient over rows of 128 (packed): `x̂ = (x - mean) · inv_std`
+        // reads two stored row statistics, each filled across every row's segment of the
+        // run, so recomputing it in the final pass costs three passes: it is saved by the
+        // reducing pass instead.
+        let x = Tensor::try_rand([16, 128], 20, DType::F32).expect("rand");
+        let g = Tensor::try_rand([16, 128], 21, DType::F32).expect("rand");
+        let mean = Tensor::try_rand([16, 1], 22, DType::F32).expect("rand");
+        let inv = Tensor::try_rand([16, 1], 23, DType::F32).expect("rand");
+        for t in [&x, &g, &mean, &inv] {
+            t.realize().expect("realizes");
+        }
+        let xhat = x.sub(&mean).mul(&inv);
+        let dx = g
+            .sub(g.mean_keepdim(-1))
+            .sub(xhat.mul(g.mul(&xhat).mean_keepdim(-1)));
+        let p = program_of(&dx);
+        assert_eq!(p.strategy, Strategy::ReduceInner);
+        assert_eq!(p.pack, CHUNK / 128);
+        assert_eq!(p.n_reuse, 1, "x̂ is saved");
+        let saved = (0..p.instrs.len())
+            .find(|&v| p.reuse_slot[v] != usize::MAX)
+            .expect("one saved value");
+        let last = p.phases.last().expect("phases");
+        assert_eq!(last.reuses, vec![saved]);
+        // The final pass no longer reads the statistics.
+        let reads_stat =
+            |v: &usize| matches!(&p.instrs[*v].op, IrOp::Load { view, .. } if view.strides[1] == 0);
+        assert!(last.elem.iter().any(reads_stat));
+        assert!(!last.elem_reusing.iter().any(reads_stat));
     }
 }

@@ -1,0 +1,247 @@
+//! `exp` over f32 runs with AVX-512's `vscalefps`, bit for bit the same as
+//! [`exp_f32`](crate::math::f32::exp_f32) in fewer instructions.
+//!
+//! The portable `exp_f32` (auto-vectorized by the loops) assembles `2^n` from exponent bits
+//! in two factors and clamps and selects around it: 22 instructions per vector in the
+//! AVX-512 loop. Here the same reduction (`n = round(x·log2 e)` by the same magic-number
+//! addition, `r = x - n·ln 2` with the same two-part constant) and the same polynomial give
+//! `1 + (e^r - 1)` rounded once, and one `vscalefps` multiplies it by `2^n` exactly, or
+//! rounds it once into the subnormal range, or overflows to infinity, as the two-factor
+//! scaling does; lanes below -104 come out as +0 through the instruction's zero mask (no
+//! subnormal-producing multiply, which costs a microcode assist on Intel cores). 14
+//! instructions: softmax and elementwise chains spend most of their time in `exp`.
+//!
+//! Used by the AVX-512 loops only ([`available`]); a test checks every f32 input against
+//! `exp_f32`.
+
+use super::ops::Src;
+use crate::math::f32 as m32;
+use crate::ops::BinaryOp;
+
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
+
+/// Whether the CPU backend runs its AVX-512 loops (so AVX-512F is available).
+pub(super) fn available() -> bool {
+    super::exec::simd_level() == "avx512"
+}
+
+/// `exp` of 16 lanes; see the module docs.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn exp16(x: __m512) -> __m512 {
+    let s = _mm512_set1_ps;
+    let zero = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, s(-104.0));
+    // `vminps` returns its second operand when either is NaN: NaN stays NaN.
+    let x = _mm512_min_ps(s(100.0), x);
+    let t = _mm512_fmadd_ps(x, s(m32::LOG2_E), s(m32::MAGIC_P254));
+    let n = _mm512_sub_ps(t, s(m32::MAGIC_P254));
+    let r = _mm512_fnmadd_ps(n, s(m32::LN2_HI), x);
+    let r = _mm512_fnmadd_ps(n, s(m32::LN2_LO), r);
+    let p = _mm512_fmadd_ps(s(m32::E6), r, s(m32::E5));
+    let p = _mm512_fmadd_ps(p, r, s(m32::E4));
+    let p = _mm512_fmadd_ps(p, r, s(m32::E3));
+    let p = _mm512_fmadd_ps(p, r, s(m32::E2));
+    let r2 = _mm512_mul_ps(r, r);
+    let em1 = _mm512_fmadd_ps(p, r2, r);
+    let e = _mm512_add_ps(em1, s(1.0));
+    _mm512_maskz_scalef_ps(!zero, e, n)
+}
+
+/// The lanes of `[i, i + 16)` that lie below `n`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn lanes(i: usize, n: usize) -> __mmask16 {
+    let left = n - i;
+    if left >= 16 {
+        0xFFFF
+    } else {
+        ((1u32 << left) - 1) as __mmask16
+    }
+}
+
+/// A run operand: 16 lanes from `i` (a slice under `mask`, or a splat scalar).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn lanes_of(a: Src<'_, f32>, i: usize, mask: __mmask16) -> __m512 {
+    match a {
+        // SAFETY: `mask` covers only lanes below the run length, which the caller keeps
+        // within `s` (masked-off lanes are not read: AVX-512 suppresses their faults).
+        Src::Slice(s) => unsafe { _mm512_maskz_loadu_ps(mask, s.as_ptr().add(i)) },
+        Src::Scalar(v) => _mm512_set1_ps(v),
+    }
+}
+
+/// `out = exp(inner(x, y))` over `out.len()` elements, or `exp(x)` when `inner` is `None`
+/// (`y` unused). Slices are at least `out.len()` long.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn run(inner: Option<BinaryOp>, x: Src<'_, f32>, y: Src<'_, f32>, out: &mut [f32]) {
+    let n = out.len();
+    let op = |a: __m512, b: __m512| match inner {
+        None => a,
+        Some(BinaryOp::Add) => _mm512_add_ps(a, b),
+        Some(BinaryOp::Sub) => _mm512_sub_ps(a, b),
+        Some(BinaryOp::Mul) => _mm512_mul_ps(a, b),
+        Some(_) => _mm512_div_ps(a, b),
+    };
+    let mut i = 0;
+    while i < n {
+        let mask = lanes(i, n);
+        let v = exp16(op(lanes_of(x, i, mask), lanes_of(y, i, mask)));
+        // SAFETY: `mask` covers lanes `i..min(i + 16, n)` of `out`.
+        unsafe { _mm512_mask_storeu_ps(out.as_mut_ptr().add(i), mask, v) };
+        i += 16;
+    }
+}
+
+/// Whether `src` holds at least `n` values (a scalar always does).
+fn covers(src: Src<'_, f32>, n: usize) -> bool {
+    match src {
+        Src::Slice(s) => s.len() >= n,
+        Src::Scalar(_) => true,
+    }
+}
+
+/// `out = exp(a)`. Returns false (and writes nothing) where the AVX-512 loops are not in
+/// use; the caller then runs the portable loop.
+pub(super) fn exp_run(a: Src<'_, f32>, out: &mut [f32]) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if available() && covers(a, out.len()) {
+        // SAFETY: `available` means the AVX-512 loops were picked, which checked AVX-512F.
+        unsafe { run(None, a, Src::Scalar(0.0), out) };
+        return true;
+    }
+    let _ = (a, out);
+    false
+}
+
+/// `out = exp(inner(x, y))` for `inner` one of `Add`, `Sub`, `Mul`, `Div`, each rounding as
+/// it does alone. Returns false (and writes nothing) where the AVX-512 loops are not in use
+/// or `inner` is another op.
+pub(super) fn exp_of_pair(
+    inner: BinaryOp,
+    x: Src<'_, f32>,
+    y: Src<'_, f32>,
+    out: &mut [f32],
+) -> bool {
+    let paired = matches!(
+        inner,
+        BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div
+    );
+    #[cfg(target_arch = "x86_64")]
+    if paired && available() && covers(x, out.len()) && covers(y, out.len()) {
+        // SAFETY: as in `exp_run`.
+        unsafe { run(Some(inner), x, y, out) };
+        return true;
+    }
+    let _ = (paired, x, y, out);
+    false
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use super::*;
+
+    /// `exp_f32` over a slice, vectorized as in the AVX-512 loops.
+    #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
+    fn reference(x: &[f32], out: &mut [f32]) {
+        for (o, &v) in out.iter_mut().zip(x) {
+            *o = m32::exp_f32(v);
+        }
+    }
+
+    fn same(a: f32, b: f32) -> bool {
+        a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
+    }
+
+    /// Every f32 bit pattern: the same bits as `exp_f32` (any NaN for a NaN).
+    #[test]
+    fn matches_exp_f32_for_every_input() {
+        if !available() {
+            eprintln!("skipped: the AVX-512 loops are not in use on this machine");
+            return;
+        }
+        const BLOCK: u64 = 1 << 16;
+        let threads = std::thread::available_parallelism().map_or(2, |n| n.get()) as u64;
+        std::thread::scope(|s| {
+            for t in 0..threads {
+                s.spawn(move || {
+                    let (lo, hi) = ((t << 32) / threads, ((t + 1) << 32) / threads);
+                    let mut x = vec![0f32; BLOCK as usize];
+                    let (mut want, mut got) = (x.clone(), x.clone());
+                    let mut b = lo;
+                    while b < hi {
+                        let len = BLOCK.min(hi - b) as usize;
+                        for (k, v) in x[..len].iter_mut().enumerate() {
+                            *v = f32::from_bits((b + k as u64) as u32);
+                        }
+                        // SAFETY: `available` checked AVX-512F (and the loops' other features).
+                        unsafe { reference(&x[..len], &mut want[..len]) };
+                        assert!(exp_run(Src::Slice(&x[..len]), &mut got[..len]));
+                        for k in 0..len {
+                            assert!(
+                                same(got[k], want[k]),
+                                "exp({:e} = {:#010x}): {:e} vs exp_f32 {:e}",
+                                x[k],
+                                x[k].to_bits(),
+                                got[k],
+                                want[k]
+                            );
+                        }
+                        b += len as u64;
+                    }
+                });
+            }
+        });
+    }
+
+    fn plain(op: BinaryOp, a: f32, b: f32) -> f32 {
+        match op {
+            BinaryOp::Add => a + b,
+            BinaryOp::Sub => a - b,
+            BinaryOp::Mul => a * b,
+            _ => a / b,
+        }
+    }
+
+    #[test]
+    fn pairs_round_their_inner_op_first_and_runs_of_any_length_stop_at_their_end() {
+        if !available() {
+            eprintln!("skipped: the AVX-512 loops are not in use on this machine");
+            return;
+        }
+        let x: Vec<f32> = (0..37).map(|i| (i as f32 - 18.0) * 3.7).collect();
+        let y: Vec<f32> = (0..37).map(|i| 1.0 + i as f32 * 0.31).collect();
+        for inner in [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div] {
+            for n in [0, 1, 15, 16, 17, 37] {
+                let mut out = [f32::NAN; 40];
+                let ys = Src::Scalar(2.5);
+                assert!(exp_of_pair(
+                    inner,
+                    Src::Slice(&x),
+                    Src::Slice(&y),
+                    &mut out[..n]
+                ));
+                for k in 0..n {
+                    let v = plain(inner, x[k], y[k]);
+                    assert!(same(out[k], m32::exp_f32(v)), "{inner:?} at {k}");
+                }
+                assert!(out[n..].iter().all(|v| v.is_nan()), "nothing past the run");
+                assert!(exp_of_pair(inner, Src::Slice(&x), ys, &mut out[..n]));
+                for k in 0..n {
+                    let v = plain(inner, x[k], 2.5);
+                    assert!(same(out[k], m32::exp_f32(v)), "{inner:?} scalar at {k}");
+                }
+            }
+        }
+        assert!(!exp_of_pair(
+            BinaryOp::Max,
+            Src::Slice(&x),
+            Src::Slice(&y),
+            &mut [0.0; 4]
+        ));
+    }
+}
