@@ -2,7 +2,8 @@
 //! stores on x86-64: elementwise kernels (runs that start on and off cache-line
 //! boundaries), elementwise kernels packing short rows, and row kernels (softmax). Every
 //! element is checked against arithmetic done here, or bit for bit against the same rows
-//! computed by a small kernel, whose output is written with ordinary stores.
+//! computed by a small kernel, whose output is written with ordinary stores; and the block
+//! transpose of large 4-byte outputs.
 
 use kiln::{Tensor, realize_all};
 
@@ -75,5 +76,30 @@ fn row_kernels_write_the_same_bits_as_small_ones() {
             .map(|&v| v as f64)
             .sum();
         assert!((s - 1.0).abs() < 1e-4, "row {r} sums to {s}");
+    }
+}
+
+#[test]
+fn large_transposes_are_written_exactly() {
+    // [1025, 4100] → [4100, 1025] (16.8 MB out): output rows of 1,025 start off a line
+    // boundary, and the last column block is narrower than a full one. f32 and i32.
+    let (r, c) = (1025, 4100);
+    let x = values(r * c, 8);
+    let t = Tensor::from_vec(x.clone(), [r, c]).t().contiguous();
+    let got = t.to_vec::<f32>().expect("realizes");
+    let xi: Vec<i32> = (0..r * c)
+        .map(|i| (i as i32).wrapping_mul(2_654_435))
+        .collect();
+    let ti = Tensor::from_vec(xi.clone(), [r, c]).t().contiguous();
+    let goti = ti.to_vec::<i32>().expect("realizes");
+    for j in 0..c {
+        for i in 0..r {
+            assert_eq!(
+                got[j * r + i].to_bits(),
+                x[i * c + j].to_bits(),
+                "f32 ({j}, {i})"
+            );
+            assert_eq!(goti[j * r + i], xi[i * c + j], "i32 ({j}, {i})");
+        }
     }
 }

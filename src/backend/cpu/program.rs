@@ -356,6 +356,7 @@ pub(crate) fn compile(k: &Kernel, in_place: &[usize]) -> CpuKernel {
     let rows_follow = |v: &PView| pack <= 1 || v.strides[pack_row] == dims[pack_run] as isize;
     let streams = plan_streams(
         k,
+        in_place,
         &mut instrs,
         &phases,
         strategy,
@@ -952,10 +953,14 @@ pub(crate) const STREAM_MIN_BYTES: usize = 16 << 20;
 /// output moves half the bytes. Such a store takes its value from a register (no
 /// [`plan_direct_stores`]) and needs no prefetch of the lines it writes. Only stores
 /// with unit stride along the run dimension, no mask and (packed runs) rows that follow
-/// each other, in kernels that read nothing they write (not a matmul epilogue). Returns
-/// whether any store streams.
+/// each other, in kernels that read nothing they write (not a matmul epilogue, not an
+/// in-place update). Every `Elem` store runs in a task of `exec::items_impl` or
+/// `exec::run_packed_rows`, which end with a store fence (column and split reductions
+/// store only `Row` values). Returns whether any store streams.
+#[allow(clippy::too_many_arguments)]
 fn plan_streams(
     k: &Kernel,
+    in_place: &[usize],
     instrs: &mut [PInstr],
     phases: &[Phase],
     strategy: Strategy,
@@ -966,11 +971,8 @@ fn plan_streams(
     let Some(ax) = run_dim(strategy, Level::Elem, dims, n_out) else {
         return false;
     };
-    // Column reductions run on their own task split (`run_column_split`), which has no
-    // store fence; their `Elem` stores, if any, stay ordinary.
-    let column_reduce = strategy == Strategy::OutInner
-        && instrs.iter().any(|p| matches!(p.op, IrOp::Reduce { .. }));
-    if !cfg!(target_arch = "x86_64") || k.matmul.is_some() || column_reduce {
+    // A kernel updating a buffer in place has just read each line it writes.
+    if !cfg!(target_arch = "x86_64") || k.matmul.is_some() || !in_place.is_empty() {
         return false;
     }
     let bytes = dims.iter().product::<usize>().saturating_mul(4);
@@ -1295,10 +1297,8 @@ mod tests {
         let p = program_of(&small.mul(2.0).add(1.0));
         assert!(!streams(&p) && !p.streams);
         assert!(p.instrs.iter().any(|i| i.direct.is_some()));
-        // Half outputs and column reductions keep ordinary stores.
+        // Half outputs keep ordinary stores.
         assert!(!streams(&program_of(&big.cast(DType::F16))));
-        let cols = big.reshape([1 << 10, (STREAM_MIN_BYTES / 4) >> 10]);
-        assert!(!streams(&program_of(&cols.sum([0]))));
     }
 
     #[test]

@@ -1,11 +1,13 @@
-//! Non-temporal ("streaming") stores of f32 runs, for outputs too large to stay in the
-//! caches (see `program::plan_streams`).
+//! Non-temporal ("streaming") stores of 4-byte runs, for outputs too large to stay in the
+//! caches: elementwise and row kernels' f32 stores (see `program::plan_streams`) and the
+//! block transpose's rows (`transpose.rs`).
 //!
 //! An ordinary store first reads its cache line for ownership, so writing a large output
 //! moves every byte twice; a streaming store combines a whole line in a write-combining
 //! buffer and sends it to memory without the read. Measured on 2 cores (Intel Xeon), 16M
 //! f32 outputs: `a*b + c` 10.3 → 8.3–8.7 ms, the 8-op chain 11.3–11.9 → 9.9–10.2 ms,
-//! softmax over 4096×4096 9.6–10.1 → 7.9–8.5 ms.
+//! softmax over 4096×4096 9.6–10.1 → 7.9–8.5 ms, `x.t().contiguous()` at 4096² 6.98 →
+//! 4.0–4.1 ms.
 //!
 //! Streaming stores are weakly ordered: a thread that made them runs [`fence`] before its
 //! work is reported done (the executor does at the end of each task), so whichever thread
@@ -20,23 +22,30 @@ use std::arch::x86_64::*;
 /// # Safety
 /// `dst..dst + src.len()` is valid for writes and overlaps no live reference.
 pub(super) unsafe fn store_f32(dst: *mut f32, src: &[f32]) {
+    // SAFETY: f32 and u32 have the same size and alignment; the stores copy bits.
+    unsafe { store_u32(dst.cast::<u32>(), bytemuck::cast_slice(src)) }
+}
+
+/// [`store_f32`] for any 4-byte values, as bits.
+///
+/// # Safety
+/// As for [`store_f32`].
+pub(super) unsafe fn store_u32(dst: *mut u32, src: &[u32]) {
+    debug_assert!(
+        dst.is_aligned(),
+        "a 4-byte element pointer is 4-byte aligned"
+    );
     let n = src.len();
     // Elements before the first 64-byte boundary (at most 15), then whole lines.
     let head = ((64 - (dst as usize) % 64) % 64 / 4).min(n);
     let body = (n - head) / 16 * 16;
-    // SAFETY: every index written is below `n`, inside the caller's range.
+    // SAFETY: every index written is below `n`, inside the caller's range; `dst + head`
+    // is 64-byte aligned (or `body` is 0).
     unsafe {
         for (i, &x) in src[..head].iter().enumerate() {
             *dst.add(i) = x;
         }
-        if (dst as usize).is_multiple_of(4) {
-            lines(dst.add(head), &src[head..head + body]);
-        } else {
-            // A misaligned f32 pointer (not made by the allocator): ordinary stores.
-            for (i, &x) in src[head..head + body].iter().enumerate() {
-                *dst.add(head + i) = x;
-            }
-        }
+        lines(dst.add(head), &src[head..head + body]);
         for (i, &x) in src[head + body..].iter().enumerate() {
             *dst.add(head + body + i) = x;
         }
@@ -47,10 +56,10 @@ pub(super) unsafe fn store_f32(dst: *mut f32, src: &[f32]) {
 ///
 /// # Safety
 /// As for [`store_f32`]; `dst` is 64-byte aligned.
-unsafe fn lines(dst: *mut f32, src: &[f32]) {
+unsafe fn lines(dst: *mut u32, src: &[u32]) {
     #[cfg(target_arch = "x86_64")]
     {
-        if super::vexp::available() {
+        if super::exec::simd_level() == "avx512" {
             // SAFETY: the AVX-512 loops are in use, so AVX-512F is available; the rest is
             // this function's contract.
             unsafe { lines_avx512(dst, src) };
@@ -59,7 +68,12 @@ unsafe fn lines(dst: *mut f32, src: &[f32]) {
         for (i, c) in src.chunks_exact(4).enumerate() {
             // SAFETY: SSE is part of x86-64; `dst + 4i` is 16-byte aligned (dst is
             // 64-byte aligned) and inside the caller's range.
-            unsafe { _mm_stream_ps(dst.add(4 * i), _mm_loadu_ps(c.as_ptr())) };
+            unsafe {
+                _mm_stream_si128(
+                    dst.add(4 * i).cast::<__m128i>(),
+                    _mm_loadu_si128(c.as_ptr().cast::<__m128i>()),
+                )
+            };
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -71,11 +85,16 @@ unsafe fn lines(dst: *mut f32, src: &[f32]) {
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn lines_avx512(dst: *mut f32, src: &[f32]) {
+unsafe fn lines_avx512(dst: *mut u32, src: &[u32]) {
     for (i, c) in src.chunks_exact(16).enumerate() {
         // SAFETY: `dst + 16i` is 64-byte aligned and inside the caller's range; `c` is 16
-        // readable floats.
-        unsafe { _mm512_stream_ps(dst.add(16 * i), _mm512_loadu_ps(c.as_ptr())) };
+        // readable values.
+        unsafe {
+            _mm512_stream_si512(
+                dst.add(16 * i).cast::<__m512i>(),
+                _mm512_loadu_si512(c.as_ptr().cast::<__m512i>()),
+            )
+        };
     }
 }
 

@@ -228,6 +228,11 @@ unsafe fn run<T: Copy + Default + Send + Sync>(t: &Transpose<'_>, src: ArgPtr, d
     let row_blocks = rows.div_ceil(B);
     #[cfg(target_arch = "x86_64")]
     let avx512 = super::exec::simd_level() == "avx512";
+    // A large output of 4-byte elements (it cannot stay in the caches) is written with
+    // streaming stores (`super::stream`), whole output rows of a block at a time.
+    let stream = cfg!(target_arch = "x86_64")
+        && std::mem::size_of::<T>() == 4
+        && (batch * rows * cols).saturating_mul(4) >= super::program::STREAM_MIN_BYTES;
     let task = |i: usize| {
         let (b, rb) = (i / row_blocks, i % row_blocks);
         // Offsets of this batch element (row-major over the leading dimensions).
@@ -247,10 +252,17 @@ unsafe fn run<T: Copy + Default + Send + Sync>(t: &Transpose<'_>, src: ArgPtr, d
         unsafe {
             #[cfg(target_arch = "x86_64")]
             if avx512 {
-                return block_row_avx512::<T>(t, src, dst, so, doff, r0, nr, cols);
+                block_row_avx512::<T>(t, src, dst, so, doff, r0, nr, cols, stream);
+            } else {
+                block_row::<T>(t, src, dst, so, doff, r0, nr, cols, stream);
             }
-            block_row::<T>(t, src, dst, so, doff, r0, nr, cols)
+            #[cfg(not(target_arch = "x86_64"))]
+            block_row::<T>(t, src, dst, so, doff, r0, nr, cols, stream);
         };
+        if stream {
+            // The task's streaming stores reach memory before it reports done.
+            super::stream::fence();
+        }
     };
     let n_tasks = batch * row_blocks;
     if batch * rows * cols < 1 << 15 {
@@ -276,12 +288,14 @@ unsafe fn block_row_avx512<T: Copy + Default>(
     r0: usize,
     nr: usize,
     cols: usize,
+    stream: bool,
 ) {
     // SAFETY: forwarded.
-    unsafe { block_row::<T>(t, src, dst, so, doff, r0, nr, cols) }
+    unsafe { block_row::<T>(t, src, dst, so, doff, r0, nr, cols, stream) }
 }
 
-/// Output rows `r0..r0 + nr` (at most `B`) of one batch element, block by block.
+/// Output rows `r0..r0 + nr` (at most `B`) of one batch element, block by block; with
+/// `stream` (4-byte `T` only), each whole block row through streaming stores.
 ///
 /// # Safety
 /// As [`run`]; `so` and `doff` are the batch element's view offsets.
@@ -296,7 +310,9 @@ unsafe fn block_row<T: Copy + Default>(
     r0: usize,
     nr: usize,
     cols: usize,
+    stream: bool,
 ) {
+    let stream = stream && std::mem::size_of::<T>() == 4;
     let d = t.dims.len();
     let lc = t.load.strides[d - 1];
     let dr = t.store.strides[d - 2];
@@ -332,8 +348,21 @@ unsafe fn block_row<T: Copy + Default>(
         // Write: output row r0 + r, columns c0..c0 + nc, from the tile's column r.
         for r in 0..nr {
             let at = doff + (r0 + r) as isize * dr + c0 as isize;
+            if stream && nc == B {
+                let mut out = [T::default(); B];
+                for (x, line) in out.iter_mut().zip(&tile) {
+                    *x = line[r];
+                }
+                // SAFETY: `T` is 4 bytes (checked above; `try_run` uses u32 for them), so
+                // `out` is `B` u32 values; the destination range is as below.
+                unsafe {
+                    let words = std::slice::from_raw_parts(out.as_ptr().cast::<u32>(), B);
+                    super::stream::store_u32(dp.offset(at).cast::<u32>(), words);
+                }
+                continue;
+            }
             // This output row's segment of the next block, to be written.
-            if hints {
+            if hints && !stream {
                 hint_lines(dp.wrapping_offset(at + B as isize), B, true);
             }
             // SAFETY: offsets `at .. at + nc` are the store view's offsets of output

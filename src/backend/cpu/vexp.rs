@@ -8,8 +8,9 @@
 //! `1 + (e^r - 1)` rounded once, and one `vscalefps` multiplies it by `2^n` exactly, or
 //! rounds it once into the subnormal range, or overflows to infinity, as the two-factor
 //! scaling does; lanes below -104 come out as +0 through the instruction's zero mask (no
-//! subnormal-producing multiply, which costs a microcode assist on Intel cores). 14
-//! instructions: softmax and elementwise chains spend most of their time in `exp`.
+//! subnormal-producing multiply, which costs a microcode assist on Intel cores: those
+//! lanes compute `exp(0)`). 15 instructions: softmax and elementwise chains spend much of
+//! their time in `exp`.
 //!
 //! Used by the AVX-512 loops only ([`available`]); a test checks every f32 input against
 //! `exp_f32`.
@@ -33,8 +34,9 @@ pub(super) fn available() -> bool {
 fn exp16(x: __m512) -> __m512 {
     let s = _mm512_set1_ps;
     let zero = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, s(-104.0));
-    // `vminps` returns its second operand when either is NaN: NaN stays NaN.
-    let x = _mm512_min_ps(s(100.0), x);
+    // Those lanes compute exp(0) (their result is masked to +0), so no lane's scaling
+    // underflows. `vminps` returns its second operand when either is NaN: NaN stays NaN.
+    let x = _mm512_min_ps(s(100.0), _mm512_mask_mov_ps(x, zero, _mm512_setzero_ps()));
     let t = _mm512_fmadd_ps(x, s(m32::LOG2_E), s(m32::MAGIC_P254));
     let n = _mm512_sub_ps(t, s(m32::MAGIC_P254));
     let r = _mm512_fnmadd_ps(n, s(m32::LN2_HI), x);
