@@ -899,10 +899,7 @@ fn plan_direct_stores(
         for &s in &ph.stores {
             let (arg, src) = match &instrs[s].op {
                 IrOp::Store { arg, view, src }
-                    if view.mask.is_none()
-                        && view.strides.get(ax) == Some(&1)
-                        && rows_follow(view)
-                        && instrs[s].dtype == DType::F32
+                    if contiguous_f32_store(&instrs[s], view, ax, &rows_follow)
                         && !instrs[s].stream =>
                 {
                     (*arg, *src)
@@ -941,6 +938,21 @@ fn plan_direct_stores(
             }
         }
     }
+}
+
+/// An f32 store whose run is one contiguous stretch of its buffer: unmasked, unit stride
+/// along the run dimension `ax`, and (packed runs) rows that follow each other. Direct
+/// stores and streaming stores both need it.
+fn contiguous_f32_store(
+    p: &PInstr,
+    view: &PView,
+    ax: usize,
+    rows_follow: &impl Fn(&PView) -> bool,
+) -> bool {
+    p.dtype == DType::F32
+        && view.mask.is_none()
+        && view.strides.get(ax) == Some(&1)
+        && rows_follow(view)
 }
 
 /// Outputs at least this large are written with streaming stores: they cannot stay in the
@@ -990,10 +1002,7 @@ fn plan_streams(
                 _ => false,
             });
             if instrs[s].level == Level::Elem
-                && instrs[s].dtype == DType::F32
-                && view.mask.is_none()
-                && view.strides.get(ax) == Some(&1)
-                && rows_follow(view)
+                && contiguous_f32_store(&instrs[s], view, ax, rows_follow)
                 && !reads_own
             {
                 instrs[s].stream = true;
