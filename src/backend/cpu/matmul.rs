@@ -103,10 +103,10 @@ pub(crate) fn run(mm: &MatmulSpec, shape: &[usize], dtype: DType, args: &[ArgPtr
     };
     // Small products that run one per thread go through the register-blocked kernel.
     let small = matches!(inner_par, gemm::Parallelism::None) && small_gemm::applies(m, n, k);
-    let one = |b: usize| -> Result<()> {
+    let product = |b: usize| {
         let lo = offsets(&mm.lhs_view, b);
         let ro = offsets(&mm.rhs_view, b);
-        let g = Gemm {
+        Gemm {
             out,
             oo: (b * m * n) as isize,
             lhs,
@@ -120,14 +120,22 @@ pub(crate) fn run(mm: &MatmulSpec, shape: &[usize], dtype: DType, args: &[ArgPtr
             m,
             n,
             k,
-        };
+        }
+    };
+    // Small products hint the next batch's operands while they run (see `small_gemm::run`).
+    let hint_next = small && dtype == DType::F32 && batch > 1 && super::prefetch::enabled();
+    let one = |b: usize| -> Result<()> {
+        let g = product(b);
         // SAFETY: the operand views were checked to lie inside their buffers, so every
         // element gemm reads through (offset, row stride, column stride) is in bounds; the
         // output block [oo, oo + m·n) is inside the output buffer and written by this batch
         // index only; operands and output are distinct buffers.
         unsafe {
             match dtype {
-                DType::F32 if small => small_f32(g),
+                DType::F32 if small => {
+                    let next = (hint_next && b + 1 < batch).then(|| product(b + 1));
+                    small_f32(g, next)
+                }
                 DType::F32 => f32_gemm(g, inner_par)?,
                 DType::F64 => gemm_typed::<f64>(g, inner_par),
                 DType::F16 => half_gemm::<f16>(g, inner_par)?,
@@ -238,11 +246,14 @@ fn computes_transposed(g: &Gemm) -> bool {
 ///
 /// # Safety
 /// As for [`gemm_typed`], and [`small_gemm::applies`] holds for `(g.m, g.n, g.k)`.
-unsafe fn small_f32(g: Gemm) {
+/// `next` (the product this thread runs next) only has its operands' lines hinted.
+unsafe fn small_f32(g: Gemm, next: Option<Gemm>) {
     let p = g.f32_product();
+    let next = next.map(|n| n.f32_product());
     // SAFETY: the caller's contract: the operands are in bounds for their strides, the
-    // m × n output block is this product's alone, and the size is one the kernel takes.
-    unsafe { small_gemm::run(&p) }
+    // m × n output block is this product's alone, and the size is one the kernel takes
+    // (`next` is never dereferenced).
+    unsafe { small_gemm::run(&p, next.as_ref()) }
 }
 
 /// Whether gemm runs its AVX-512 kernels on this CPU (it makes the same check).

@@ -47,7 +47,13 @@ pub(super) fn applies(m: usize, n: usize, k: usize) -> bool {
         && super::exec::simd_level() == "avx512"
 }
 
+/// Lines hinted for the next product at most (a 256 × 256 operand pair needs more; the
+/// rest go unhinted).
+const MAX_HINTS: usize = 1024;
+
 thread_local! {
+    /// The cache lines of the next product's operands, one per thread.
+    static NEXT_LINES: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
     /// Row-major copies of right operands (at most `256 × 64` f32, 64 KiB), one per thread.
     static PACKED_RHS: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
@@ -58,13 +64,26 @@ thread_local! {
 /// [`applies`] holds for `(p.m, p.n, p.k)`; every element `lhs + i·l_rs + j·l_cs`
 /// (`i < m`, `j < k`) and `rhs + i·r_rs + j·r_cs` (`i < k`, `j < n`) is readable; the `m·n`
 /// elements from `out` are writable and overlap neither operand.
-pub(super) unsafe fn run(p: &SmallProduct) {
+///
+/// `next` is the product this thread runs after this one (the next head of a batched
+/// product), if any: the kernel hints its operands' cache lines into L2, one per depth
+/// step, so they arrive while this product computes. Attention's per-head operands are
+/// views into `qkv` (rows 128 bytes long, 1.5 KiB apart) that the hardware prefetchers do
+/// not follow, and in a training step they come from memory. Hints never fault: `next`'s
+/// pointers need not be valid.
+pub(super) unsafe fn run(p: &SmallProduct, next: Option<&SmallProduct>) {
     #[cfg(target_arch = "x86_64")]
-    {
+    NEXT_LINES.with(|cell| {
+        let mut lines = cell.borrow_mut();
+        lines.clear();
+        if let Some(q) = next {
+            operand_lines(q, &mut lines);
+        }
+        let mut hints = lines.iter();
         let direct = p.r_cs == 1 && p.n.is_multiple_of(16);
         if direct {
             // SAFETY: the caller's contract; `applies` implies AVX-512F is available.
-            unsafe { blocks(p, p.rhs, p.r_rs) };
+            unsafe { blocks(p, p.rhs, p.r_rs, &mut hints) };
             return;
         }
         let np = p.n.div_ceil(16) * 16;
@@ -77,13 +96,53 @@ pub(super) unsafe fn run(p: &SmallProduct) {
             unsafe { pack_rhs(p, &mut buf, np) };
             // SAFETY: `buf` holds the k × np row-major copy (padding columns are zero);
             // the rest is the caller's contract.
-            unsafe { blocks(p, buf.as_ptr(), np as isize) };
+            unsafe { blocks(p, buf.as_ptr(), np as isize, &mut hints) };
         });
-    }
+    });
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = p;
+        let _ = (p, next);
         unreachable!("small_gemm::applies is false off x86-64");
+    }
+}
+
+/// Pushes the cache lines of `p`'s two operands onto `lines` (up to [`MAX_HINTS`]): each
+/// operand as the strips of consecutive elements its unit stride gives (rows when its
+/// columns are adjacent, columns when its rows are); an operand with neither stride 1
+/// adds nothing.
+pub(super) fn operand_lines(p: &SmallProduct, lines: &mut Vec<usize>) {
+    strip_lines(p.lhs, p.l_rs, p.l_cs, p.m, p.k, lines);
+    strip_lines(p.rhs, p.r_rs, p.r_cs, p.k, p.n, lines);
+}
+
+/// [`operand_lines`] for one `rows × cols` operand at `at` with element strides `rs`, `cs`.
+fn strip_lines(
+    at: *const f32,
+    rs: isize,
+    cs: isize,
+    rows: usize,
+    cols: usize,
+    lines: &mut Vec<usize>,
+) {
+    const LINE: usize = 64;
+    let (step, strips, len) = if cs == 1 {
+        (rs, rows, cols)
+    } else if rs == 1 {
+        (cs, cols, rows)
+    } else {
+        return;
+    };
+    for s in 0..strips {
+        let start = at.wrapping_offset(s as isize * step) as usize;
+        let end = start.wrapping_add(len * std::mem::size_of::<f32>());
+        let mut line = start & !(LINE - 1);
+        while line < end {
+            if lines.len() >= MAX_HINTS {
+                return;
+            }
+            lines.push(line);
+            line += LINE;
+        }
     }
 }
 
@@ -180,44 +239,52 @@ pub(super) fn transpose16(x: [__m512; 16]) -> [__m512; 16] {
 /// # Safety
 /// As for [`run`], with `rhs`/`ld` describing such a right operand.
 #[cfg(target_arch = "x86_64")]
-unsafe fn blocks(p: &SmallProduct, rhs: *const f32, ld: isize) {
+unsafe fn blocks(p: &SmallProduct, rhs: *const f32, ld: isize, hints: &mut Hints<'_>) {
     // SAFETY (whole function): forwarded to kernels with the same contract; each call
     // covers rows `[i, i + MR)` with `i + MR ≤ m`.
     unsafe {
         // Main blocks of `MR·NV ≤ 24` accumulators: with the `NV` right-operand vectors
         // and the broadcast they fit the 32 vector registers without spilling.
         match p.n.div_ceil(16) {
-            1 => rows::<1, 16>(p, rhs, ld),
-            2 => rows::<2, 12>(p, rhs, ld),
-            3 => rows::<3, 8>(p, rhs, ld),
-            _ => rows::<4, 6>(p, rhs, ld),
+            1 => rows::<1, 16>(p, rhs, ld, hints),
+            2 => rows::<2, 12>(p, rhs, ld, hints),
+            3 => rows::<3, 8>(p, rhs, ld, hints),
+            _ => rows::<4, 6>(p, rhs, ld, hints),
         }
     }
 }
+
+/// Cache lines still to hint, one per depth step of the kernels (see [`run`]).
+type Hints<'a> = std::slice::Iter<'a, usize>;
 
 /// Splits the `m` rows into blocks of `MAIN`, then of 4, then at most one of 2 and one of 1.
 ///
 /// # Safety
 /// As for [`blocks`], with `NV = ceil(n / 16)`.
 #[cfg(target_arch = "x86_64")]
-unsafe fn rows<const NV: usize, const MAIN: usize>(p: &SmallProduct, rhs: *const f32, ld: isize) {
+unsafe fn rows<const NV: usize, const MAIN: usize>(
+    p: &SmallProduct,
+    rhs: *const f32,
+    ld: isize,
+    hints: &mut Hints<'_>,
+) {
     let mut i = 0;
     // SAFETY (whole function): every call covers rows `[i, i + MR)` inside `[0, m)`.
     unsafe {
         while i + MAIN <= p.m {
-            kernel::<MAIN, NV>(p, rhs, ld, i);
+            kernel::<MAIN, NV>(p, rhs, ld, i, hints);
             i += MAIN;
         }
         while i + 4 <= p.m {
-            kernel::<4, NV>(p, rhs, ld, i);
+            kernel::<4, NV>(p, rhs, ld, i, hints);
             i += 4;
         }
         if i + 2 <= p.m {
-            kernel::<2, NV>(p, rhs, ld, i);
+            kernel::<2, NV>(p, rhs, ld, i, hints);
             i += 2;
         }
         if i < p.m {
-            kernel::<1, NV>(p, rhs, ld, i);
+            kernel::<1, NV>(p, rhs, ld, i, hints);
         }
     }
 }
@@ -234,6 +301,7 @@ unsafe fn kernel<const MR: usize, const NV: usize>(
     rhs: *const f32,
     ld: isize,
     i0: usize,
+    hints: &mut Hints<'_>,
 ) {
     let mut acc = [[_mm512_setzero_ps(); NV]; MR];
     let mut a_row = [std::ptr::null::<f32>(); MR];
@@ -241,6 +309,9 @@ unsafe fn kernel<const MR: usize, const NV: usize>(
         *a = p.lhs.wrapping_offset((i0 + r) as isize * p.l_rs);
     }
     for kk in 0..p.k {
+        if let Some(&line) = hints.next() {
+            _mm_prefetch::<_MM_HINT_T1>(line as *const i8);
+        }
         let kk = kk as isize;
         let mut b = [_mm512_setzero_ps(); NV];
         for (v, bv) in b.iter_mut().enumerate() {
@@ -350,7 +421,85 @@ pub(super) mod tests {
         }
         // SAFETY: the harness's buffers hold every element the strides address; `applies`
         // holds.
-        check_product((m, n, k), lhs_t, rhs_t, pad, |p| unsafe { run(p) });
+        check_product((m, n, k), lhs_t, rhs_t, pad, |p| unsafe { run(p, None) });
+        // Hinting another product's lines (here its own, and one far outside any
+        // allocation) changes nothing.
+        check_product((m, n, k), lhs_t, rhs_t, pad, |p| unsafe { run(p, Some(p)) });
+        let stray = SmallProduct {
+            lhs: p_far(),
+            rhs: p_far(),
+            ..dummy(m, n, k)
+        };
+        check_product((m, n, k), lhs_t, rhs_t, pad, |p| unsafe {
+            run(p, Some(&stray))
+        });
+    }
+
+    /// An address no allocation holds.
+    fn p_far() -> *const f32 {
+        std::ptr::without_provenance(usize::MAX - (1 << 20))
+    }
+
+    /// A row-major `m × k · k × n` product at made-up addresses (never dereferenced).
+    fn dummy(m: usize, n: usize, k: usize) -> SmallProduct {
+        SmallProduct {
+            out: std::ptr::without_provenance_mut(0x8000_0000),
+            lhs: std::ptr::without_provenance(0x1000_0000),
+            l_rs: k as isize,
+            l_cs: 1,
+            rhs: std::ptr::without_provenance(0x2000_0000),
+            r_rs: n as isize,
+            r_cs: 1,
+            m,
+            n,
+            k,
+        }
+    }
+
+    #[test]
+    fn operand_lines_are_the_lines_of_every_operand_element() {
+        use std::collections::BTreeSet;
+        let line_of = |at: *const f32, i: isize| (at as usize).wrapping_add(4 * i as usize) & !63;
+        // (m, n, k, lhs strides, rhs strides, lhs offset in f32s)
+        for (m, n, k, (l_rs, l_cs), (r_rs, r_cs), off) in [
+            (64, 32, 64, (64, 1), (384, 1), 0),
+            (64, 64, 32, (384, 1), (1, 384), 32),
+            (64, 32, 64, (1, 64), (384, 1), 3),
+            (5, 7, 3, (1, 9), (1, 5), 1),
+            (4, 4, 4, (9, 2), (2, 9), 0),
+        ] {
+            let mut p = dummy(m, n, k);
+            p.lhs = p.lhs.wrapping_add(off);
+            (p.l_rs, p.l_cs, p.r_rs, p.r_cs) = (l_rs, l_cs, r_rs, r_cs);
+            let mut lines = Vec::new();
+            operand_lines(&p, &mut lines);
+            let mut want = BTreeSet::new();
+            let unit = |rs: isize, cs: isize| rs == 1 || cs == 1;
+            if unit(l_rs, l_cs) {
+                for i in 0..m as isize {
+                    for j in 0..k as isize {
+                        want.insert(line_of(p.lhs, i * l_rs + j * l_cs));
+                    }
+                }
+            }
+            if unit(r_rs, r_cs) {
+                for i in 0..k as isize {
+                    for j in 0..n as isize {
+                        want.insert(line_of(p.rhs, i * r_rs + j * r_cs));
+                    }
+                }
+            }
+            let got: BTreeSet<usize> = lines.iter().copied().collect();
+            assert_eq!(
+                got, want,
+                "{m}x{k}·{k}x{n} strides {l_rs},{l_cs} / {r_rs},{r_cs}"
+            );
+        }
+        // Operands larger than the cap: exactly MAX_HINTS lines, the first ones.
+        let mut lines = Vec::new();
+        operand_lines(&dummy(256, 64, 256), &mut lines);
+        assert_eq!(lines.len(), MAX_HINTS);
+        assert_eq!(lines[0], 0x1000_0000);
     }
 
     #[test]
