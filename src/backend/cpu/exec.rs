@@ -14,6 +14,7 @@
 use super::ops::{self, Acc, CastTo, Src};
 use super::prefetch::NextRun;
 use super::program::{CHUNK, CpuKernel, PInstr, Strategy, is_scalar};
+use super::register::Register;
 use crate::dtype::Scalar;
 use crate::dtype::{ComputeType, DType};
 use crate::kernel::IrOp;
@@ -74,9 +75,9 @@ macro_rules! with_ct {
 }
 
 thread_local! {
-    static REGS: RefCell<Vec<Vec<u64>>> = const { RefCell::new(Vec::new()) };
+    static REGS: RefCell<Vec<Register>> = const { RefCell::new(Vec::new()) };
     /// Per-thread buffers for values saved across the passes of a row reduction.
-    static SAVED: RefCell<Vec<Vec<u64>>> = const { RefCell::new(Vec::new()) };
+    static SAVED: RefCell<Vec<Register>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Work decomposition: an item is a run of up to `item_len` positions along the last output
@@ -466,9 +467,9 @@ fn run_items(prog: &CpuKernel, env: &Env<'_>, items: &Items, lo: usize, hi: usiz
     items_impl(prog, env, items, lo, hi)
 }
 
-fn new_machine<'p>(prog: &'p CpuKernel, env: &'p Env<'_>, mut regs: Vec<Vec<u64>>) -> Machine<'p> {
+fn new_machine<'p>(prog: &'p CpuKernel, env: &'p Env<'_>, mut regs: Vec<Register>) -> Machine<'p> {
     if regs.len() < prog.n_regs {
-        regs.resize_with(prog.n_regs, || vec![0u64; CHUNK]);
+        regs.resize_with(prog.n_regs, || Register::zeroed(CHUNK));
     }
     Machine {
         prog,
@@ -522,7 +523,7 @@ struct Machine<'p> {
     /// Per instruction: the value of constants and parameters in their compute type.
     scals: &'p [Scal],
     loops: &'static Loops,
-    regs: Vec<Vec<u64>>,
+    regs: Vec<Register>,
     vals: Vec<Val>,
     coords: Vec<usize>,
     /// Length of the current run.
@@ -535,7 +536,7 @@ struct Machine<'p> {
     pack: Option<(usize, usize)>,
     /// ReduceInner: values saved by one pass for a later one, one buffer per reuse slot,
     /// indexed by (row within the item, position in the reduce space).
-    saved: Vec<Vec<u64>>,
+    saved: Vec<Register>,
     /// While a `save_direct` value is evaluated: where its run goes in its saved buffer.
     save_to: *mut f32,
     /// Prefetches for the next run ([`NextRun`]), while `prefetching`.
@@ -712,11 +713,13 @@ impl<'p> Machine<'p> {
         let reuse = prog.n_reuse > 0 && rows * red_total * prog.n_reuse <= SAVED_BUDGET_WORDS;
         if reuse {
             if self.saved.len() < prog.n_reuse {
-                self.saved.resize_with(prog.n_reuse, Vec::new);
+                self.saved.resize_with(prog.n_reuse, Register::default);
             }
             for b in &mut self.saved[..prog.n_reuse] {
                 if b.len() < rows * red_total {
-                    b.resize(rows * red_total, 0);
+                    // Scratch: every block writes a value's runs before a later pass reads
+                    // them.
+                    *b = Register::zeroed(rows * red_total);
                 }
             }
         }
@@ -1161,7 +1164,7 @@ impl<'p> Machine<'p> {
                 }
             };
         }
-        let done = |m: &mut Self, out: Vec<u64>| {
+        let done = |m: &mut Self, out: Register| {
             m.regs[reg] = out;
             m.vals[v] = match dst {
                 Some(ptr) => Val::Ptr(ptr as *const u8),
@@ -1481,7 +1484,7 @@ impl<'p> Machine<'p> {
         let mut idx = if ir != usize::MAX {
             std::mem::take(&mut self.regs[ir])
         } else {
-            Vec::new()
+            Register::default()
         };
         // A packed run (column reductions, see `pack_rows`) holds `segs` reduce positions,
         // each a segment of the output run: accumulated one after the other, in order.
@@ -2120,7 +2123,7 @@ fn run_column_split(prog: &CpuKernel, env: &Env<'_>, blocks: usize) {
     let groups = n_items.div_ceil(per_group);
     let red = prog.reduce_len();
     let private = column_private_regs(prog);
-    let task = |t: usize| -> Vec<Vec<Vec<u64>>> {
+    let task = |t: usize| -> Vec<Vec<Register>> {
         let (g, b) = (t / blocks, t % blocks);
         let lo = g * per_group;
         let hi = (lo + per_group).min(n_items);
@@ -2133,7 +2136,7 @@ fn run_column_split(prog: &CpuKernel, env: &Env<'_>, blocks: usize) {
         })
     };
     let n_tasks = groups * blocks;
-    let partials: Vec<Vec<Vec<Vec<u64>>>> = if n_tasks > 1 {
+    let partials: Vec<Vec<Vec<Register>>> = if n_tasks > 1 {
         (0..n_tasks).into_par_iter().map(task).collect()
     } else {
         (0..n_tasks).map(task).collect()
@@ -2175,12 +2178,12 @@ impl Machine<'_> {
         a_lo: usize,
         a_hi: usize,
         private: &[usize],
-    ) -> Vec<Vec<Vec<u64>>> {
+    ) -> Vec<Vec<Register>> {
         let prog = self.prog;
         let ax = prog.n_out - 1;
         let ph = &prog.phases[0];
         let mut at: Vec<(Vec<usize>, usize)> = Vec::with_capacity(hi - lo);
-        let mut store: Vec<Vec<Vec<u64>>> = Vec::with_capacity(hi - lo);
+        let mut store: Vec<Vec<Register>> = Vec::with_capacity(hi - lo);
         self.row_t = None;
         for item in lo..hi {
             let n = items.locate(item, &mut self.coords).unwrap_or(0);
@@ -2195,11 +2198,11 @@ impl Machine<'_> {
             store.push(
                 private
                     .iter()
-                    .map(|&r| std::mem::replace(&mut self.regs[r], vec![0u64; CHUNK]))
+                    .map(|&r| std::mem::replace(&mut self.regs[r], Register::zeroed(CHUNK)))
                     .collect(),
             );
         }
-        let swap = |m: &mut Self, regs: &mut Vec<Vec<u64>>| {
+        let swap = |m: &mut Self, regs: &mut Vec<Register>| {
             for (slot, &r) in private.iter().enumerate() {
                 std::mem::swap(&mut m.regs[r], &mut regs[slot]);
             }
@@ -2266,7 +2269,7 @@ impl Machine<'_> {
 
     /// Folds a later block's partial accumulators (`part`) into `acc` (both laid out as
     /// [`column_private_regs`]) over the current run of `self.n` positions.
-    fn combine_partial(&self, private: &[usize], acc: &mut [Vec<u64>], part: &[Vec<u64>]) {
+    fn combine_partial(&self, private: &[usize], acc: &mut [Register], part: &[Register]) {
         let n = self.n;
         let slot_of = |reg: usize| private.iter().position(|&r| r == reg);
         for &r in &self.prog.phases[0].reduces {

@@ -3,7 +3,8 @@
 //!
 //! * `program` compiles a kernel (reduce axes last, dimensions coalesced, phases,
 //!   registers, loop strategy);
-//! * `exec` runs programs (SIMD level picked at run time);
+//! * `exec` runs programs (SIMD level picked at run time) on cache-line-aligned run
+//!   registers (`register`);
 //! * `ops` holds the typed elementwise and reduction loops, `matmul` the products
 //!   (`small_gemm` the register-blocked kernel for small f32 ones, `blocked_gemm` the
 //!   packed, threaded one for weight gradients and few-row products),
@@ -18,6 +19,7 @@ mod matmul;
 mod ops;
 mod prefetch;
 mod program;
+mod register;
 mod scatter;
 mod small_gemm;
 mod stream;
