@@ -25,6 +25,7 @@
 
 use super::matmul::Scratch;
 use super::prefetch;
+use super::register::aligned_f32;
 use super::small_gemm::{SmallProduct as Product, transpose16};
 use crate::error::Result;
 use rayon::prelude::*;
@@ -170,11 +171,10 @@ unsafe fn rows(p: &Product, i0: usize, i1: usize) {
         0
     };
     PANELS.with(|cell| {
-        let mut buf = cell.borrow_mut();
+        let mut cell = cell.borrow_mut();
         let need = KC * NC.min(p.n.next_multiple_of(NR));
-        if buf.len() < need {
-            buf.resize(need, 0.0);
-        }
+        // Aligned, so the kernel's four loads per panel row each read one cache line.
+        let buf = aligned_f32(&mut cell, need);
         for j0 in (0..p.n).step_by(NC) {
             let nc = NC.min(p.n - j0);
             let panels = nc.div_ceil(NR);
@@ -182,7 +182,7 @@ unsafe fn rows(p: &Product, i0: usize, i1: usize) {
                 let kc = KC.min(p.k - d0);
                 // SAFETY: rows `[d0, d0 + kc)`, columns `[j0, j0 + nc)` of the right
                 // operand are readable; `buf` holds `panels · kc · NR` f32s.
-                unsafe { pack_panels(p, d0, kc, j0, nc, &mut buf) };
+                unsafe { pack_panels(p, d0, kc, j0, nc, buf) };
                 for r0 in (i0..i1).step_by(MC) {
                     let r1 = (r0 + MC).min(i1);
                     for pn in 0..panels {

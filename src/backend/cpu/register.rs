@@ -57,6 +57,20 @@ impl DerefMut for Register {
     }
 }
 
+/// `len` f32s of `buf` starting on a 64-byte boundary (`buf` grows as needed; what the
+/// window holds is left as it was). For the products' packed operands, which the kernels
+/// read a whole 64-byte vector at a time.
+pub(crate) fn aligned_f32(buf: &mut Vec<f32>, len: usize) -> &mut [f32] {
+    let lanes = ALIGN / std::mem::size_of::<f32>();
+    if buf.len() < len + lanes - 1 {
+        buf.resize(len + lanes - 1, 0.0);
+    }
+    // `align_offset` counts f32 elements; a 4-aligned pointer reaches 64-byte alignment
+    // within `lanes - 1` of them.
+    let start = buf.as_ptr().align_offset(ALIGN).min(lanes - 1);
+    &mut buf[start..start + len]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -83,5 +97,15 @@ mod tests {
             }
         }
         assert!(Register::default().is_empty());
+    }
+
+    #[test]
+    fn aligned_f32_windows_start_on_a_cache_line() {
+        let mut buf = Vec::new();
+        for len in [1, 5, 64, 1000, 3] {
+            let w = aligned_f32(&mut buf, len);
+            assert_eq!(w.len(), len);
+            assert_eq!(w.as_ptr() as usize % ALIGN, 0);
+        }
     }
 }

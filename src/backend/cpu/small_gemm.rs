@@ -88,12 +88,13 @@ pub(super) unsafe fn run(p: &SmallProduct, next: Option<&SmallProduct>) {
         }
         let np = p.n.div_ceil(16) * 16;
         PACKED_RHS.with(|cell| {
-            let mut buf = cell.borrow_mut();
-            buf.clear();
-            buf.resize(p.k * np, 0.0);
+            let mut cell = cell.borrow_mut();
+            // Aligned, so each vector load of a packed row reads one cache line.
+            let buf = super::register::aligned_f32(&mut cell, p.k * np);
+            buf.fill(0.0);
             // SAFETY: the caller's contract (the operand is readable, AVX-512F available);
             // `buf` is k × np.
-            unsafe { pack_rhs(p, &mut buf, np) };
+            unsafe { pack_rhs(p, buf, np) };
             // SAFETY: `buf` holds the k × np row-major copy (padding columns are zero);
             // the rest is the caller's contract.
             unsafe { blocks(p, buf.as_ptr(), np as isize, &mut hints) };
