@@ -156,7 +156,7 @@ pub(crate) fn hint_range(addr: usize, bytes: usize, write: bool) {
 /// `prefetchw` (the line in an exclusive state) measured slower than `prefetcht0` for the
 /// written lines on the Intel Xeon test machine (transpose 6.0 -> 7.2 ms), so it is not used.
 #[inline(always)]
-fn hint(addr: usize, write: bool) {
+pub(crate) fn hint(addr: usize, write: bool) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_MM_HINT_T0, _MM_HINT_T1, _mm_prefetch};

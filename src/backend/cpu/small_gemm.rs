@@ -311,7 +311,7 @@ unsafe fn kernel<const MR: usize, const NV: usize>(
     }
     for kk in 0..p.k {
         if let Some(&line) = hints.next() {
-            _mm_prefetch::<_MM_HINT_T1>(line as *const i8);
+            super::prefetch::hint(line, false);
         }
         let kk = kk as isize;
         let mut b = [_mm512_setzero_ps(); NV];
