@@ -545,7 +545,7 @@ struct Machine<'p> {
     /// elementwise item along the output's last axis, or one run along a reduced row.
     prefetching: bool,
     /// Set during a row kernel's passes after the first: its loads read the block of rows
-    /// from cache, so only its stores are hinted.
+    /// from cache, so nothing is hinted.
     later_pass: bool,
 }
 
@@ -1133,13 +1133,7 @@ impl<'p> Machine<'p> {
         // buffer (`direct`) or its saved buffer (`save_direct`). Each op's loop is then
         // still compiled once, writing wherever `out_slice!` points.
         let dst: Option<*mut f32> = if let Some(s) = p.direct {
-            let d = self.store_ptr(s, ax);
-            if let Some(d) = d
-                && self.prefetching
-            {
-                self.next.write_after(d as *const u8, n * 4);
-            }
-            d
+            self.store_ptr(s, ax)
         } else if p.save_direct && !self.save_to.is_null() {
             Some(self.save_to)
         } else {
@@ -1426,11 +1420,6 @@ impl<'p> Machine<'p> {
                 });
             }
             return;
-        }
-        if self.prefetching && stride == 1 {
-            let sz = dtype.size_bytes();
-            let first = a.ptr.wrapping_offset(base * sz as isize);
-            self.next.write_after(first, n * sz);
         }
         with_ct!(dtype.compute(), T => {
             let v = self.fetch::<T>(*src);
