@@ -99,6 +99,8 @@ def numpy_workloads(np):
     x16 = normal((s, s), np.float16)
     w[("row sum", "f16")] = (lambda: x16.sum(1), None)
     w[("transpose", "f32")] = (lambda: np.ascontiguousarray(x.T), None)
+    cp, cq, cr = normal((s, s // 4), np.float32), normal((s, s // 4), np.float32), normal((s, s // 2), np.float32)
+    w[("cat", "f32")] = (lambda: np.concatenate([cp, cq, cr], axis=1), None)
 
     def softmax(x):
         e = np.exp(x - x.max(1, keepdims=True))

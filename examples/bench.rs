@@ -400,6 +400,28 @@ fn workloads(want: &dyn Fn(&str) -> bool) -> kiln::Result<Vec<Workload>> {
             miss: false,
         });
     }
+    if want("cat") {
+        // Three row blocks of widths 1024, 1024 and 2048 joined along the rows' axis.
+        let (p, q, r) = (
+            input(&[S, S / 4], 9, f32_)?,
+            input(&[S, S / 4], 10, f32_)?,
+            input(&[S, S / 2], 11, f32_)?,
+        );
+        w.push(Workload {
+            name: "cat",
+            shape: vec![S, S],
+            dtype: f32_,
+            bytes: 2 * S * S * 4,
+            flops: 0.0,
+            limit: Limit::Copy,
+            bar: Bar::None,
+            one_kernel: false,
+            build: Box::new(move || Tensor::cat(&[&p, &q, &r], 1)),
+            ops: 1,
+            reps: 1,
+            miss: false,
+        });
+    }
     {
         let x = x.clone();
         w.push(Workload {
@@ -764,6 +786,7 @@ fn judge<'a>(w: &'a Workload, m: Measured, lim: &Limits, done: &[Row<'_>]) -> Ro
                 None => (format!("<= {k}x {base}"), format!("no {base} row"), None),
             }
         }
+        Bar::None if w.flops == 0.0 => ("-".into(), format!("{x_copy:.2}x copy"), None),
         Bar::None => ("-".into(), format!("{gflops:.0} GFLOP/s"), None),
     };
     let one_kernel_ok = !w.one_kernel || m.kernels_fused == 1;

@@ -6228,6 +6228,36 @@ static LARGE_INDEXING_AND_SCANS: Profile = Profile {
     min_numel: 1000,
 };
 
+/// Joins, pads and masks on tensors of 64K elements and more, where the CPU backend runs
+/// an elementwise kernel as one kernel per block between the edges of its masks
+/// (`backend::cpu::kernels_split_at_masks` counts them; see
+/// `large_joins_and_pads_are_split_at_their_masks`).
+static LARGE_JOINS_AND_PADS: Profile = Profile {
+    kinds: &[
+        (3, Kind::Join),
+        (2, Kind::Split),
+        (2, Kind::Mask),
+        (3, Kind::Movement),
+        (2, Kind::Binary),
+        (2, Kind::Unary),
+        (1, Kind::SelfView),
+        (1, Kind::Contiguous),
+    ],
+    dtypes: &[
+        (6, DType::F32),
+        (1, DType::F64),
+        (1, DType::BF16),
+        (1, DType::F16),
+        (1, DType::I32),
+        (1, DType::I64),
+    ],
+    max_ops: 6,
+    max_numel: 1 << 18,
+    dims: &[32, 33, 64, 100, 128, 257, 1000, 2048],
+    max_rank: 3,
+    min_numel: 1 << 16,
+};
+
 /// Larger tensors: chunk boundaries, tiled transposes, parallel and split reductions.
 static LARGE: Profile = Profile {
     kinds: &[
@@ -6327,6 +6357,36 @@ proptest! {
     fn fuzz_large_indexing_and_scans(case in case_strategy(&LARGE_INDEXING_AND_SCANS)) {
         run_case(&case, &LARGE_INDEXING_AND_SCANS)?;
     }
+}
+
+proptest! {
+    #![proptest_config(config(300))]
+    #[test]
+    fn fuzz_large_joins_and_pads(case in case_strategy(&LARGE_JOINS_AND_PADS)) {
+        run_case(&case, &LARGE_JOINS_AND_PADS)?;
+    }
+}
+
+/// The first cases of `fuzz_large_joins_and_pads` (the same ones it runs first) reach the
+/// CPU backend's split of kernels at their masks, in many kernels, and pass.
+#[test]
+fn large_joins_and_pads_are_split_at_their_masks() {
+    use proptest::strategy::ValueTree;
+    use proptest::test_runner::TestRunner;
+    let before = kiln::backend::cpu::kernels_split_at_masks();
+    let mut runner = TestRunner::new(config(60));
+    let strategy = case_strategy(&LARGE_JOINS_AND_PADS);
+    for _ in 0..60 {
+        let Ok(tree) = strategy.new_tree(&mut runner) else {
+            continue;
+        };
+        if let Err(e) = run_case(&tree.current(), &LARGE_JOINS_AND_PADS) {
+            panic!("{e}");
+        }
+    }
+    let split = kiln::backend::cpu::kernels_split_at_masks() - before;
+    eprintln!("kernels split at their masks in 60 programs: {split}");
+    assert!(split >= 10, "only {split} kernels were split");
 }
 
 /// The kiln call a step of the indexing, joining, masking, scan and sort families makes

@@ -8,7 +8,8 @@
 //! * `ops` holds the typed elementwise and reduction loops, `matmul` the products
 //!   (`small_gemm` the register-blocked kernel for small f32 ones, `blocked_gemm` the
 //!   packed, threaded one for weight gradients and few-row products),
-//!   `transpose` permuted copies block by block.
+//!   `transpose` permuted copies block by block; `pieces` splits elementwise kernels at
+//!   the edges of their masks (`cat`, `pad`) into kernels without masks.
 
 #[cfg(target_arch = "x86_64")]
 mod blocked_gemm;
@@ -17,6 +18,7 @@ mod f16c;
 mod lanes;
 mod matmul;
 mod ops;
+mod pieces;
 mod prefetch;
 mod program;
 mod register;
@@ -36,9 +38,10 @@ use crate::memory::Buffer;
 use exec::ArgPtr;
 
 /// A kernel compiled for the CPU: its program (none for a bare matmul, whose product is the
-/// whole result).
+/// whole result), or the programs of its blocks, run in order (see [`pieces`]).
 struct Compiled {
     program: Option<program::CpuKernel>,
+    blocks: Vec<program::CpuKernel>,
 }
 
 static COMPILED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -46,6 +49,14 @@ static COMPILED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::ne
 /// How many kernels the CPU backend has compiled (a cached plan's kernels compile once).
 pub fn kernels_compiled() -> u64 {
     COMPILED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+static SPLIT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many of the compiled kernels run as blocks between the edges of their masks (a
+/// `cat`, `stack` or `pad` of 64K elements and more; see `pieces.rs` in the CPU backend).
+pub fn kernels_split_at_masks() -> u64 {
+    SPLIT.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Validates `kernel` (views inside their buffers' declared sizes, matmul operands
@@ -56,7 +67,23 @@ fn compile(kernel: &Kernel) -> Result<Compiled> {
         .validate()
         .map_err(|e| KilnError::internal(format!("kernel {}: {e}", kernel.name)))?;
     if kernel.special.is_some() {
-        return Ok(Compiled { program: None });
+        return Ok(Compiled {
+            program: None,
+            blocks: vec![],
+        });
+    }
+    if let Some(blocks) = pieces::split(kernel) {
+        SPLIT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut programs = Vec::with_capacity(blocks.len());
+        for b in &blocks {
+            b.validate()
+                .map_err(|e| KilnError::internal(format!("kernel {} block: {e}", kernel.name)))?;
+            programs.push(program::compile(b, &[]));
+        }
+        return Ok(Compiled {
+            program: None,
+            blocks: programs,
+        });
     }
     let mut in_place: Vec<usize> = (0..kernel.args.len())
         .filter(|&i| kernel.args[i].in_place)
@@ -76,12 +103,16 @@ fn compile(kernel: &Kernel) -> Result<Compiled> {
         }
         let trivial = kernel.ops.len() == 2 && matches!(kernel.ops[0].op, IrOp::MatmulResult);
         if trivial {
-            return Ok(Compiled { program: None });
+            return Ok(Compiled {
+                program: None,
+                blocks: vec![],
+            });
         }
         in_place.push(mm.out);
     }
     Ok(Compiled {
         program: Some(program::compile(kernel, &in_place)),
+        blocks: vec![],
     })
 }
 
@@ -146,6 +177,16 @@ pub fn run_kernel(pk: &PlannedKernel, args: &[&Buffer], params: &[Scalar]) -> Re
     {
         let dtype = kernel.args[mm.out].dtype;
         matmul::run(mm, &kernel.shape, dtype, &ptrs)?;
+    }
+    // Blocks run one after the other from one of the pool's threads (a caller outside the
+    // pool then hands them over once, not once per block). They hold no gathers: nothing
+    // to report.
+    if !compiled.blocks.is_empty() {
+        rayon::scope(|_| {
+            for prog in &compiled.blocks {
+                exec::execute(prog, &exec::Env::new(prog, ptrs.clone(), params));
+            }
+        });
     }
     if let Some(prog) = &compiled.program {
         let env = exec::Env::new(prog, ptrs, params);

@@ -243,6 +243,9 @@ pub(crate) fn compile(k: &Kernel, in_place: &[usize]) -> CpuKernel {
                 IrOp::Valid { view } if view.is_fully_masked() => {
                     (IrOp::Const(Scalar::Bool(false)), Scalar::Bool(false))
                 }
+                IrOp::Valid { view } if view.mask.is_none() => {
+                    (IrOp::Const(Scalar::Bool(true)), Scalar::Bool(true))
+                }
                 IrOp::MatmulResult => {
                     // The product already sits in the output buffer: read it in place.
                     let out = k.matmul.as_ref().map(|m| m.out).unwrap_or(0);

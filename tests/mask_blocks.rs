@@ -1,0 +1,109 @@
+//! Joins and pads of 64K elements and more run on the CPU as one kernel per block between
+//! the edges of their masks. Every case here is exact arithmetic on exactly representable
+//! values, so fused, unfused and the reference evaluator must agree bit for bit; each case
+//! also checks that the split happened (or, for blocks too small to pay, that it did not).
+//! Random programs of the same families: `fuzz_large_joins_and_pads` in `differential.rs`.
+
+use kiln::{DType, RealizeOptions, Tensor, backend, reference};
+
+/// `n` values of the form `k / 8 - 3.5` (exact in every float dtype kiln has).
+fn values(n: usize, seed: usize) -> Vec<f32> {
+    (0..n)
+        .map(|i| ((i * 7919 + seed * 104_729) % 61) as f32 / 8.0 - 3.5)
+        .collect()
+}
+
+fn input(shape: &[usize], seed: usize, dtype: DType) -> Tensor {
+    let n = shape.iter().product();
+    let t = Tensor::from_vec(values(n, seed), shape).cast(dtype);
+    t.realize().expect("realize");
+    t
+}
+
+/// Builds the expression twice (a realized node becomes a buffer), realizes it fused and
+/// unfused, and compares both with the reference evaluator bit for bit. Returns how many
+/// kernels were split at their masks meanwhile.
+#[track_caller]
+fn check(build: impl Fn() -> Tensor) -> u64 {
+    // The counter is global: one check at a time across this file's tests.
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let before = backend::cpu::kernels_split_at_masks();
+    let want = reference::evaluate(&build()).expect("reference").to_f64();
+    for opts in [RealizeOptions::default(), RealizeOptions::unfused()] {
+        let t = build();
+        t.realize_with(&opts).expect("realize");
+        let got = t.to_vec::<f64>().expect("read back");
+        assert_eq!(got.len(), want.len());
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(g.to_bits(), w.to_bits(), "element {i}: got {g}, want {w}");
+        }
+    }
+    backend::cpu::kernels_split_at_masks() - before
+}
+
+#[test]
+fn cat_along_every_axis_and_dtype() {
+    for dtype in [
+        DType::F32,
+        DType::F16,
+        DType::BF16,
+        DType::F64,
+        DType::I32,
+        DType::I64,
+    ] {
+        for axis in 0..3 {
+            let mut shapes = [[40usize, 48, 64], [40, 48, 64], [40, 48, 64]];
+            // Pieces of 32, 64 and 96 along the joined axis.
+            for (k, s) in shapes.iter_mut().enumerate() {
+                s[axis] = 32 * (k + 1);
+            }
+            let (a, b, c) = (
+                input(&shapes[0], 1, dtype),
+                input(&shapes[1], 2, dtype),
+                input(&shapes[2], 3, dtype),
+            );
+            let split = check(|| Tensor::cat(&[&a, &b, &c], axis as isize) * 2 + 1);
+            assert!(split > 0, "{dtype:?} cat along {axis} was not split");
+        }
+    }
+}
+
+#[test]
+fn stack_and_the_sum_of_disjoint_pads() {
+    let (a, b, c) = (
+        input(&[64, 64, 128], 4, DType::F32),
+        input(&[64, 64, 128], 5, DType::F32),
+        input(&[64, 64, 128], 6, DType::F32),
+    );
+    assert!(check(|| Tensor::stack(&[&a, &b, &c], 2).neg()) > 0);
+    // The gradient of three slices of one tensor (attention's q, k, v) is this sum.
+    let padsum = || {
+        &(&a.pad(&[(0, 0), (0, 0), (0, 256)], 0.0) + &b.pad(&[(0, 0), (0, 0), (128, 128)], 0.0))
+            + &c.pad(&[(0, 0), (0, 0), (256, 0)], 0.0)
+    };
+    assert!(check(padsum) > 0);
+}
+
+#[test]
+fn pads_with_fill_values_flips_and_broadcasts() {
+    let x = input(&[300, 257], 7, DType::F32);
+    // Wide pads on both axes with a non-zero fill, of a flipped view.
+    let padded = || x.flip([1]).pad(&[(64, 40), (100, 33)], -2.5) * 0.5;
+    assert!(check(padded) > 0);
+    // A pad of a broadcast row, then an op with another input.
+    let row = input(&[1, 512], 8, DType::F32);
+    let y = input(&[256, 600], 9, DType::F32);
+    let wide = || &row.expand([256, 512]).pad(&[(0, 0), (44, 44)], 1.0) - &y;
+    assert!(check(wide) > 0);
+}
+
+#[test]
+fn small_pads_and_small_tensors_stay_one_kernel() {
+    // A pad of one position: blocks that short would cost more than the masks.
+    let x = input(&[512, 256], 10, DType::F32);
+    assert_eq!(check(|| x.pad(&[(1, 1), (1, 1)], 0.0) + 1.0), 0);
+    // Under 64K elements.
+    let s = input(&[16, 128], 11, DType::F32);
+    assert_eq!(check(|| Tensor::cat(&[&s, &s], 1) * 3), 0);
+}
