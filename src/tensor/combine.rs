@@ -65,12 +65,6 @@ impl Tensor {
             return first.try_cast(dtype);
         }
         let nd = first.ndim();
-        // Position along the joined dimension, broadcast over the others.
-        let mut along = vec![1isize; nd];
-        along[axis] = total as isize;
-        let pos = Tensor::try_arange(0, total as i64, 1, DType::I64)?
-            .try_to(first.device())?
-            .try_reshape(&along)?;
         let mut starts = Vec::with_capacity(tensors.len());
         let mut s = 0;
         for t in tensors {
@@ -83,11 +77,20 @@ impl Tensor {
             pads[axis] = (starts[i], total - starts[i] - t.shape()[axis]);
             t.try_cast(dtype)?.try_pad(&pads, 0)
         };
+        // True where input `i` lies, broadcast over the other dimensions: a padded
+        // constant, which a kernel evaluates from the position alone (and the CPU backend
+        // splits at its edges, see `backend/cpu/pieces.rs`).
+        let inside = |i: usize| -> Result<Tensor> {
+            let mut shape = vec![1usize; nd];
+            shape[axis] = tensors[i].shape()[axis];
+            let mut pads = vec![(0usize, 0usize); nd];
+            pads[axis] = (starts[i], total - starts[i] - tensors[i].shape()[axis]);
+            Tensor::try_full_on(shape, true, DType::Bool, first.device())?.try_pad(&pads, false)
+        };
         let last = tensors.len() - 1;
         let mut acc = placed(last)?;
         for i in (0..last).rev() {
-            let end = (starts[i] + tensors[i].shape()[axis]) as i64;
-            acc = Tensor::try_where(&pos.try_lt(end)?, &placed(i)?, &acc)?;
+            acc = Tensor::try_where(&inside(i)?, &placed(i)?, &acc)?;
         }
         Ok(acc)
     }

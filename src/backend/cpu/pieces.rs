@@ -10,12 +10,14 @@
 //! [`split`] takes such a kernel and returns the same computation as one kernel per block
 //! between mask edges along one output axis: in each block every view is either wholly
 //! valid (its mask dropped, so the load is read in place where it can be) or wholly masked
-//! (the load compiles to its fill value and a `Valid` to a constant), so each block is a
-//! plain elementwise program. The blocks cover the output exactly once and none reads what
+//! (the load compiles to its fill value and a `Valid` to a constant; a padded `full`, as
+//! `cat` uses for its conditions, to its value or its fill), so each block is a plain
+//! elementwise program. The blocks cover the output exactly once and none reads what
 //! another writes, so they run one after the other with the same result as the whole
 //! kernel, value for value.
 
 use crate::kernel::{IrOp, Kernel};
+use crate::ops::GenKind;
 use crate::shape::View;
 
 /// Fewest elements a kernel must have to be split (each block is one more parallel run).
@@ -41,6 +43,10 @@ pub(super) fn split(k: &Kernel) -> Option<Vec<Kernel>> {
                 ins.op,
                 IrOp::Load { .. }
                     | IrOp::Valid { .. }
+                    | IrOp::Generate {
+                        kind: GenKind::Full,
+                        ..
+                    }
                     | IrOp::Const(_)
                     | IrOp::Param { .. }
                     | IrOp::Unary(..)
@@ -97,7 +103,7 @@ fn edges_along(k: &Kernel, d: usize) -> Option<Vec<usize>> {
     let mut edges = vec![0, len];
     for ins in &k.ops {
         let view = match &ins.op {
-            IrOp::Load { view, .. } | IrOp::Valid { view } => view,
+            IrOp::Load { view, .. } | IrOp::Valid { view } | IrOp::Generate { view, .. } => view,
             _ => continue,
         };
         if let Some(m) = &view.mask {
@@ -116,7 +122,10 @@ fn block(k: &Kernel, d: usize, lo: usize, hi: usize) -> Kernel {
     b.shape[d] = hi - lo;
     for ins in &mut b.ops {
         match &mut ins.op {
-            IrOp::Load { view, .. } | IrOp::Valid { view } | IrOp::Store { view, .. } => {
+            IrOp::Load { view, .. }
+            | IrOp::Valid { view }
+            | IrOp::Generate { view, .. }
+            | IrOp::Store { view, .. } => {
                 narrow(view, d, lo, hi);
             }
             _ => {}
@@ -185,7 +194,8 @@ mod tests {
         }
         let t = Tensor::cat(&[&a, &b, &c], 1);
         let ks = kernels_of(&t);
-        let k = ks.last().expect("a kernel");
+        assert_eq!(ks.len(), 1, "cat of realized inputs is one kernel");
+        let k = &ks[0];
         let blocks = split(k).expect("splits");
         let widths: Vec<usize> = blocks.iter().map(|b| b.shape[1]).collect();
         assert_eq!(widths, vec![128, 64, 96]);

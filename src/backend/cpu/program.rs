@@ -6,7 +6,7 @@
 use crate::dtype::{ComputeType, DType, Scalar};
 
 use crate::kernel::{IrOp, Kernel, Level};
-use crate::ops::{BinaryOp, Cost, Scal, UnaryOp};
+use crate::ops::{BinaryOp, Cost, GenKind, Scal, UnaryOp};
 use crate::shape::View;
 
 /// Elements per register (one run of a loop).
@@ -246,6 +246,13 @@ pub(crate) fn compile(k: &Kernel, in_place: &[usize]) -> CpuKernel {
                 IrOp::Valid { view } if view.mask.is_none() => {
                     (IrOp::Const(Scalar::Bool(true)), Scalar::Bool(true))
                 }
+                // An unmasked `full` is its parameter, one scalar for the kernel.
+                IrOp::Generate {
+                    kind: GenKind::Full,
+                    params,
+                    view,
+                    ..
+                } if view.mask.is_none() => (IrOp::Param { slot: params[0] }, Scalar::Int(0)),
                 IrOp::MatmulResult => {
                     // The product already sits in the output buffer: read it in place.
                     let out = k.matmul.as_ref().map(|m| m.out).unwrap_or(0);
