@@ -1,5 +1,5 @@
-//! Joins and pads of 64K elements and more run on the CPU as one kernel per block between
-//! the edges of their masks. Every case here is exact arithmetic on exactly representable
+//! Joins and pads whose blocks between mask edges hold 128K elements and more run on the
+//! CPU as one kernel per block. Every case here is exact arithmetic on exactly representable
 //! values, so fused, unfused and the reference evaluator must agree bit for bit; each case
 //! also checks that the split happened (or, for blocks too small to pay, that it did not).
 //! Random programs of the same families: `fuzz_large_joins_and_pads` in `differential.rs`.
@@ -53,7 +53,7 @@ fn cat_along_every_axis_and_dtype() {
         DType::I64,
     ] {
         for axis in 0..3 {
-            let mut shapes = [[40usize, 48, 64], [40, 48, 64], [40, 48, 64]];
+            let mut shapes = [[64usize, 64, 64], [64, 64, 64], [64, 64, 64]];
             // Pieces of 32, 64 and 96 along the joined axis.
             for (k, s) in shapes.iter_mut().enumerate() {
                 s[axis] = 32 * (k + 1);
@@ -87,14 +87,15 @@ fn stack_and_the_sum_of_disjoint_pads() {
 
 #[test]
 fn pads_with_fill_values_flips_and_broadcasts() {
-    let x = input(&[300, 257], 7, DType::F32);
-    // Wide pads on both axes with a non-zero fill, of a flipped view.
-    let padded = || x.flip([1]).pad(&[(64, 40), (100, 33)], -2.5) * 0.5;
+    let x = input(&[1000, 600], 7, DType::F32);
+    // Wide pads on both axes with a non-zero fill, of a flipped view: split along the rows,
+    // each block still masked along the columns.
+    let padded = || x.flip([1]).pad(&[(200, 300), (100, 60)], -2.5) * 0.5;
     assert!(check(padded) > 0);
     // A pad of a broadcast row, then an op with another input.
     let row = input(&[1, 512], 8, DType::F32);
-    let y = input(&[256, 600], 9, DType::F32);
-    let wide = || &row.expand([256, 512]).pad(&[(0, 0), (44, 44)], 1.0) - &y;
+    let y = input(&[1024, 840], 9, DType::F32);
+    let wide = || &row.expand([1024, 512]).pad(&[(0, 0), (128, 200)], 1.0) - &y;
     assert!(check(wide) > 0);
 }
 
@@ -103,7 +104,7 @@ fn small_pads_and_small_tensors_stay_one_kernel() {
     // A pad of one position: blocks that short would cost more than the masks.
     let x = input(&[512, 256], 10, DType::F32);
     assert_eq!(check(|| x.pad(&[(1, 1), (1, 1)], 0.0) + 1.0), 0);
-    // Under 64K elements.
-    let s = input(&[16, 128], 11, DType::F32);
+    // Blocks under 128K elements (each would run on one thread).
+    let s = input(&[256, 128], 11, DType::F32);
     assert_eq!(check(|| Tensor::cat(&[&s, &s], 1) * 3), 0);
 }
