@@ -54,7 +54,8 @@ pub fn kernels_compiled() -> u64 {
 static SPLIT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// How many of the compiled kernels run as blocks between the edges of their masks (a
-/// `cat`, `stack` or `pad` of 64K elements and more; see `pieces.rs` in the CPU backend).
+/// `cat`, `stack` or `pad` whose blocks hold 128K elements and more; see `pieces.rs` in
+/// the CPU backend).
 pub fn kernels_split_at_masks() -> u64 {
     SPLIT.load(std::sync::atomic::Ordering::Relaxed)
 }
