@@ -71,21 +71,22 @@ impl Tensor {
             starts.push(s);
             s += t.shape()[axis];
         }
-        let placed = |i: usize| -> Result<Tensor> {
-            let t = tensors[i];
+        // The padding that puts input `i` in its place along `axis`.
+        let pads_of = |i: usize| {
             let mut pads = vec![(0usize, 0usize); nd];
-            pads[axis] = (starts[i], total - starts[i] - t.shape()[axis]);
-            t.try_cast(dtype)?.try_pad(&pads, 0)
+            pads[axis] = (starts[i], total - starts[i] - tensors[i].shape()[axis]);
+            pads
         };
+        let placed =
+            |i: usize| -> Result<Tensor> { tensors[i].try_cast(dtype)?.try_pad(&pads_of(i), 0) };
         // True where input `i` lies, broadcast over the other dimensions: a padded
         // constant, which a kernel evaluates from the position alone (and the CPU backend
         // splits at its edges, see `backend/cpu/pieces.rs`).
         let inside = |i: usize| -> Result<Tensor> {
             let mut shape = vec![1usize; nd];
             shape[axis] = tensors[i].shape()[axis];
-            let mut pads = vec![(0usize, 0usize); nd];
-            pads[axis] = (starts[i], total - starts[i] - tensors[i].shape()[axis]);
-            Tensor::try_full_on(shape, true, DType::Bool, first.device())?.try_pad(&pads, false)
+            Tensor::try_full_on(shape, true, DType::Bool, first.device())?
+                .try_pad(&pads_of(i), false)
         };
         let last = tensors.len() - 1;
         let mut acc = placed(last)?;

@@ -195,7 +195,7 @@ const TILE_RUN: usize = 256;
 
 /// What one run of a kernel binds: buffer pointers and parameter values.
 pub(crate) struct Env<'a> {
-    pub args: Vec<ArgPtr>,
+    pub args: &'a [ArgPtr],
     /// The first out-of-range index a gather met, with its dimension's size (the kernel
     /// reads its fill value instead and the run reports the error).
     pub bad_index: std::sync::Mutex<Option<(i64, usize)>>,
@@ -206,7 +206,7 @@ pub(crate) struct Env<'a> {
 
 impl<'a> Env<'a> {
     /// Binds `args` and `params` for `prog`.
-    pub(crate) fn new(prog: &CpuKernel, args: Vec<ArgPtr>, params: &'a [Scalar]) -> Env<'a> {
+    pub(crate) fn new(prog: &CpuKernel, args: &'a [ArgPtr], params: &'a [Scalar]) -> Env<'a> {
         let scals = prog
             .instrs
             .iter()
@@ -474,7 +474,7 @@ fn new_machine<'p>(prog: &'p CpuKernel, env: &'p Env<'_>, mut regs: Vec<Register
     Machine {
         prog,
         bad_index: &env.bad_index,
-        args: &env.args,
+        args: env.args,
         params: env.params,
         scals: &env.scals,
         loops: loops(),

@@ -37,11 +37,11 @@ use crate::kernel::{IrOp, Kernel, PlannedKernel, Special};
 use crate::memory::Buffer;
 use exec::ArgPtr;
 
-/// A kernel compiled for the CPU: its program (none for a bare matmul, whose product is the
-/// whole result), or the programs of its blocks, run in order (see [`pieces`]).
+/// A kernel compiled for the CPU: the programs that run after its product (if any), in
+/// order. None for a bare matmul (the product is the whole result) or a special kernel;
+/// one per block for a kernel split at its mask edges (see [`pieces`]); else one.
 struct Compiled {
-    program: Option<program::CpuKernel>,
-    blocks: Vec<program::CpuKernel>,
+    programs: Vec<program::CpuKernel>,
 }
 
 static COMPILED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -68,10 +68,7 @@ fn compile(kernel: &Kernel) -> Result<Compiled> {
         .validate()
         .map_err(|e| KilnError::internal(format!("kernel {}: {e}", kernel.name)))?;
     if kernel.special.is_some() {
-        return Ok(Compiled {
-            program: None,
-            blocks: vec![],
-        });
+        return Ok(Compiled { programs: vec![] });
     }
     if let Some(blocks) = pieces::split(kernel) {
         SPLIT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -81,10 +78,7 @@ fn compile(kernel: &Kernel) -> Result<Compiled> {
                 .map_err(|e| KilnError::internal(format!("kernel {} block: {e}", kernel.name)))?;
             programs.push(program::compile(b, &[]));
         }
-        return Ok(Compiled {
-            program: None,
-            blocks: programs,
-        });
+        return Ok(Compiled { programs });
     }
     let mut in_place: Vec<usize> = (0..kernel.args.len())
         .filter(|&i| kernel.args[i].in_place)
@@ -104,16 +98,12 @@ fn compile(kernel: &Kernel) -> Result<Compiled> {
         }
         let trivial = kernel.ops.len() == 2 && matches!(kernel.ops[0].op, IrOp::MatmulResult);
         if trivial {
-            return Ok(Compiled {
-                program: None,
-                blocks: vec![],
-            });
+            return Ok(Compiled { programs: vec![] });
         }
         in_place.push(mm.out);
     }
     Ok(Compiled {
-        program: Some(program::compile(kernel, &in_place)),
-        blocks: vec![],
+        programs: vec![program::compile(kernel, &in_place)],
     })
 }
 
@@ -179,18 +169,8 @@ pub fn run_kernel(pk: &PlannedKernel, args: &[&Buffer], params: &[Scalar]) -> Re
         let dtype = kernel.args[mm.out].dtype;
         matmul::run(mm, &kernel.shape, dtype, &ptrs)?;
     }
-    // Blocks run one after the other from one of the pool's threads (a caller outside the
-    // pool then hands them over once, not once per block). They hold no gathers: nothing
-    // to report.
-    if !compiled.blocks.is_empty() {
-        rayon::scope(|_| {
-            for prog in &compiled.blocks {
-                exec::execute(prog, &exec::Env::new(prog, ptrs.clone(), params));
-            }
-        });
-    }
-    if let Some(prog) = &compiled.program {
-        let env = exec::Env::new(prog, ptrs, params);
+    for prog in &compiled.programs {
+        let env = exec::Env::new(prog, &ptrs, params);
         exec::execute(prog, &env);
         if let Some((index, size)) = env
             .bad_index

@@ -20,8 +20,6 @@ use crate::kernel::{IrOp, Kernel};
 use crate::ops::GenKind;
 use crate::shape::View;
 
-/// Fewest elements a kernel must have to be split (each block is one more parallel run).
-const MIN_ELEMS: usize = 1 << 16;
 /// Fewest elements a block may hold in the split axis and those after it (the longest run
 /// it can have): shorter runs do not pay for their setup.
 const MIN_BLOCK_RUN: usize = 32;
@@ -30,6 +28,8 @@ const MIN_BLOCK_RUN: usize = 32;
 /// run on one thread (an optimizer update of a stacked `[2, 384, 128]` state, split in two,
 /// took 0.72 ms per step instead of 0.47).
 const MIN_BLOCK_ELEMS: usize = 1 << 17;
+/// Fewest elements a kernel must have to be split: two blocks.
+const MIN_ELEMS: usize = 2 * MIN_BLOCK_ELEMS;
 /// Most blocks a kernel is split into.
 const MAX_BLOCKS: usize = 16;
 

@@ -26,7 +26,7 @@
 //! is. `KILN_PREFETCH=1` or `=0` overrides ([`enabled`]).
 
 /// Cache line size assumed for stepping through a range.
-const LINE: usize = 64;
+pub(crate) const LINE: usize = 64;
 /// Lines issued per instruction at least (more when much is pending; see [`NextRun::step`]).
 const MIN_LINES_PER_STEP: usize = 16;
 

@@ -7,10 +7,10 @@
 //! kind. A `Vec<u64>` is only 16-byte aligned by the system allocator, which made three of
 //! every four 64-byte AVX-512 loads and stores straddle two cache lines. Measured with
 //! registers and saved buffers aligned, against a build without them (56bec4a, whose code
-//! for these kernels is the same otherwise), alternating on the Intel Xeon test machine: 40 ops alternating `maximum` and `abs` over 64K elements
-//! 201–203 → 155–157 µs; layer norm's forward and backward over `[32, 64, 128]`
-//! 0.48–0.52 → 0.39 ms; softmax over 4096 × 4096 9.1–9.2 → 8.7–8.8 ms; the 8-op chain over
-//! 1M elements 650–680 → 620–640 µs.
+//! for these kernels is the same otherwise), alternating on the Intel Xeon test machine:
+//! 40 ops alternating `maximum` and `abs` over 64K elements 201–203 → 155–157 µs; layer
+//! norm's forward and backward over `[32, 64, 128]` 0.48–0.52 → 0.39 ms; softmax over
+//! 4096 × 4096 9.1–9.2 → 8.7–8.8 ms; the 8-op chain over 1M elements 650–680 → 620–640 µs.
 
 use std::ops::{Deref, DerefMut};
 

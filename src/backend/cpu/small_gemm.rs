@@ -125,7 +125,7 @@ fn strip_lines(
     cols: usize,
     lines: &mut Vec<usize>,
 ) {
-    const LINE: usize = 64;
+    use super::prefetch::LINE;
     let (step, strips, len) = if cs == 1 {
         (rs, rows, cols)
     } else if rs == 1 {
