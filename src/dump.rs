@@ -353,6 +353,10 @@ pub fn plan_text(plan: &Plan) -> String {
                         args[mm.rhs],
                         fmt_view(&mm.rhs_view)
                     );
+                    if !mm.out_view.is_contiguous() {
+                        // Written straight into a permuted layout of the output.
+                        let _ = writeln!(s, "    into [{}]", fmt_view(&mm.out_view));
+                    }
                 }
                 for i in 0..k.ops.len() {
                     let _ = writeln!(s, "    {}", instr_text(k, i, &args, plan.params()));

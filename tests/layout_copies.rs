@@ -81,3 +81,136 @@ fn head_split_of_a_slice_reads_from_its_offset() {
     let at = ((4 + 2) * 16) * 32 + 5;
     assert_eq!(got[at], (((20 + 3) * 4 + 2) * 32 + 5) as i64);
 }
+
+// ---------------------------------------------------------------------------
+// Products written straight into a permuted layout
+// ---------------------------------------------------------------------------
+
+use kiln::RealizeOptions;
+
+/// Small integers as `dt` (exact in every dtype, so every product is exact too).
+fn ints(shape: &[usize], seed: usize, dt: DType) -> Tensor {
+    let n: usize = shape.iter().product();
+    let v: Vec<i64> = (0..n)
+        .map(|i| ((i * 7 + seed * 13) % 9) as i64 - 4)
+        .collect();
+    let t = Tensor::from_vec(v, shape.to_vec()).cast(dt);
+    t.realize().unwrap();
+    t
+}
+
+/// Realizes `build()` fused and unfused; returns the fused kernel count after checking
+/// that both give the same bits and the reference evaluator's values.
+#[track_caller]
+fn same_as_unfused(build: &dyn Fn() -> Tensor) -> usize {
+    agrees_with_unfused(build, true)
+}
+
+/// As [`same_as_unfused`]; with `exact` false the two need only agree as closely as each
+/// agrees with the reference (a large row-major product may take a route with another
+/// summation order on a machine with more threads than the batch has products).
+#[track_caller]
+fn agrees_with_unfused(build: &dyn Fn() -> Tensor, exact: bool) -> usize {
+    let f = build();
+    let kernels = f.realize_with(&RealizeOptions::default()).unwrap().kernels;
+    let u = build();
+    u.realize_with(&RealizeOptions::unfused()).unwrap();
+    let (fv, uv) = (f.to_vec::<f64>().unwrap(), u.to_vec::<f64>().unwrap());
+    let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    if exact {
+        assert_eq!(bits(&fv), bits(&uv), "fused vs unfused ({:?})", f.dtype());
+    }
+    let want = reference::evaluate(&f).unwrap().to_f64();
+    assert_eq!(fv.len(), want.len());
+    for got in [&fv, &uv] {
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            let tol = 1e-4 * w.abs().max(1.0);
+            assert!((g - w).abs() <= tol, "{:?} at {i}: {g} vs {w}", f.dtype());
+        }
+    }
+    kernels
+}
+
+#[test]
+fn a_product_read_permuted_is_written_in_the_permuted_layout() {
+    for dt in [
+        DType::F32,
+        DType::F64,
+        DType::F16,
+        DType::BF16,
+        DType::I32,
+        DType::I64,
+    ] {
+        // Attention's head merge: [b, h, t, d] products read as [b, t, h, d].
+        let a = ints(&[2, 3, 5, 4], 1, dt);
+        let b = ints(&[2, 3, 4, 6], 2, dt);
+        let k = same_as_unfused(&|| a.matmul(&b).permute([0, 2, 1, 3]).contiguous());
+        assert_eq!(k, 1, "{dt:?}: the copy is the product itself");
+        // Batch axes swapped, and a batch axis moved between the rows and columns.
+        for perm in [[1, 0, 2, 3], [1, 2, 0, 3], [2, 0, 1, 3]] {
+            let k = same_as_unfused(&|| a.matmul(&b).permute(perm).contiguous());
+            assert_eq!(k, 1, "{dt:?} {perm:?}");
+        }
+        // Transposed operands read in place, with the product permuted.
+        let at = ints(&[2, 3, 4, 5], 3, dt);
+        let k = same_as_unfused(&|| {
+            at.transpose(-1, -2)
+                .matmul(&b)
+                .permute([0, 2, 1, 3])
+                .contiguous()
+        });
+        assert_eq!(k, 1, "{dt:?} transposed operand");
+    }
+}
+
+#[test]
+fn a_permuted_product_keeps_its_epilogue_and_feeds_the_next_product() {
+    let x = Tensor::randn_seeded([4, 4, 16, 8], 1);
+    let v = Tensor::randn_seeded([4, 4, 8, 8], 2);
+    let w = Tensor::randn_seeded([32, 12], 3);
+    for t in [&x, &v, &w] {
+        t.realize().unwrap();
+    }
+    // An elementwise epilogue over the permuted product: still one kernel.
+    let k = same_as_unfused(&|| (x.matmul(&v).transpose(1, 2) * 2.0 + 1.0).contiguous());
+    assert_eq!(k, 1);
+    // Heads merged and projected: the merge costs no kernel of its own.
+    let k = same_as_unfused(&|| x.matmul(&v).transpose(1, 2).reshape([4, 16, 32]).matmul(&w));
+    assert_eq!(k, 2);
+}
+
+#[test]
+fn products_whose_columns_would_move_keep_their_copy() {
+    let a = ints(&[2, 3, 5, 4], 1, DType::F32);
+    let b = ints(&[2, 3, 4, 6], 2, DType::F32);
+    // The product's columns become a middle axis: the product is stored row-major and
+    // copied (a second kernel), and the values are the same.
+    let k = same_as_unfused(&|| a.matmul(&b).permute([0, 3, 1, 2]).contiguous());
+    assert_eq!(k, 2);
+    let k = same_as_unfused(&|| a.matmul(&b).transpose(-1, -2).contiguous());
+    assert_eq!(k, 2);
+}
+
+#[test]
+fn permuted_products_of_every_size_class() {
+    // Single rows and columns, zero depth, products large enough for the multithreaded
+    // paths (rows of the permuted output far apart), and a long depth over a small
+    // output (the shape the CPU backend's weight-gradient kernel takes when row-major).
+    let cases: [([usize; 3], [usize; 3]); 6] = [
+        ([3, 1, 7], [3, 7, 5]),
+        ([3, 4, 7], [3, 7, 1]),
+        ([3, 4, 0], [3, 0, 5]),
+        ([2, 256, 128], [2, 128, 256]),
+        ([2, 64, 1024], [2, 1024, 128]),
+        ([4, 33, 65], [4, 65, 17]),
+    ];
+    for (sa, sb) in cases {
+        let a = Tensor::randn_seeded(sa, 7);
+        let b = Tensor::randn_seeded(sb, 8);
+        a.realize().unwrap();
+        b.realize().unwrap();
+        let small = sa[1] * sb[2] * sa[2] < 1 << 20;
+        let k = agrees_with_unfused(&|| a.matmul(&b).permute([1, 0, 2]).contiguous(), small);
+        assert_eq!(k, 1, "{sa:?} @ {sb:?}");
+    }
+}

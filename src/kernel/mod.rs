@@ -252,7 +252,10 @@ pub struct KernelArg {
 }
 
 /// The matrix product a matmul kernel computes before its epilogue. Views have shape
-/// `[batch.., m, k]` and `[batch.., k, n]`; the output is `out`, row-major `[batch.., m, n]`.
+/// `[batch.., m, k]` and `[batch.., k, n]`; the product is written into `out` through
+/// `out_view`: row-major `[batch.., m, n]`, or (CPU kernels) the product's axes permuted
+/// into the kernel's row-major layout, so that a permute-and-copy after a product (merging
+/// attention heads) is the product itself.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MatmulSpec {
     /// Index of the left matrix's buffer in [`Kernel::args`].
@@ -265,6 +268,17 @@ pub struct MatmulSpec {
     pub rhs_view: View,
     /// Index of the output buffer in [`Kernel::args`].
     pub out: usize,
+    /// Where each product element goes in `out`: shape `[batch.., m, n]`, unit stride along
+    /// `n`, one element per address (contiguous, or a permutation of the kernel's
+    /// row-major layout). The epilogue reads the product at its own output position.
+    pub out_view: View,
+}
+
+impl MatmulSpec {
+    /// The product's shape `[batch.., m, n]`.
+    pub fn shape(&self) -> &[usize] {
+        &self.out_view.shape
+    }
 }
 
 /// The sums a scatter kernel computes: over every position `p` of the index's shape,

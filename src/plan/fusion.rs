@@ -21,7 +21,10 @@
 //!   softmax, layer norm: several reductions over one row in one kernel). All reductions of a
 //!   kernel share S and the reduce axes.
 //! * **A matmul inlines into its consumer** when that consumer's kernel is elementwise over
-//!   exactly the product's shape (bias, activation): the epilogue runs on the product.
+//!   exactly the product's shape (bias, activation): the epilogue runs on the product. On
+//!   the CPU the consumer may also see the product with its axes permuted, the last axis
+//!   kept last (`(att @ v).transpose(1, 2).contiguous()`): the product is then written
+//!   straight into the consumer's layout, and the copy disappears.
 //! * **Generator-only values read broadcast are stored.** A value computed from generators
 //!   alone (a causal mask from two aranges) that a kernel reads over at least
 //!   `BROADCAST_FOLD` times its own size, and has at least `MIN_FOLD_NUMEL` elements, is
@@ -37,6 +40,7 @@
 //! Planning reads only structure: ops, shapes, dtypes and views.
 
 use super::views::{NodeId, PlanOp, ViewGraph};
+use crate::device::Device;
 use crate::graph::Op;
 use crate::ops::Cost;
 use crate::shape::{Movement, View, numel};
@@ -412,14 +416,23 @@ fn try_inline_matmul(vg: &ViewGraph, plan: &mut FusionPlan, m: NodeId, uses: &[U
     };
     let g = &plan.groups[u.group];
     let shape = &vg.nodes[m].shape;
-    let identity = View::contiguous(shape).apply_all(&u.chain) == Some(View::contiguous(shape));
+    let Some(seen) = View::contiguous(shape).apply_all(&u.chain) else {
+        return false;
+    };
+    // The consumer reads the product as it is, or (CPU) with its axes permuted and the
+    // last one kept last: the product is then written straight into the consumer's layout
+    // (a merge of attention heads after `att @ v` becomes the product itself).
+    let unit_rows = |into: View| shape.last() == Some(&1) || into.strides.last() == Some(&1);
+    let placed = seen == View::contiguous(shape)
+        || (vg.nodes[m].device == Device::Cpu
+            && seen.permuted_into_row_major(shape).is_some_and(unit_rows));
     // The epilogue runs in place on the product, so it must keep the product's dtype.
     if u.frame != Frame::Root
         || vg.nodes[g.root].dtype != vg.nodes[m].dtype
         || g.matmul.is_some()
         || g.space.is_some()
-        || vg.nodes[g.root].shape != *shape
-        || !identity
+        || vg.nodes[g.root].shape != seen.shape
+        || !placed
         || vg.nodes[g.root].op.is_transfer()
     {
         return false;

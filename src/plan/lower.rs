@@ -308,6 +308,9 @@ struct Lowerer<'a> {
     args: Vec<KernelArg>,
     refs: Vec<BufferRef>,
     fused: Vec<String>,
+    /// Where the matmul product goes in the output (see [`MatmulSpec::out_view`]), set
+    /// when the product is emitted.
+    product_into: Option<View>,
 }
 
 impl<'a> Lowerer<'a> {
@@ -345,6 +348,7 @@ impl<'a> Lowerer<'a> {
             args: vec![],
             refs: vec![],
             fused: vec![],
+            product_into: None,
         }
     }
 
@@ -473,12 +477,17 @@ impl<'a> Lowerer<'a> {
         };
         let (lhs, lhs_view) = operand(0)?;
         let (rhs, rhs_view) = operand(1)?;
+        let out_view = self
+            .product_into
+            .clone()
+            .ok_or_else(|| fatal("matmul kernel without its product"))?;
         Ok(MatmulSpec {
             lhs,
             lhs_view,
             rhs,
             rhs_view,
             out: usize::MAX,
+            out_view,
         })
     }
 
@@ -773,9 +782,22 @@ impl<'a> Lowerer<'a> {
                 id
             }
             (PlanOp::Op(Op::Matmul), []) => {
-                if level != Level::Elem || t.view != View::contiguous(&self.space) {
+                // Read as it is, or with its axes permuted (fusion checked which): the
+                // product is then written in the kernel's layout, and read back at each
+                // output position.
+                let into = if t.view == View::contiguous(&self.space) {
+                    Some(View::contiguous(&node.shape))
+                } else {
+                    let unit_rows =
+                        |v: &View| node.shape.last() == Some(&1) || v.strides.last() == Some(&1);
+                    t.view
+                        .permuted_into_row_major(&node.shape)
+                        .filter(|v| t.view.shape == self.space && unit_rows(v))
+                };
+                if level != Level::Elem || into.is_none() || self.product_into.is_some() {
                     return Err(fatal("matmul product seen through a view"));
                 }
+                self.product_into = into;
                 self.push(IrOp::MatmulResult, dtype, Level::Elem)
             }
             _ => {

@@ -132,6 +132,49 @@ impl View {
         .normalized()
     }
 
+    /// For a view that reads a row-major buffer of shape `src` with its axes permuted (no
+    /// offset, no mask, each axis of `self` of size above one is an axis of `src`): the
+    /// view, with `src`'s shape, of where each `src` element lands in a row-major buffer of
+    /// `self.shape`. Writing `src`'s values through it lays them out as reading them through
+    /// `self` and storing row-major would. `None` for any other view.
+    ///
+    /// ```
+    /// use kiln::shape::{Movement, View};
+    /// // [2, 3, 4] seen as [3, 2, 4] (axes 0 and 1 swapped) ...
+    /// let seen = View::contiguous(&[2, 3, 4]).apply(&Movement::Permute(vec![1, 0, 2])).unwrap();
+    /// // ... puts element (i, j, k) at j·8 + i·4 + k of a row-major [3, 2, 4] buffer.
+    /// let into = seen.permuted_into_row_major(&[2, 3, 4]).unwrap();
+    /// assert_eq!(into.strides, vec![4, 8, 1]);
+    /// assert!(View::contiguous(&[6, 4]).permuted_into_row_major(&[2, 3, 4]).is_none());
+    /// ```
+    pub fn permuted_into_row_major(&self, src: &[usize]) -> Option<View> {
+        if self.offset != 0 || self.mask.is_some() || self.ndim() != src.len() {
+            return None;
+        }
+        let src_strides = contiguous_strides(src);
+        let row_major = contiguous_strides(&self.shape);
+        let mut strides = vec![0isize; src.len()];
+        let mut used = vec![false; src.len()];
+        for (i, (&n, &s)) in self.shape.iter().zip(&self.strides).enumerate() {
+            if n == 1 {
+                continue;
+            }
+            let j = (0..src.len()).find(|&j| !used[j] && src[j] == n && src_strides[j] == s)?;
+            used[j] = true;
+            strides[j] = row_major[i];
+        }
+        // Every other axis of `src` has one coordinate.
+        if (0..src.len()).any(|j| !used[j] && src[j] != 1) {
+            return None;
+        }
+        Some(View {
+            shape: src.to_vec(),
+            strides,
+            offset: 0,
+            mask: None,
+        })
+    }
+
     /// Number of dimensions.
     pub fn ndim(&self) -> usize {
         self.shape.len()
@@ -582,5 +625,64 @@ mod tests {
             .apply(&Movement::Flip(vec![0, 1]))
             .unwrap();
         assert_eq!(f.offset_bounds(), Some((0, 5)));
+    }
+
+    #[test]
+    fn permuted_views_give_where_each_element_lands() {
+        let src = [2, 3, 1, 4];
+        let at = |perm: Vec<usize>| {
+            View::contiguous(&src)
+                .apply(&Movement::Permute(perm))
+                .unwrap()
+                .permuted_into_row_major(&src)
+        };
+        // The identity is the row-major layout itself.
+        let id = at(vec![0, 1, 2, 3]).unwrap();
+        assert_eq!(id.shape, src.to_vec());
+        assert_eq!((id.strides[0], id.strides[1], id.strides[3]), (12, 4, 1));
+        // [3, 2, 4, 1] row-major: element (i, j, 0, k) of `src` at j·8 + i·4 + k.
+        let p = at(vec![1, 0, 3, 2]).unwrap();
+        assert_eq!((p.strides[0], p.strides[1], p.strides[3]), (4, 8, 1));
+        for i in 0..2 {
+            for j in 0..3 {
+                for k in 0..4 {
+                    assert_eq!(
+                        p.index_of(&[i, j, 0, k]),
+                        Some((j * 8 + i * 4 + k) as isize)
+                    );
+                }
+            }
+        }
+        // Anything but a pure permutation has no such layout.
+        let v = View::contiguous(&src);
+        let range = |start, end| SliceRange {
+            start,
+            end,
+            step: 1,
+        };
+        let sliced = v
+            .apply(&Movement::Slice(vec![
+                range(0, 2),
+                range(1, 3),
+                range(0, 1),
+                range(0, 4),
+            ]))
+            .unwrap();
+        assert!(sliced.permuted_into_row_major(&[2, 2, 1, 4]).is_none());
+        let flipped = v.apply(&Movement::Flip(vec![1])).unwrap();
+        assert!(flipped.permuted_into_row_major(&src).is_none());
+        let padded = v
+            .apply(&Movement::Pad {
+                pads: vec![(0, 0), (0, 0), (0, 0), (0, 1)],
+                value: crate::dtype::Scalar::Float(0.0),
+            })
+            .unwrap();
+        assert!(padded.permuted_into_row_major(&[2, 3, 1, 5]).is_none());
+        let reshaped = View::contiguous(&[6, 4]);
+        assert!(reshaped.permuted_into_row_major(&src).is_none());
+        let expanded = View::contiguous(&[2, 1, 4])
+            .apply(&Movement::Expand(vec![2, 3, 4]))
+            .unwrap();
+        assert!(expanded.permuted_into_row_major(&[2, 3, 4]).is_none());
     }
 }

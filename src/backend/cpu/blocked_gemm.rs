@@ -65,8 +65,10 @@ fn splits_depth(m: usize, n: usize, k: usize) -> bool {
 /// # Safety
 /// [`applies`] holds for `(p.m, p.n, p.k)`; every element `lhs + i·l_rs + j·l_cs`
 /// (`i < m`, `j < k`) and `rhs + i·r_rs + j·r_cs` (`i < k`, `j < n`) is readable; the `m·n`
-/// elements from `out` (row-major, row stride `n`) are writable and overlap neither operand.
+/// elements from `out` (row-major, row stride `n`: `p.o_rs` is `n`) are writable and
+/// overlap neither operand.
 pub(super) unsafe fn run(p: &Product, threads: usize) -> Result<()> {
+    debug_assert_eq!(p.o_rs, p.n as isize, "blocked products are row-major");
     let threads = threads.max(1);
     if threads > 1 && splits_depth(p.m, p.n, p.k) {
         // SAFETY: the caller's contract.

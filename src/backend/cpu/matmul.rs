@@ -38,11 +38,14 @@ use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 use rayon::prelude::*;
 
-/// One product `out = lhs @ rhs` of a batch: base offsets (elements) and strides.
+/// One product `out = lhs @ rhs` of a batch: base offsets (elements) and strides. The
+/// output's rows are `o_rs` apart (`n` when the product is row-major in its buffer; more
+/// when it is written into a permuted layout), its columns adjacent.
 #[derive(Clone, Copy)]
 struct Gemm {
     out: ArgPtr,
     oo: isize,
+    o_rs: isize,
     lhs: ArgPtr,
     lo: isize,
     l_rs: isize,
@@ -61,6 +64,7 @@ impl Gemm {
     fn f32_product(&self) -> small_gemm::SmallProduct {
         small_gemm::SmallProduct {
             out: elem::<f32>(self.out, self.oo),
+            o_rs: self.o_rs,
             lhs: elem::<f32>(self.lhs, self.lo),
             l_rs: self.l_rs,
             l_cs: self.l_cs,
@@ -74,8 +78,10 @@ impl Gemm {
     }
 }
 
-/// Computes `out[b] = lhs[b] @ rhs[b]` for every batch index. `shape` is `[batch.., m, n]`.
-pub(crate) fn run(mm: &MatmulSpec, shape: &[usize], dtype: DType, args: &[ArgPtr]) -> Result<()> {
+/// Computes `out[b] = lhs[b] @ rhs[b]` for every batch index, each product written through
+/// `mm.out_view`.
+pub(crate) fn run(mm: &MatmulSpec, dtype: DType, args: &[ArgPtr]) -> Result<()> {
+    let shape = mm.shape();
     let nd = shape.len();
     let (m, n) = (shape[nd - 2], shape[nd - 1]);
     let k = mm.lhs_view.shape[nd - 1];
@@ -93,6 +99,13 @@ pub(crate) fn run(mm: &MatmulSpec, shape: &[usize], dtype: DType, args: &[ArgPtr
     };
     let (ls, rs) = (&mm.lhs_view.strides, &mm.rhs_view.strides);
     let (l_rs, l_cs, r_rs, r_cs) = (ls[nd - 2], ls[nd - 1], rs[nd - 2], rs[nd - 1]);
+    // Rows of the output: `n` apart when row-major, further in a permuted layout (a
+    // single row's stride is never used).
+    let o_rs = if m > 1 {
+        mm.out_view.strides[nd - 2]
+    } else {
+        n as isize
+    };
     let threads = rayon::current_num_threads().max(1);
     let flops = 2.0 * (m * n * k) as f64;
     let parallel_batches = batch >= threads && batch > 1;
@@ -108,7 +121,8 @@ pub(crate) fn run(mm: &MatmulSpec, shape: &[usize], dtype: DType, args: &[ArgPtr
         let ro = offsets(&mm.rhs_view, b);
         Gemm {
             out,
-            oo: (b * m * n) as isize,
+            oo: offsets(&mm.out_view, b),
+            o_rs,
             lhs,
             lo,
             l_rs,
@@ -128,8 +142,9 @@ pub(crate) fn run(mm: &MatmulSpec, shape: &[usize], dtype: DType, args: &[ArgPtr
         let g = product(b);
         // SAFETY: the operand views were checked to lie inside their buffers, so every
         // element gemm reads through (offset, row stride, column stride) is in bounds; the
-        // output block [oo, oo + m·n) is inside the output buffer and written by this batch
-        // index only; operands and output are distinct buffers.
+        // output view was checked to address each element of the output buffer once, so
+        // the m rows of n elements at `oo + i·o_rs` are inside it and written by this
+        // batch index only; operands and output are distinct buffers.
         unsafe {
             match dtype {
                 DType::F32 if small => {
@@ -180,6 +195,7 @@ unsafe fn gemm_typed<T: GemmScalar>(g: Gemm, par: gemm::Parallelism) {
     let Gemm {
         out,
         oo,
+        o_rs,
         lhs,
         lo,
         l_rs,
@@ -197,7 +213,9 @@ unsafe fn gemm_typed<T: GemmScalar>(g: Gemm, par: gemm::Parallelism) {
     unsafe {
         let dst = (out.ptr as *mut T).offset(oo);
         if k == 0 {
-            std::slice::from_raw_parts_mut(dst, m * n).fill(T::ZERO);
+            for i in 0..m {
+                std::slice::from_raw_parts_mut(dst.offset(i as isize * o_rs), n).fill(T::ZERO);
+            }
             return;
         }
         gemm::gemm(
@@ -206,7 +224,7 @@ unsafe fn gemm_typed<T: GemmScalar>(g: Gemm, par: gemm::Parallelism) {
             k,
             dst,
             1,
-            n as isize,
+            o_rs,
             false,
             (lhs.ptr as *const T).offset(lo),
             l_cs,
@@ -286,6 +304,7 @@ const MIN_DEPTH_FOR_RHS_COPY: usize = 256;
 unsafe fn f32_gemm(g: Gemm, par: gemm::Parallelism) -> Result<()> {
     #[cfg(target_arch = "x86_64")]
     if let gemm::Parallelism::Rayon(threads) = par
+        && g.o_rs == g.n as isize
         && super::blocked_gemm::applies(g.m, g.n, g.k, threads)
     {
         let p = g.f32_product();
@@ -293,12 +312,13 @@ unsafe fn f32_gemm(g: Gemm, par: gemm::Parallelism) -> Result<()> {
         // output block this product's alone; `applies` holds.
         return unsafe { super::blocked_gemm::run(&p, threads) };
     }
-    if computes_transposed(&g) {
+    if g.o_rs == g.n as isize && computes_transposed(&g) {
         // Cᵀ = Bᵀ·Aᵀ into scratch (n × m, row-major), then copied into place.
         let scratch = Scratch::new(g.m * g.n)?;
         let swapped = Gemm {
             out: scratch.arg(),
             oo: 0,
+            o_rs: g.m as isize,
             lhs: g.rhs,
             lo: g.ro,
             l_rs: g.r_cs,
@@ -568,6 +588,7 @@ unsafe fn half_gemm<H: HalfFloat>(g: Gemm, par: gemm::Parallelism) -> Result<()>
     let widened = Gemm {
         out: c.arg(),
         oo: 0,
+        o_rs: n as isize,
         lhs: a.arg(),
         lo: 0,
         l_rs,
@@ -583,12 +604,19 @@ unsafe fn half_gemm<H: HalfFloat>(g: Gemm, par: gemm::Parallelism) -> Result<()>
     // SAFETY: the three scratch blocks have exactly the sizes and layouts `widened`
     // describes, and `c` is aliased by nothing else.
     unsafe { gemm_typed::<f32>(widened, par) };
-    // SAFETY: the output block is in bounds and written only here.
-    let dst = unsafe { std::slice::from_raw_parts_mut(elem::<H>(g.out, g.oo), m * n) };
-    dst.par_chunks_mut(n)
-        .zip(c.as_mut_slice().par_chunks(n))
+    let (out, oo, o_rs) = (g.out, g.oo, g.o_rs);
+    c.as_mut_slice()
+        .par_chunks(n)
+        .enumerate()
         .with_min_len((CONVERT_GRAIN / n).max(1))
-        .for_each(|(d, s)| H::narrow(s, d));
+        .for_each(|(i, s)| {
+            // SAFETY: row `i` of the output (n elements at `oo + i·o_rs`) is in bounds and
+            // written only here (the caller's contract).
+            let d = unsafe {
+                std::slice::from_raw_parts_mut(elem::<H>(out, oo + i as isize * o_rs), n)
+            };
+            H::narrow(s, d)
+        });
     Ok(())
 }
 
@@ -612,6 +640,7 @@ unsafe fn int_gemm<T: IntScalar>(g: Gemm) {
     let Gemm {
         out,
         oo,
+        o_rs,
         lhs,
         lo,
         l_rs,
@@ -625,10 +654,12 @@ unsafe fn int_gemm<T: IntScalar>(g: Gemm) {
         k,
     } = g;
     let (a, b) = (lhs.ptr as *const T, rhs.ptr as *const T);
-    // SAFETY: the output block is in bounds and written only here.
-    let dst = unsafe { std::slice::from_raw_parts_mut((out.ptr as *mut T).offset(oo), m * n) };
     for i in 0..m {
-        for j in 0..n {
+        // SAFETY: row `i` of the output is in bounds and written only here.
+        let dst = unsafe {
+            std::slice::from_raw_parts_mut((out.ptr as *mut T).offset(oo + i as isize * o_rs), n)
+        };
+        for (j, d) in dst.iter_mut().enumerate() {
             let mut acc = T::zero();
             for p in 0..k {
                 // SAFETY: in bounds per the caller's contract.
@@ -640,7 +671,7 @@ unsafe fn int_gemm<T: IntScalar>(g: Gemm) {
                 };
                 acc = T::mul_add(acc, x, y);
             }
-            dst[i * n + j] = acc;
+            *d = acc;
         }
     }
 }
@@ -780,6 +811,7 @@ mod tests {
                         ptr: std::ptr::null_mut()
                     },
                     oo: 0,
+                    o_rs: n as isize,
                     lhs: ArgPtr {
                         ptr: std::ptr::null_mut()
                     },

@@ -35,6 +35,7 @@ use crate::dtype::Scalar;
 use crate::error::{KilnError, Result};
 use crate::kernel::{IrOp, Kernel, PlannedKernel, Special};
 use crate::memory::Buffer;
+use crate::shape::numel;
 use exec::ArgPtr;
 
 /// A kernel compiled for the CPU: the programs that run after its product (if any), in
@@ -96,6 +97,20 @@ fn compile(kernel: &Kernel) -> Result<Compiled> {
                 ));
             }
         }
+        // The product's placement: inside the output, one address per element (a
+        // permutation of a row-major layout, as lowering builds it), rows of unit stride.
+        let ov = &mm.out_view;
+        let out = &kernel.args[mm.out];
+        let placed = ov.mask.is_none()
+            && ov.numel() == out.numel
+            && ov.numel() == numel(&kernel.shape)
+            && (ov.shape.last().is_some_and(|&n| n <= 1) || ov.strides.last() == Some(&1))
+            && is_permuted_row_major(ov);
+        if !placed {
+            return Err(KilnError::internal(
+                "matmul output view is not a permutation of its buffer",
+            ));
+        }
         let trivial = kernel.ops.len() == 2 && matches!(kernel.ops[0].op, IrOp::MatmulResult);
         if trivial {
             return Ok(Compiled { programs: vec![] });
@@ -105,6 +120,28 @@ fn compile(kernel: &Kernel) -> Result<Compiled> {
     Ok(Compiled {
         programs: vec![program::compile(kernel, &in_place)],
     })
+}
+
+/// Whether `v` (offset 0) addresses each element of a `v.numel()`-element buffer exactly
+/// once: its axes of size above one, ordered by stride, have the strides of a row-major
+/// layout of those sizes.
+fn is_permuted_row_major(v: &crate::shape::View) -> bool {
+    let mut axes: Vec<(isize, usize)> = v
+        .shape
+        .iter()
+        .zip(&v.strides)
+        .filter(|(n, _)| **n > 1)
+        .map(|(&n, &s)| (s, n))
+        .collect();
+    axes.sort_unstable();
+    let mut expect = 1isize;
+    for (s, n) in axes {
+        if s != expect {
+            return false;
+        }
+        expect = expect.saturating_mul(n as isize);
+    }
+    v.offset == 0
 }
 
 /// Checks that every buffer is a host buffer at least as large as its argument declares
@@ -167,7 +204,7 @@ pub fn run_kernel(pk: &PlannedKernel, args: &[&Buffer], params: &[Scalar]) -> Re
         && kernel.shape.iter().all(|&n| n > 0)
     {
         let dtype = kernel.args[mm.out].dtype;
-        matmul::run(mm, &kernel.shape, dtype, &ptrs)?;
+        matmul::run(mm, dtype, &ptrs)?;
     }
     for prog in &compiled.programs {
         let env = exec::Env::new(prog, &ptrs, params);

@@ -22,11 +22,13 @@ const MAX_N: usize = 64;
 /// The largest `m` and `k` it is used for (the right operand copy then fits in L2).
 const MAX_MK: usize = 256;
 
-/// One product `out = lhs @ rhs` with `out` row-major (row stride `n`), operands read
-/// through element strides. Pointers are to the first element of each matrix.
+/// One product `out = lhs @ rhs` with `out`'s rows `o_rs` elements apart (`n`: row-major)
+/// and its columns adjacent, operands read through element strides. Pointers are to the
+/// first element of each matrix.
 #[derive(Clone, Copy)]
 pub(super) struct SmallProduct {
     pub out: *mut f32,
+    pub o_rs: isize,
     pub lhs: *const f32,
     pub l_rs: isize,
     pub l_cs: isize,
@@ -62,8 +64,8 @@ thread_local! {
 ///
 /// # Safety
 /// [`applies`] holds for `(p.m, p.n, p.k)`; every element `lhs + i·l_rs + j·l_cs`
-/// (`i < m`, `j < k`) and `rhs + i·r_rs + j·r_cs` (`i < k`, `j < n`) is readable; the `m·n`
-/// elements from `out` are writable and overlap neither operand.
+/// (`i < m`, `j < k`) and `rhs + i·r_rs + j·r_cs` (`i < k`, `j < n`) is readable; the `n`
+/// elements from `out + i·o_rs` (`i < m`) are writable and overlap neither operand.
 ///
 /// `next` is the product this thread runs after this one (the next head of a batched
 /// product), if any: the kernel hints its operands' cache lines into L2, one per depth
@@ -335,10 +337,10 @@ unsafe fn kernel<const MR: usize, const NV: usize>(
         (1u16 << tail) - 1
     };
     for (r, row) in acc.iter().enumerate() {
-        let out = p.out.wrapping_add((i0 + r) * p.n);
+        let out = p.out.wrapping_offset((i0 + r) as isize * p.o_rs);
         for (v, &x) in row.iter().enumerate() {
-            // SAFETY: row `i0 + r < m` of the row-major output, columns `16v..` of which
-            // only the `n` that exist are written (the mask covers the last vector).
+            // SAFETY: row `i0 + r < m` of the output, columns `16v..` of which only the `n`
+            // that exist are written (the mask covers the last vector).
             unsafe {
                 if v + 1 < NV {
                     _mm512_storeu_ps(out.add(16 * v), x);
@@ -383,6 +385,7 @@ pub(super) mod tests {
         let mut out = vec![f32::NAN; m * n + 16];
         run(&SmallProduct {
             out: out.as_mut_ptr(),
+            o_rs: n as isize,
             lhs: lhs.as_ptr(),
             l_rs,
             l_cs,
@@ -445,6 +448,7 @@ pub(super) mod tests {
     fn dummy(m: usize, n: usize, k: usize) -> SmallProduct {
         SmallProduct {
             out: std::ptr::without_provenance_mut(0x8000_0000),
+            o_rs: n as isize,
             lhs: std::ptr::without_provenance(0x1000_0000),
             l_rs: k as isize,
             l_cs: 1,

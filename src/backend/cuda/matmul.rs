@@ -134,6 +134,12 @@ fn operand(
 /// Runs the product of a matmul kernel into its output buffer.
 pub(crate) fn run(dev: &CudaDevice, mm: &MatmulSpec, k: &Kernel, args: &[&Buffer]) -> Result<()> {
     let dtype = k.args[mm.out].dtype;
+    // Planning writes a product into a permuted layout only on the CPU.
+    if mm.out_view != View::contiguous(mm.shape()) || mm.shape() != k.shape.as_slice() {
+        return Err(KilnError::internal(
+            "a CUDA matmul kernel must write its product row-major",
+        ));
+    }
     let nd = k.shape.len();
     let (m, n) = (k.shape[nd - 2], k.shape[nd - 1]);
     let kk = mm.lhs_view.shape[nd - 1];
