@@ -199,6 +199,10 @@ pub fn collapse_views(g: &Graph, targets: &[NodeKey]) -> Result<ViewGraph> {
 /// Runs the pass over a sweep of the lazy subgraph of `targets`.
 pub fn collapse_swept(g: &Graph, sweep: &Sweep, targets: &[NodeKey]) -> Result<ViewGraph> {
     let mut vg = ViewGraph::default();
+    // Copies already inserted, by what they copy: another edge that needs the same copy
+    // reads that one (the forward and the backward of `x.permute(..).reshape(..)` then
+    // share one).
+    let mut copies: Copies = HashMap::new();
     // Every lazy node (by sweep position) maps to (producer in the view graph, chain from it).
     let mut map: Vec<(NodeId, Vec<Movement>)> = Vec::with_capacity(sweep.order.len());
     let mut by_key: HashMap<NodeKey, usize> = HashMap::new();
@@ -262,7 +266,8 @@ pub fn collapse_swept(g: &Graph, sweep: &Sweep, targets: &[NodeKey]) -> Result<V
         let mut edges = Vec::with_capacity(inputs.len());
         for k in inputs {
             let (src, chain) = lookup(k)?;
-            edges.push(fold_edge(&mut vg, src, chain, needs_buffer(edges.len())));
+            let needs = needs_buffer(edges.len());
+            edges.push(fold_edge(&mut vg, &mut copies, src, chain, needs));
         }
         vg.nodes.push(PlanNode {
             op,
@@ -291,7 +296,7 @@ pub fn collapse_swept(g: &Graph, sweep: &Sweep, targets: &[NodeKey]) -> Result<V
             src
         } else {
             // A view as a target is stored row-major.
-            let e = fold_edge(&mut vg, src, chain, false);
+            let e = fold_edge(&mut vg, &mut copies, src, chain, false);
             let shape = vg.edge_shape(&e);
             let (dtype, device) = (vg.nodes[src].dtype, vg.nodes[src].device);
             vg.nodes.push(PlanNode {
@@ -314,8 +319,33 @@ pub fn collapse_swept(g: &Graph, sweep: &Sweep, targets: &[NodeKey]) -> Result<V
     Ok(vg)
 }
 
-/// Makes `chain` over `src` foldable, inserting copies where it is not.
-fn fold_edge(vg: &mut ViewGraph, src: NodeId, chain: Vec<Movement>, needs_buffer: bool) -> Edge {
+/// The copies [`fold_edge`] inserted, keyed by the producer and movements they copy.
+type Copies = HashMap<(NodeId, Vec<Movement>), NodeId>;
+
+/// A copy of `chain` over `src`: the one already made for another edge, or a new one.
+fn shared_copy(
+    vg: &mut ViewGraph,
+    copies: &mut Copies,
+    src: NodeId,
+    chain: Vec<Movement>,
+) -> NodeId {
+    if let Some(&c) = copies.get(&(src, chain.clone())) {
+        return c;
+    }
+    let c = insert_copy(vg, src, chain.clone());
+    copies.insert((src, chain), c);
+    c
+}
+
+/// Makes `chain` over `src` foldable, inserting copies where it is not (one per distinct
+/// producer and movements: edges needing the same copy share it).
+fn fold_edge(
+    vg: &mut ViewGraph,
+    copies: &mut Copies,
+    src: NodeId,
+    chain: Vec<Movement>,
+    needs_buffer: bool,
+) -> Edge {
     let mut base = src;
     let mut view = View::contiguous(&vg.nodes[src].shape);
     let mut start = 0;
@@ -330,7 +360,7 @@ fn fold_edge(vg: &mut ViewGraph, src: NodeId, chain: Vec<Movement>, needs_buffer
         match next {
             Some(v) => view = v,
             None => {
-                base = insert_copy(vg, base, chain[start..i].to_vec());
+                base = shared_copy(vg, copies, base, chain[start..i].to_vec());
                 start = i;
                 pad = None;
                 // A fresh row-major buffer takes any single movement.
@@ -349,7 +379,7 @@ fn fold_edge(vg: &mut ViewGraph, src: NodeId, chain: Vec<Movement>, needs_buffer
     };
     let generated = vg.nodes[base].op.is_generator();
     if needs_buffer && (view.mask.is_some() || generated) {
-        let c = insert_copy(vg, edge.src, edge.chain);
+        let c = shared_copy(vg, copies, edge.src, edge.chain);
         return Edge {
             src: c,
             chain: vec![],
@@ -424,16 +454,20 @@ mod tests {
         assert_eq!(e.pad_value(), Some(crate::Scalar::Float(0.0)));
     }
 
+    /// The copies the pass inserted (not the user's `contiguous()`).
+    fn inserted_copies(vg: &ViewGraph) -> Vec<&PlanNode> {
+        vg.nodes
+            .iter()
+            .filter(|n| n.op == PlanOp::Copy { explicit: false })
+            .collect()
+    }
+
     #[test]
     fn unexpressible_reshape_inserts_one_copy() {
         let x = input(&[4, 6]);
         let t = x.t().reshape([-1]).exp();
         let vg = collapse(&t);
-        let copies: Vec<_> = vg
-            .nodes
-            .iter()
-            .filter(|n| n.op == PlanOp::Copy { explicit: false })
-            .collect();
+        let copies = inserted_copies(&vg);
         assert_eq!(copies.len(), 1);
         assert_eq!(copies[0].shape, vec![6, 4]);
         for n in &vg.nodes {
@@ -441,6 +475,30 @@ mod tests {
                 assert!(vg.edge_view(e).is_some(), "every edge folds");
             }
         }
+    }
+
+    #[test]
+    fn edges_needing_the_same_copy_share_it() {
+        // Attention's head merge read by the forward product and, transposed, by the
+        // weight gradient's: one copy of the permuted heads, read through both chains.
+        let y = (&input(&[2, 3, 4, 5]) + 1.0).permute([0, 2, 1, 3]);
+        let merged = y.reshape([2, 4, 15]);
+        let w = input(&[15, 6]);
+        let fwd = merged.matmul(&w).sum([0, 1, 2]);
+        let grad = merged.reshape([8, 15]).t().matmul(&input(&[8, 3]));
+        let t = &fwd + &grad.sum([0, 1]);
+        let vg = collapse(&t);
+        let copies = inserted_copies(&vg);
+        assert_eq!(copies.len(), 1, "one copy of the permuted heads");
+        assert_eq!(copies[0].shape, vec![2, 4, 3, 5]);
+        // A different chain over the same producer gets its own copy.
+        let other = (&input(&[2, 3, 4, 5]) + 1.0).permute([0, 2, 1, 3]);
+        let t = &other.reshape([2, 4, 15]).sum([0, 1, 2])
+            + &other
+                .permute([0, 1, 3, 2])
+                .reshape([2, 4, 15])
+                .sum([0, 1, 2]);
+        assert_eq!(inserted_copies(&collapse(&t)).len(), 2);
     }
 
     #[test]
