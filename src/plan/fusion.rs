@@ -422,10 +422,8 @@ fn try_inline_matmul(vg: &ViewGraph, plan: &mut FusionPlan, m: NodeId, uses: &[U
     // The consumer reads the product as it is, or (CPU) with its axes permuted and the
     // last one kept last: the product is then written straight into the consumer's layout
     // (a merge of attention heads after `att @ v` becomes the product itself).
-    let unit_rows = |into: View| shape.last() == Some(&1) || into.strides.last() == Some(&1);
     let placed = seen == View::contiguous(shape)
-        || (vg.nodes[m].device == Device::Cpu
-            && seen.permuted_into_row_major(shape).is_some_and(unit_rows));
+        || (vg.nodes[m].device == Device::Cpu && seen.product_placement(shape).is_some());
     // The epilogue runs in place on the product, so it must keep the product's dtype.
     if u.frame != Frame::Root
         || vg.nodes[g.root].dtype != vg.nodes[m].dtype

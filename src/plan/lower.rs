@@ -785,15 +785,10 @@ impl<'a> Lowerer<'a> {
                 // Read as it is, or with its axes permuted (fusion checked which): the
                 // product is then written in the kernel's layout, and read back at each
                 // output position.
-                let into = if t.view == View::contiguous(&self.space) {
-                    Some(View::contiguous(&node.shape))
-                } else {
-                    let unit_rows =
-                        |v: &View| node.shape.last() == Some(&1) || v.strides.last() == Some(&1);
-                    t.view
-                        .permuted_into_row_major(&node.shape)
-                        .filter(|v| t.view.shape == self.space && unit_rows(v))
-                };
+                let into = t
+                    .view
+                    .product_placement(&node.shape)
+                    .filter(|_| t.view.shape == self.space);
                 if level != Level::Elem || into.is_none() || self.product_into.is_some() {
                     return Err(fatal("matmul product seen through a view"));
                 }

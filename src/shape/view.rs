@@ -175,6 +175,18 @@ impl View {
         })
     }
 
+    /// Where a matrix product of shape `product` (`[batch.., m, n]`) can be written so that
+    /// reading it through `self` gives what a kernel reads: the product's own row-major
+    /// layout when `self` is that layout, else [`View::permuted_into_row_major`] if the
+    /// product's rows stay unit-stride there (its last axis kept last). `None` otherwise.
+    pub fn product_placement(&self, product: &[usize]) -> Option<View> {
+        if *self == View::contiguous(product) {
+            return Some(View::contiguous(product));
+        }
+        self.permuted_into_row_major(product)
+            .filter(|v| product.last() == Some(&1) || v.strides.last() == Some(&1))
+    }
+
     /// Number of dimensions.
     pub fn ndim(&self) -> usize {
         self.shape.len()
