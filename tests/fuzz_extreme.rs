@@ -1468,6 +1468,40 @@ fn accepted_one_and_two_byte_tensors_plan() {
     }
 }
 
+/// Found by the fuzz loop with seed 99887766 (case 65430): a one-byte value padded by 2^61
+/// elements, computed elementwise from an eight-byte one. Fusion pushed the pad's view
+/// through the comparison onto the f64 load, whose byte offsets (-2^64) no longer fit an
+/// `isize`, and planning failed with an internal error. Now the comparison is stored and
+/// the pad reads its one-byte result; the padded tensor plans (and, at 2^61 bytes, does not
+/// fit in memory).
+#[test]
+fn a_pad_of_a_narrow_value_computed_from_a_wide_one_plans() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    for (dtype, wide) in [
+        (DType::Bool, DType::F64),
+        (DType::Bool, DType::I64),
+        (DType::U8, DType::F32),
+    ] {
+        let x = Tensor::from_vec(vec![1.0f64, 3.0], [2]).cast(wide);
+        let narrow = if dtype == DType::Bool {
+            x.eq(3.0)
+        } else {
+            x.cast(dtype)
+        };
+        let t = narrow.pad(&[(1 << 61, 1)], 0);
+        let plan = t.plan(&RealizeOptions::default());
+        assert!(plan.is_ok(), "{dtype} from {wide}: {:?}", plan.err());
+        match t.realize() {
+            Err(KilnError::OutOfMemory { .. } | KilnError::TooLarge { .. }) => {}
+            other => panic!("{dtype} from {wide}: realize gave {other:?}"),
+        }
+        // The same program at a size that runs agrees with the reference evaluator.
+        let small = narrow.pad(&[(3, 1)], 0);
+        let want = kiln::reference::evaluate(&small).unwrap();
+        assert_eq!(small.to_vec::<f64>().unwrap(), want.to_f64());
+    }
+}
+
 /// A panic's message (`String` or `&str` payloads), without printing it.
 fn panic_message(f: impl FnOnce()) -> Option<String> {
     let hook = std::panic::take_hook();

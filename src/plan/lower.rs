@@ -554,6 +554,26 @@ impl<'a> Lowerer<'a> {
             };
             seg = s.up.as_deref();
         }
+        // Views recorded over a narrow dtype and pushed through inlined elementwise ops onto
+        // a wider one (a bool padded by 2^61 elements, computed from f64) can reach element
+        // offsets whose byte offsets no longer fit an `isize`, which `Kernel::validate`
+        // refuses. Storing the inlined node nearest the load keeps the view over its own
+        // (narrower) values, which its shape's size check already bounds.
+        let limit = (isize::MAX as usize / self.vg.nodes[v].dtype.size_bytes().max(1)) as i128;
+        if let Some((lo, hi)) = view.box_bounds()
+            && (lo < -limit || hi > limit)
+        {
+            let mut seg = path.as_deref();
+            while let Some(s) = seg {
+                if s.producer != v
+                    && s.producer != self.root
+                    && self.fusion.placement[s.producer] == Placement::Inlined
+                {
+                    return Err(LowerError::Store(s.producer));
+                }
+                seg = s.up.as_deref();
+            }
+        }
         Ok(view)
     }
 
