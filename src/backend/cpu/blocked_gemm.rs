@@ -23,7 +23,7 @@
 //! are added at the end; any other product splits its output rows, each thread packing the
 //! right operand for itself (a panel block is at most `KC × NC`, 256 KiB).
 
-use super::matmul::Scratch;
+use super::matmul::{RowsDone, Scratch};
 use super::prefetch;
 use super::register::aligned_f32;
 use super::small_gemm::{SmallProduct as Product, transpose16};
@@ -46,12 +46,36 @@ const MC: usize = 96;
 
 /// Whether an f32 product of this size runs through [`run`] on `threads` threads: AVX-512
 /// in use, at least two threads, and a shape where it measured faster than `gemm` (module
-/// docs): a long depth over a small output (split along the depth), or fewer than 128 rows.
-pub(super) fn applies(m: usize, n: usize, k: usize, threads: usize) -> bool {
+/// docs): a long depth over a small output (split along the depth), fewer than 128 rows,
+/// or a [`shallow_transposed`] product. `rhs_unit_rows`: the right operand's row stride
+/// is 1 (`x @ w.t()`).
+pub(super) fn applies(m: usize, n: usize, k: usize, threads: usize, rhs_unit_rows: bool) -> bool {
     super::exec::simd_level() == "avx512"
         && threads > 1
         && m.min(n).min(k) >= 16
-        && (splits_depth(m, n, k) || m < 128)
+        && (splits_depth(m, n, k) || m < 128 || rhs_unit_rows && shallow_transposed(m, n, k))
+}
+
+/// A linear layer's forward product `x @ w.t()` with a depth of one panel block, or of up to
+/// four over at most 128 columns: each block of [`MC`] rows is final as soon as the last
+/// depth block's pass leaves it, so a matmul epilogue can run on it while it is in cache
+/// (see [`run`]). Measured on 2 Intel Xeon cores, medians of 40 alternating runs against
+/// `gemm`, the product alone: 2048×128·128×512 0.757 → 0.706 ms, ·128×384 0.575 → 0.539,
+/// ·128×128 0.238 → 0.198, 1024×128·128×1024 0.830 → 0.724, 2048×96·96×256 0.328 → 0.266,
+/// 8192×128·128×128 and 4096×64·64×1024 equal; but 512×128·128×2048 (four times more
+/// columns than rows) 0.711 → 0.783, hence `n ≤ 2m`. Deeper products ran about as fast as
+/// with `gemm` alone (2048×512·512×128 0.77–0.81 both) and faster with a bias added
+/// (0.85–0.93 → 0.82–0.86 ms; char_gpt's second MLP layer with its bias and residual 0.90–0.96
+/// → 0.83 ms), but 4096×512·512×256 ran 5% slower alone, hence the 128 columns. The
+/// kernel computes whole 64-column panels, so the columns must fill them (at least 8/9):
+/// 2048×128·128×65 ran 0.17–0.21 → 0.24–0.40 ms and ·128×80 0.19–0.22 → 0.22–0.24, where
+/// 1000×100·100×300 ran 0.24–0.26 → 0.19–0.20. With a row-major right operand the same
+/// shapes ran 1–6% slower than `gemm` and keep it.
+fn shallow_transposed(m: usize, n: usize, k: usize) -> bool {
+    m >= 128
+        && n <= 2 * m
+        && 8 * n.next_multiple_of(NR) <= 9 * n
+        && (k <= KC || k <= 4 * KC && n <= 128)
 }
 
 /// Whether a product is split between threads along the depth: a long depth (at least four
@@ -60,19 +84,26 @@ fn splits_depth(m: usize, n: usize, k: usize) -> bool {
     k >= 4 * m.max(n) && m * n <= 512 * 512
 }
 
-/// Computes `p.out = p.lhs @ p.rhs` on up to `threads` threads.
+// Blocks of rows reported final start and end at multiples of the rows per kernel call.
+const _: () = assert!(MR == super::matmul::ROW_STEP && MC.is_multiple_of(MR));
+
+/// Computes `p.out = p.lhs @ p.rhs` on up to `threads` threads. With `done`, a product split
+/// by rows calls it for every block of rows once the block is final, covering all `m` rows,
+/// and returns `true`; a product split along the depth (final only at the end) ignores it
+/// and returns `false`.
 ///
 /// # Safety
 /// [`applies`] holds for `(p.m, p.n, p.k)`; every element `lhs + i·l_rs + j·l_cs`
 /// (`i < m`, `j < k`) and `rhs + i·r_rs + j·r_cs` (`i < k`, `j < n`) is readable; the `m·n`
 /// elements from `out` (row-major, row stride `n`: `p.o_rs` is `n`) are writable and
 /// overlap neither operand.
-pub(super) unsafe fn run(p: &Product, threads: usize) -> Result<()> {
+pub(super) unsafe fn run(p: &Product, threads: usize, done: Option<&RowsDone<'_>>) -> Result<bool> {
     debug_assert_eq!(p.o_rs, p.n as isize, "blocked products are row-major");
     let threads = threads.max(1);
     if threads > 1 && splits_depth(p.m, p.n, p.k) {
         // SAFETY: the caller's contract.
-        return unsafe { depth_split(p, threads) };
+        unsafe { depth_split(p, threads)? };
+        return Ok(false);
     }
     // Rows in multiples of `MR` per thread (a range may come out empty: `rows` skips it).
     let parts = threads.min(p.m.div_ceil(MR * 4)).max(1);
@@ -83,9 +114,9 @@ pub(super) unsafe fn run(p: &Product, threads: usize) -> Result<()> {
         let (i0, i1) = ((t * per).min(m), ((t + 1) * per).min(m));
         // SAFETY: the caller's contract; the row ranges are disjoint, so no output element
         // is written by two threads.
-        unsafe { rows(q.get(), i0, i1) };
+        unsafe { rows(q.get(), i0, i1, done) };
     });
-    Ok(())
+    Ok(done.is_some())
 }
 
 /// [`run`] for a long depth: each thread sums whole depth blocks into its own m × n block
@@ -119,7 +150,7 @@ unsafe fn depth_split(p: &Product, threads: usize) -> Result<()> {
         };
         // SAFETY: depth `[k0, k1)` of the caller's operands; `outs[t]` is this part's own
         // m × n block (the caller's output or its scratch block).
-        unsafe { rows(&part, 0, p.m) };
+        unsafe { rows(&part, 0, p.m, None) };
     });
     // SAFETY: the caller's output holds m·n f32s and no other reference to it lives.
     let out = unsafe { std::slice::from_raw_parts_mut(p.out, p.m * p.n) };
@@ -152,11 +183,13 @@ thread_local! {
     static PANELS: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// Output rows `[i0, i1)` of `p` on this thread.
+/// Output rows `[i0, i1)` of `p` on this thread, calling `done` for each block of [`MC`]
+/// rows (the last block may be shorter) once the last column block's last depth block has
+/// passed over it.
 ///
 /// # Safety
 /// As for [`run`], AVX-512F available, `i0 ≤ i1 ≤ m`.
-unsafe fn rows(p: &Product, i0: usize, i1: usize) {
+unsafe fn rows(p: &Product, i0: usize, i1: usize, done: Option<&RowsDone<'_>>) {
     if i0 >= i1 {
         return;
     }
@@ -213,6 +246,12 @@ unsafe fn rows(p: &Product, i0: usize, i1: usize) {
                             unsafe { kernel(&tile) };
                             r += nr;
                         }
+                    }
+                    if let Some(f) = done
+                        && j0 + nc == p.n
+                        && d0 + kc == p.k
+                    {
+                        f(r0, r1);
                     }
                 }
             }
@@ -396,11 +435,75 @@ mod tests {
                         check_product((m, n, k), lhs_t, rhs_t, pad, |p| {
                             // SAFETY: the harness's buffers hold every element the strides
                             // address; AVX-512 is checked above.
-                            unsafe { run(p, threads) }.expect("partial sums' memory")
+                            unsafe { run(p, threads, None) }.expect("partial sums' memory");
                         });
                     }
                 }
             }
         }
     }
+
+    /// Shallow products split by rows report every row final exactly once, in blocks that
+    /// start at multiples of `ROW_STEP`, and a reported row no longer changes; depth-split
+    /// products report nothing.
+    #[test]
+    fn row_blocks_are_reported_once_when_final() {
+        use std::sync::Mutex;
+        if super::super::exec::simd_level() != "avx512" {
+            return;
+        }
+        for &(m, n, k, rhs_t) in &[
+            (128, 64, 128, true),
+            (301, 126, 96, true),
+            (300, 600, 128, true),
+            (300, 128, 400, true),
+            (97, 65, 300, false),
+            (120, 40, 300, false),
+            (64, 64, 2048, false),
+        ] {
+            for threads in [2, 3] {
+                assert!(applies(m, n, k, threads, rhs_t), "{m}×{n}×{k}");
+                check_product((m, n, k), false, rhs_t, 1, |p| {
+                    let out = p.out as usize;
+                    let seen: Mutex<Vec<Option<Vec<f32>>>> = Mutex::new(vec![None; m]);
+                    let done = |r0: usize, r1: usize| {
+                        assert!(r0 < r1 && r1 <= m, "rows {r0}..{r1} of {m}");
+                        assert!(r0.is_multiple_of(ROW_STEP_CHECK), "block starts at {r0}");
+                        assert!(r1 == m || r1.is_multiple_of(ROW_STEP_CHECK));
+                        let mut seen = seen.lock().unwrap_or_else(|e| e.into_inner());
+                        for (r, slot) in seen.iter_mut().enumerate().take(r1).skip(r0) {
+                            assert!(slot.is_none(), "row {r} reported twice");
+                            // SAFETY: row r of the harness's m × n output, written by
+                            // this thread.
+                            let row = unsafe {
+                                std::slice::from_raw_parts((out as *const f32).add(r * n), n)
+                            };
+                            *slot = Some(row.to_vec());
+                        }
+                    };
+                    // SAFETY: as in the test above.
+                    let all = unsafe { run(p, threads, Some(&done)) }.expect("memory");
+                    let seen = seen.into_inner().unwrap_or_else(|e| e.into_inner());
+                    assert_eq!(all, !splits_depth(m, n, k), "{m}×{n}×{k}");
+                    for (r, slot) in seen.iter().enumerate() {
+                        match slot {
+                            None => assert!(!all, "row {r} never reported"),
+                            Some(v) => {
+                                // SAFETY: row r of the output; the run has finished.
+                                let now = unsafe {
+                                    std::slice::from_raw_parts((out as *const f32).add(r * n), n)
+                                };
+                                assert!(
+                                    v.iter().zip(now).all(|(a, b)| a.to_bits() == b.to_bits()),
+                                    "row {r} changed after it was reported"
+                                );
+                            }
+                        }
+                    }
+                });
+            }
+        }
+    }
+
+    const ROW_STEP_CHECK: usize = super::super::matmul::ROW_STEP;
 }

@@ -9,7 +9,9 @@
 //! and store views are injective, so items (which partition the output coordinates) never
 //! write the same element from two threads. Inputs are never written by the kernel reading
 //! them, except a matmul epilogue, which reads each output element only in the item that
-//! writes it and never borrows it.
+//! writes it and never borrows it. An epilogue run by rows ([`RowItems`]) runs while the
+//! product is still computing other rows on other threads: its items read and write only
+//! rows the product has finished, which no thread writes again.
 
 use super::ops::{self, Acc, CastTo, Src};
 use super::prefetch::NextRun;
@@ -272,6 +274,156 @@ pub(crate) fn execute(prog: &CpuKernel, env: &Env<'_>) {
     });
 }
 
+/// A matmul epilogue run block by block as its product's rows become final (see
+/// [`super::matmul::run_then`]), by the thread that computed them, while they are in its
+/// cache. The items are those [`execute`] would run (plain runs, or packed rows), which
+/// walk the output in row-major order; a block runs the items lying wholly inside it, and
+/// [`RowItems::finish`] runs the few that straddle two blocks once the product is done.
+pub(crate) struct RowItems {
+    items: RowItemKind,
+    /// Elements per product row.
+    n: usize,
+    /// Rows where one reported block ended and another began.
+    boundaries: std::sync::Mutex<Vec<usize>>,
+}
+
+enum RowItemKind {
+    /// Runs along the output's last (possibly merged) dimension.
+    Plain(Items),
+    /// Blocks of `pack` product rows ([`run_packed_rows`]).
+    Packed(usize),
+}
+
+impl RowItems {
+    /// `prog` as the epilogue of an `m × n` product written row-major from offset 0 into
+    /// argument `out`, when [`execute`] would run it as plain or packed items in the
+    /// output's row-major order (elementwise, no tiles or copy routes), and every view of
+    /// `out` is that row-major layout (so an item reads only product elements it writes).
+    pub(crate) fn new(prog: &CpuKernel, out: usize, m: usize, n: usize) -> Option<RowItems> {
+        let packed = prog.pack > 1 && prog.dims == [m, n];
+        let plain = prog.strategy == Strategy::OutInner
+            && !prog.has_reduce
+            && prog.n_out == prog.dims.len()
+            && (prog.pack <= 1 || packed)
+            && prog.row_stores.is_empty()
+            && prog.rows() == m * n
+            && m * n > 0
+            && tiling(prog).is_none()
+            && column_blocks(prog).is_none()
+            && !super::transpose::may_run(prog);
+        if !plain {
+            return None;
+        }
+        let mut row_major = vec![0isize; prog.dims.len()];
+        let mut s = 1isize;
+        for d in (0..prog.dims.len()).rev() {
+            row_major[d] = s;
+            s *= prog.dims[d] as isize;
+        }
+        let own_layout = prog.instrs.iter().all(|p| match &p.op {
+            IrOp::Load { arg, view, .. } | IrOp::Store { arg, view, .. } if *arg == out => {
+                view.offset == 0 && view.mask.is_none() && view.strides == row_major
+            }
+            _ => true,
+        });
+        if !own_layout {
+            return None;
+        }
+        let items = if packed {
+            RowItemKind::Packed(prog.pack)
+        } else {
+            RowItemKind::Plain(Items::new(prog, CHUNK, None))
+        };
+        Some(RowItems {
+            items,
+            n,
+            boundaries: std::sync::Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The item holding product row `r`'s first element, and whether it starts there.
+    fn item_at(&self, r: usize) -> (usize, bool) {
+        match &self.items {
+            RowItemKind::Plain(items) => {
+                let pos = r * self.n;
+                let last = items.out_dims[items.out_dims.len() - 1];
+                let (row, within) = (pos / last, pos % last);
+                (
+                    row * items.chunks + within / items.item_len,
+                    within.is_multiple_of(items.item_len),
+                )
+            }
+            RowItemKind::Packed(pack) => (r / pack, r.is_multiple_of(*pack)),
+        }
+    }
+
+    /// The first item starting at or after product row `r`.
+    fn first_from(&self, r: usize) -> usize {
+        let (i, starts) = self.item_at(r);
+        if starts { i } else { i + 1 }
+    }
+
+    fn run_range(&self, prog: &CpuKernel, env: &Env<'_>, lo: usize, hi: usize) {
+        if lo >= hi {
+            return;
+        }
+        match &self.items {
+            RowItemKind::Plain(items) => run_items(prog, env, items, lo, hi),
+            RowItemKind::Packed(_) => packed_items(prog, env, lo, hi),
+        }
+    }
+
+    /// Runs, on this thread, the items lying wholly inside product rows `[r0, r1)`, which
+    /// are final; blocks reported this way must not overlap.
+    pub(crate) fn run(&self, prog: &CpuKernel, env: &Env<'_>, r0: usize, r1: usize) {
+        let lo = self.first_from(r0);
+        // The items ending at or before r1: all before the one holding r1 (whether that
+        // one starts there or straddles it); all items for the last row.
+        let hi = if r1 * self.n >= self.total(prog) {
+            self.count(prog)
+        } else {
+            self.item_at(r1).0
+        };
+        self.run_range(prog, env, lo, hi);
+        self.boundaries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(r1);
+    }
+
+    fn total(&self, prog: &CpuKernel) -> usize {
+        prog.rows()
+    }
+
+    fn count(&self, prog: &CpuKernel) -> usize {
+        match &self.items {
+            RowItemKind::Plain(items) => items.count(),
+            RowItemKind::Packed(pack) => prog.dims[0].div_ceil(*pack),
+        }
+    }
+
+    /// Runs the items no block held wholly (each straddles the end of a reported block), on
+    /// this thread, after the product has finished every row.
+    pub(crate) fn finish(&self, prog: &CpuKernel, env: &Env<'_>) {
+        let mut left: Vec<usize> = self
+            .boundaries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|&&r| r * self.n < self.total(prog))
+            .filter_map(|&r| match self.item_at(r) {
+                (i, false) => Some(i),
+                (_, true) => None,
+            })
+            .collect();
+        left.sort_unstable();
+        left.dedup();
+        for i in left {
+            self.run_range(prog, env, i, i + 1);
+        }
+    }
+}
+
 /// Splits `n_items` items of `work_per_item` positions each into tasks of about 64K
 /// positions and runs `f(lo, hi)` for each: across rayon's pool above 32K positions in all,
 /// in order on this thread below that.
@@ -294,6 +446,16 @@ fn run_packed_rows(prog: &CpuKernel, env: &Env<'_>) {
     let blocks = span.div_ceil(prog.pack);
     let outer: usize = prog.dims[..row_ax].iter().product();
     for_each_task(outer * blocks, prog.pack * len, |lo, hi| {
+        packed_items(prog, env, lo, hi)
+    });
+}
+
+/// Items `[lo, hi)` of [`run_packed_rows`] on this thread.
+fn packed_items(prog: &CpuKernel, env: &Env<'_>, lo: usize, hi: usize) {
+    let (row_ax, ax) = prog.pack_axes();
+    let (len, span) = (prog.dims[ax], prog.dims[row_ax]);
+    let blocks = span.div_ceil(prog.pack);
+    {
         REGS.with(|cell| {
             let mut m = new_machine(prog, env, cell.take());
             for item in lo..hi {
@@ -312,7 +474,7 @@ fn run_packed_rows(prog: &CpuKernel, env: &Env<'_>) {
         if prog.streams {
             super::stream::fence();
         }
-    });
+    }
 }
 
 fn splittable(prog: &CpuKernel) -> bool {

@@ -18,9 +18,14 @@
 //! from the host caching allocator, so a repeated product does not fault in fresh pages.
 //! Integer products use a plain wrapping loop.
 //!
-//! f32 products with a long depth over a small output (weight gradients) or with fewer
-//! than 128 rows, on two or more threads, take `blocked_gemm`'s AVX-512 kernel, where the
-//! CPU has AVX-512: measured 1.1–1.4× faster than gemm there (numbers in that module).
+//! f32 products with a long depth over a small output (weight gradients), with fewer than
+//! 128 rows, or a linear layer's `x @ w.t()` with a shallow depth, on two or more threads,
+//! take `blocked_gemm`'s AVX-512 kernel, where the CPU has AVX-512: measured 1.1–1.4×
+//! faster than gemm there, and as fast or faster for the linear layers (numbers in that
+//! module). Split by rows, that kernel reports each block of rows final as it leaves it
+//! ([`run_then`]), and the backend runs the matmul's epilogue (bias, activation, residual)
+//! on the block then, on the same thread, instead of in a pass over the whole product
+//! after it.
 //!
 //! Small f32 products that run one per thread (`n ≤ 64`, `m, k ≤ 256`: attention's
 //! per-head products) take `small_gemm`'s register-blocked AVX-512 kernel instead, where the
@@ -78,9 +83,31 @@ impl Gemm {
     }
 }
 
+/// Output rows `[r0, r1)` of a product are final (see [`run_then`]): called by the thread
+/// that computed them, right after it did, with `r0` a multiple of [`ROW_STEP`] and `r1`
+/// one too or the row count.
+pub(crate) type RowsDone<'a> = dyn Fn(usize, usize) + Sync + 'a;
+
+/// Row boundaries [`RowsDone`] is called with are multiples of this (or the row count).
+pub(crate) const ROW_STEP: usize = 6;
+
 /// Computes `out[b] = lhs[b] @ rhs[b]` for every batch index, each product written through
 /// `mm.out_view`.
 pub(crate) fn run(mm: &MatmulSpec, dtype: DType, args: &[ArgPtr]) -> Result<()> {
+    run_then(mm, dtype, args, None).map(|_| ())
+}
+
+/// [`run`], calling `done(r0, r1)` for blocks of output rows as they become final where the
+/// product's route allows it (an f32 product of one batch index with a row-major output at
+/// offset 0, run by `blocked_gemm` split by rows): then the calls cover all rows, each row
+/// once, and the result is `true`. Otherwise `done` is never called and the result is
+/// `false`.
+pub(crate) fn run_then(
+    mm: &MatmulSpec,
+    dtype: DType,
+    args: &[ArgPtr],
+    done: Option<&RowsDone<'_>>,
+) -> Result<bool> {
     let shape = mm.shape();
     let nd = shape.len();
     let (m, n) = (shape[nd - 2], shape[nd - 1]);
@@ -116,6 +143,15 @@ pub(crate) fn run(mm: &MatmulSpec, dtype: DType, args: &[ArgPtr]) -> Result<()> 
     };
     // Small products that run one per thread go through the register-blocked kernel.
     let small = matches!(inner_par, gemm::Parallelism::None) && small_gemm::applies(m, n, k);
+    // Rows can be reported final only for one product written row-major from offset 0.
+    let done = done.filter(|_| {
+        batch == 1
+            && dtype == DType::F32
+            && !small
+            && o_rs == n as isize
+            && offsets(&mm.out_view, 0) == 0
+    });
+
     let product = |b: usize| {
         let lo = offsets(&mm.lhs_view, b);
         let ro = offsets(&mm.rhs_view, b);
@@ -151,7 +187,7 @@ pub(crate) fn run(mm: &MatmulSpec, dtype: DType, args: &[ArgPtr]) -> Result<()> 
                     let next = (hint_next && b + 1 < batch).then(|| product(b + 1));
                     small_f32(g, next)
                 }
-                DType::F32 => f32_gemm(g, inner_par)?,
+                DType::F32 => _ = f32_gemm(g, inner_par, None)?,
                 DType::F64 => gemm_typed::<f64>(g, inner_par),
                 DType::F16 => half_gemm::<f16>(g, inner_par)?,
                 DType::BF16 => half_gemm::<bf16>(g, inner_par)?,
@@ -169,11 +205,16 @@ pub(crate) fn run(mm: &MatmulSpec, dtype: DType, args: &[ArgPtr]) -> Result<()> 
         }
         Ok(())
     };
-    if parallel_batches {
-        (0..batch).into_par_iter().try_for_each(one)
-    } else {
-        (0..batch).try_for_each(one)
+    if let Some(done) = done {
+        // SAFETY: as in `one` (the single batch index).
+        return unsafe { f32_gemm(product(0), inner_par, Some(done)) };
     }
+    if parallel_batches {
+        (0..batch).into_par_iter().try_for_each(one)?;
+    } else {
+        (0..batch).try_for_each(one)?;
+    }
+    Ok(false)
 }
 
 trait GemmScalar: Copy + 'static {
@@ -297,21 +338,22 @@ const MIN_ROWS_FOR_RHS_COPY: usize = 16;
 const MIN_DEPTH_FOR_RHS_COPY: usize = 256;
 
 /// f32 products, copying a unit-row-stride right operand row-major first where that is
-/// faster (see the module docs).
+/// faster (see the module docs). `done` and the result: as for [`run_then`].
 ///
 /// # Safety
 /// As for [`gemm_typed`].
-unsafe fn f32_gemm(g: Gemm, par: gemm::Parallelism) -> Result<()> {
+unsafe fn f32_gemm(g: Gemm, par: gemm::Parallelism, done: Option<&RowsDone<'_>>) -> Result<bool> {
     #[cfg(target_arch = "x86_64")]
     if let gemm::Parallelism::Rayon(threads) = par
         && g.o_rs == g.n as isize
-        && super::blocked_gemm::applies(g.m, g.n, g.k, threads)
+        && super::blocked_gemm::applies(g.m, g.n, g.k, threads, g.r_rs == 1 && g.n > 1)
     {
         let p = g.f32_product();
         // SAFETY: the caller's contract: operands in bounds for their strides, the m × n
         // output block this product's alone; `applies` holds.
-        return unsafe { super::blocked_gemm::run(&p, threads) };
+        return unsafe { super::blocked_gemm::run(&p, threads, done) };
     }
+    let _ = done;
     if g.o_rs == g.n as isize && computes_transposed(&g) {
         // Cᵀ = Bᵀ·Aᵀ into scratch (n × m, row-major), then copied into place.
         let scratch = Scratch::new(g.m * g.n)?;
@@ -335,14 +377,14 @@ unsafe fn f32_gemm(g: Gemm, par: gemm::Parallelism) -> Result<()> {
         // strides: the same elements); the scratch holds its n × m output. `computes_
         // transposed` is false for the swapped product (its m is the larger), so this
         // recursion ends.
-        unsafe { f32_gemm(swapped, par)? };
+        unsafe { f32_gemm(swapped, par, None)? };
         // SAFETY: the caller's contract: the m × n output block at `oo` is this product's
         // alone.
         let dst = unsafe { std::slice::from_raw_parts_mut(elem::<f32>(g.out, g.oo), g.m * g.n) };
         // SAFETY: the scratch holds Cᵀ row-major, i.e. C with row stride 1 and column
         // stride m, all m·n elements inside it.
         unsafe { widen_row_major::<f32>(scratch.arg(), 0, 1, g.m as isize, g.m, g.n, dst) };
-        return Ok(());
+        return Ok(false);
     }
     let column_major_rhs = g.r_rs == 1 && g.k > 1 && g.n > 1;
     if !(column_major_rhs
@@ -352,7 +394,7 @@ unsafe fn f32_gemm(g: Gemm, par: gemm::Parallelism) -> Result<()> {
     {
         // SAFETY: the caller's contract.
         unsafe { gemm_typed::<f32>(g, par) };
-        return Ok(());
+        return Ok(false);
     }
     let mut rhs = Scratch::new(g.k * g.n)?;
     // SAFETY: the right operand view is in bounds per the caller's contract.
@@ -366,7 +408,7 @@ unsafe fn f32_gemm(g: Gemm, par: gemm::Parallelism) -> Result<()> {
     };
     // SAFETY: the scratch holds the k × n right operand row-major; the rest is the caller's.
     unsafe { gemm_typed::<f32>(copied, par) };
-    Ok(())
+    Ok(false)
 }
 
 /// A float type the f32 kernels can read after widening.

@@ -61,6 +61,17 @@ pub fn kernels_split_at_masks() -> u64 {
     SPLIT.load(std::sync::atomic::Ordering::Relaxed)
 }
 
+static BY_ROWS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many matmul kernel runs applied their epilogue to blocks of rows as the product
+/// finished them (each block on the thread that computed it), rather than in a pass over
+/// the whole product afterwards: f32 products `x @ w.t()` of one batch index with a
+/// shallow depth or few rows, on two or more threads with AVX-512 (see `blocked_gemm.rs`
+/// in the CPU backend).
+pub fn epilogues_run_by_rows() -> u64 {
+    BY_ROWS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Validates `kernel` (views inside their buffers' declared sizes, matmul operands
 /// unmasked and in range) and compiles it. Done once per planned kernel.
 fn compile(kernel: &Kernel) -> Result<Compiled> {
@@ -200,26 +211,58 @@ pub fn run_kernel(pk: &PlannedKernel, args: &[&Buffer], params: &[Scalar]) -> Re
         None => {}
     }
     // A product without elements has nothing to compute, however large its batch.
+    let mut epilogue_done = false;
     if let Some(mm) = &kernel.matmul
         && kernel.shape.iter().all(|&n| n > 0)
     {
         let dtype = kernel.args[mm.out].dtype;
-        matmul::run(mm, dtype, &ptrs)?;
+        let shape = mm.shape();
+        let (m, n) = (shape[shape.len() - 2], shape[shape.len() - 1]);
+        // An epilogue that can run on blocks of rows runs on each as soon as the product
+        // has finished it, on the thread that computed it (while it is in that core's
+        // cache), instead of in a pass over the whole output after the product.
+        let by_rows = match compiled.programs.as_slice() {
+            [prog] => exec::RowItems::new(prog, mm.out, m, n).map(|rows| (prog, rows)),
+            _ => None,
+        };
+        match by_rows {
+            Some((prog, rows)) => {
+                let env = exec::Env::new(prog, &ptrs, params);
+                let done = |r0: usize, r1: usize| rows.run(prog, &env, r0, r1);
+                if matmul::run_then(mm, dtype, &ptrs, Some(&done))? {
+                    rows.finish(prog, &env);
+                    BY_ROWS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                } else {
+                    exec::execute(prog, &env);
+                }
+                epilogue_done = true;
+                bad_index(env)?;
+            }
+            None => matmul::run(mm, dtype, &ptrs)?,
+        }
     }
-    for prog in &compiled.programs {
-        let env = exec::Env::new(prog, &ptrs, params);
-        exec::execute(prog, &env);
-        if let Some((index, size)) = env
-            .bad_index
-            .into_inner()
-            .unwrap_or_else(|e| e.into_inner())
-        {
-            return Err(KilnError::IndexOutOfRange {
-                op: "gather",
-                index,
-                size,
-            });
+    if !epilogue_done {
+        for prog in &compiled.programs {
+            let env = exec::Env::new(prog, &ptrs, params);
+            exec::execute(prog, &env);
+            bad_index(env)?;
         }
     }
     Ok(())
+}
+
+/// The error for the first out-of-range index a gather met during a run of `env`, if any.
+fn bad_index(env: exec::Env<'_>) -> Result<()> {
+    match env
+        .bad_index
+        .into_inner()
+        .unwrap_or_else(|e| e.into_inner())
+    {
+        Some((index, size)) => Err(KilnError::IndexOutOfRange {
+            op: "gather",
+            index,
+            size,
+        }),
+        None => Ok(()),
+    }
 }

@@ -25,6 +25,11 @@ use rayon::prelude::*;
 /// Side of the square blocks (64 × 64 elements: 16 KiB of f32 on the stack).
 const B: usize = 64;
 
+/// Whether `prog` is a copy this module may run (whether it does depends on the buffers).
+pub(crate) fn may_run(prog: &CpuKernel) -> bool {
+    shape_of(prog).is_some() || plain_copy(prog).is_some()
+}
+
 /// Runs `prog` here when it is a permuted copy (see the module docs); `false` leaves it
 /// to the interpreter.
 pub(crate) fn try_run(prog: &CpuKernel, env: &Env<'_>) -> bool {
