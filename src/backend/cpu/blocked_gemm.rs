@@ -23,7 +23,7 @@
 //! are added at the end; any other product splits its output rows, each thread packing the
 //! right operand for itself (a panel block is at most `KC × NC`, 256 KiB).
 
-use super::matmul::{RowsDone, Scratch};
+use super::matmul::{After, Scratch};
 use super::prefetch;
 use super::register::aligned_f32;
 use super::small_gemm::{SmallProduct as Product, transpose16};
@@ -87,17 +87,18 @@ fn splits_depth(m: usize, n: usize, k: usize) -> bool {
 // Blocks of rows reported final start and end at multiples of the rows per kernel call.
 const _: () = assert!(MR == super::matmul::ROW_STEP && MC.is_multiple_of(MR));
 
-/// Computes `p.out = p.lhs @ p.rhs` on up to `threads` threads. With `done`, a product split
-/// by rows calls it for every block of rows once the block is final, covering all `m` rows,
-/// and returns `true`; a product split along the depth (final only at the end) ignores it
-/// and returns `false`.
+/// Computes `p.out = p.lhs @ p.rhs` on up to `threads` threads. A product split by rows does
+/// `after` ([`After::Rows`]: calls it for every block of rows once the block is final,
+/// covering all `m` rows; [`After::Bias`]: applies it to each output tile's sums before
+/// they are stored) and returns `true`; a product split along the depth (final only at the
+/// end) ignores it and returns `false`. `After::Bias` must hold `n` readable f32s.
 ///
 /// # Safety
 /// [`applies`] holds for `(p.m, p.n, p.k)`; every element `lhs + i·l_rs + j·l_cs`
 /// (`i < m`, `j < k`) and `rhs + i·r_rs + j·r_cs` (`i < k`, `j < n`) is readable; the `m·n`
 /// elements from `out` (row-major, row stride `n`: `p.o_rs` is `n`) are writable and
 /// overlap neither operand.
-pub(super) unsafe fn run(p: &Product, threads: usize, done: Option<&RowsDone<'_>>) -> Result<bool> {
+pub(super) unsafe fn run(p: &Product, threads: usize, after: After<'_>) -> Result<bool> {
     debug_assert_eq!(p.o_rs, p.n as isize, "blocked products are row-major");
     let threads = threads.max(1);
     if threads > 1 && splits_depth(p.m, p.n, p.k) {
@@ -114,9 +115,9 @@ pub(super) unsafe fn run(p: &Product, threads: usize, done: Option<&RowsDone<'_>
         let (i0, i1) = ((t * per).min(m), ((t + 1) * per).min(m));
         // SAFETY: the caller's contract; the row ranges are disjoint, so no output element
         // is written by two threads.
-        unsafe { rows(q.get(), i0, i1, done) };
+        unsafe { rows(q.get(), i0, i1, after) };
     });
-    Ok(done.is_some())
+    Ok(!matches!(after, After::Nothing))
 }
 
 /// [`run`] for a long depth: each thread sums whole depth blocks into its own m × n block
@@ -150,7 +151,7 @@ unsafe fn depth_split(p: &Product, threads: usize) -> Result<()> {
         };
         // SAFETY: depth `[k0, k1)` of the caller's operands; `outs[t]` is this part's own
         // m × n block (the caller's output or its scratch block).
-        unsafe { rows(&part, 0, p.m, None) };
+        unsafe { rows(&part, 0, p.m, After::Nothing) };
     });
     // SAFETY: the caller's output holds m·n f32s and no other reference to it lives.
     let out = unsafe { std::slice::from_raw_parts_mut(p.out, p.m * p.n) };
@@ -183,13 +184,13 @@ thread_local! {
     static PANELS: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// Output rows `[i0, i1)` of `p` on this thread, calling `done` for each block of [`MC`]
-/// rows (the last block may be shorter) once the last column block's last depth block has
-/// passed over it.
+/// Output rows `[i0, i1)` of `p` on this thread, doing `after` as the last column block's
+/// last depth block passes: [`After::Rows`] for each block of [`MC`] rows (the last block
+/// may be shorter) once that pass has left it, [`After::Bias`] on every tile of that pass.
 ///
 /// # Safety
 /// As for [`run`], AVX-512F available, `i0 ≤ i1 ≤ m`.
-unsafe fn rows(p: &Product, i0: usize, i1: usize, done: Option<&RowsDone<'_>>) {
+unsafe fn rows(p: &Product, i0: usize, i1: usize, after: After<'_>) {
     if i0 >= i1 {
         return;
     }
@@ -239,6 +240,13 @@ unsafe fn rows(p: &Product, i0: usize, i1: usize, done: Option<&RowsDone<'_>>) {
                                 cols,
                                 accumulate: d0 > 0,
                                 ahead,
+                                bias: match after {
+                                    After::Bias { bias, .. } if d0 + kc == p.k => {
+                                        bias.wrapping_add(j0 + pn * NR)
+                                    }
+                                    _ => std::ptr::null(),
+                                },
+                                relu: matches!(after, After::Bias { relu: true, .. }),
                             };
                             // SAFETY: rows `[r, r + nr)` and depth `[d0, d0 + kc)` of the
                             // left operand are readable; the panel holds `kc × 64`; the
@@ -247,7 +255,7 @@ unsafe fn rows(p: &Product, i0: usize, i1: usize, done: Option<&RowsDone<'_>>) {
                             r += nr;
                         }
                     }
-                    if let Some(f) = done
+                    if let After::Rows(f) = after
                         && j0 + nc == p.n
                         && d0 + kc == p.k
                     {
@@ -338,6 +346,11 @@ struct Tile {
     /// Elements to go along the rows of a column-major left operand (unit row stride) for
     /// the line each depth step hints into L1; 0 for no hints.
     ahead: isize,
+    /// The bias of the tile's first column, added to the final sums before they are stored
+    /// (null for none).
+    bias: *const f32,
+    /// With a bias: then kiln's `relu` (`x > 0` or NaN keeps `x`, anything else is `+0`).
+    relu: bool,
 }
 
 /// The 6 × 64 register kernel (fewer rows or columns through masks).
@@ -345,7 +358,7 @@ struct Tile {
 /// # Safety
 /// AVX-512F is available; `rows ≤ MR`, `cols ≤ NR`; the left operand's `rows × kc`
 /// elements and the panel's `kc × NR` are readable; the output's `rows × cols` elements
-/// are writable (and readable with `accumulate`).
+/// are writable (and readable with `accumulate`); a non-null `bias` has `cols` readable f32s.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn kernel(t: &Tile) {
@@ -399,6 +412,25 @@ unsafe fn kernel(t: &Tile) {
             }
         }
     }
+    if !t.bias.is_null() {
+        // The epilogue, rounding as its ops do one by one: `sum + bias` (an f32 add, which
+        // is commutative bit for bit), then `relu`.
+        let zero = _mm512_setzero_ps();
+        for v in 0..4 {
+            // SAFETY: the masked lanes are columns < cols, which the bias holds.
+            let b = unsafe { _mm512_maskz_loadu_ps(masks[v], t.bias.add(16 * v)) };
+            for row in acc.iter_mut().take(t.rows) {
+                let x = _mm512_add_ps(row[v], b);
+                row[v] = if t.relu {
+                    // Not (x <= 0): x > 0, or unordered (NaN).
+                    let keep = _mm512_cmp_ps_mask::<_CMP_NLE_UQ>(x, zero);
+                    _mm512_maskz_mov_ps(keep, x)
+                } else {
+                    x
+                };
+            }
+        }
+    }
     for (r, row) in acc.iter().enumerate().take(t.rows) {
         for (v, x) in row.iter().enumerate() {
             // SAFETY: row r < rows, the masked lanes are columns < cols.
@@ -435,7 +467,8 @@ mod tests {
                         check_product((m, n, k), lhs_t, rhs_t, pad, |p| {
                             // SAFETY: the harness's buffers hold every element the strides
                             // address; AVX-512 is checked above.
-                            unsafe { run(p, threads, None) }.expect("partial sums' memory");
+                            unsafe { run(p, threads, After::Nothing) }
+                                .expect("partial sums' memory");
                         });
                     }
                 }
@@ -482,7 +515,7 @@ mod tests {
                         }
                     };
                     // SAFETY: as in the test above.
-                    let all = unsafe { run(p, threads, Some(&done)) }.expect("memory");
+                    let all = unsafe { run(p, threads, After::Rows(&done)) }.expect("memory");
                     let seen = seen.into_inner().unwrap_or_else(|e| e.into_inner());
                     assert_eq!(all, !splits_depth(m, n, k), "{m}×{n}×{k}");
                     for (r, slot) in seen.iter().enumerate() {

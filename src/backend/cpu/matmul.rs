@@ -91,22 +91,46 @@ pub(crate) type RowsDone<'a> = dyn Fn(usize, usize) + Sync + 'a;
 /// Row boundaries [`RowsDone`] is called with are multiples of this (or the row count).
 pub(crate) const ROW_STEP: usize = 6;
 
+/// What a product does for its epilogue on the way (see [`run_then`]).
+#[derive(Clone, Copy)]
+pub(crate) enum After<'a> {
+    /// Nothing: the epilogue, if any, runs after the whole product.
+    Nothing,
+    /// Report blocks of rows final as they are.
+    Rows(&'a RowsDone<'a>),
+    /// The whole epilogue is `relu?(product + bias[j])` (bias one f32 per column, read from
+    /// `bias` on): applied to the sums in registers before they are stored.
+    Bias {
+        /// The bias of column 0 (`n` readable f32s).
+        bias: *const f32,
+        /// Then `relu` (kiln's: `x > 0` or NaN keeps `x`, anything else is `+0`).
+        relu: bool,
+    },
+}
+
+// SAFETY: `Rows` holds a `Sync` callback; `Bias`'s pointer is only read, by the threads of
+// one product, while the kernel's argument buffers are alive and the bias is not written
+// (it is an input of the running kernel, not its output).
+unsafe impl Sync for After<'_> {}
+// SAFETY: as above.
+unsafe impl Send for After<'_> {}
+
 /// Computes `out[b] = lhs[b] @ rhs[b]` for every batch index, each product written through
 /// `mm.out_view`.
 pub(crate) fn run(mm: &MatmulSpec, dtype: DType, args: &[ArgPtr]) -> Result<()> {
-    run_then(mm, dtype, args, None).map(|_| ())
+    run_then(mm, dtype, args, After::Nothing).map(|_| ())
 }
 
-/// [`run`], calling `done(r0, r1)` for blocks of output rows as they become final where the
-/// product's route allows it (an f32 product of one batch index with a row-major output at
-/// offset 0, run by `blocked_gemm` split by rows): then the calls cover all rows, each row
-/// once, and the result is `true`. Otherwise `done` is never called and the result is
-/// `false`.
+/// [`run`], doing `after` where the product's route allows it (an f32 product of one batch
+/// index with a row-major output at offset 0, run by `blocked_gemm` split by rows): with
+/// [`After::Rows`], calls covering all rows, each row once; with [`After::Bias`], the
+/// epilogue applied. Then the result is `true`; otherwise `after` is not done at all and the
+/// result is `false`.
 pub(crate) fn run_then(
     mm: &MatmulSpec,
     dtype: DType,
     args: &[ArgPtr],
-    done: Option<&RowsDone<'_>>,
+    after: After<'_>,
 ) -> Result<bool> {
     let shape = mm.shape();
     let nd = shape.len();
@@ -143,14 +167,16 @@ pub(crate) fn run_then(
     };
     // Small products that run one per thread go through the register-blocked kernel.
     let small = matches!(inner_par, gemm::Parallelism::None) && small_gemm::applies(m, n, k);
-    // Rows can be reported final only for one product written row-major from offset 0.
-    let done = done.filter(|_| {
-        batch == 1
+    // Only for one product written row-major from offset 0.
+    let after = match after {
+        After::Nothing => None,
+        a => (batch == 1
             && dtype == DType::F32
             && !small
             && o_rs == n as isize
-            && offsets(&mm.out_view, 0) == 0
-    });
+            && offsets(&mm.out_view, 0) == 0)
+            .then_some(a),
+    };
 
     let product = |b: usize| {
         let lo = offsets(&mm.lhs_view, b);
@@ -187,7 +213,7 @@ pub(crate) fn run_then(
                     let next = (hint_next && b + 1 < batch).then(|| product(b + 1));
                     small_f32(g, next)
                 }
-                DType::F32 => _ = f32_gemm(g, inner_par, None)?,
+                DType::F32 => _ = f32_gemm(g, inner_par, After::Nothing)?,
                 DType::F64 => gemm_typed::<f64>(g, inner_par),
                 DType::F16 => half_gemm::<f16>(g, inner_par)?,
                 DType::BF16 => half_gemm::<bf16>(g, inner_par)?,
@@ -205,9 +231,9 @@ pub(crate) fn run_then(
         }
         Ok(())
     };
-    if let Some(done) = done {
+    if let Some(after) = after {
         // SAFETY: as in `one` (the single batch index).
-        return unsafe { f32_gemm(product(0), inner_par, Some(done)) };
+        return unsafe { f32_gemm(product(0), inner_par, after) };
     }
     if parallel_batches {
         (0..batch).into_par_iter().try_for_each(one)?;
@@ -338,11 +364,11 @@ const MIN_ROWS_FOR_RHS_COPY: usize = 16;
 const MIN_DEPTH_FOR_RHS_COPY: usize = 256;
 
 /// f32 products, copying a unit-row-stride right operand row-major first where that is
-/// faster (see the module docs). `done` and the result: as for [`run_then`].
+/// faster (see the module docs). `after` and the result: as for [`run_then`].
 ///
 /// # Safety
 /// As for [`gemm_typed`].
-unsafe fn f32_gemm(g: Gemm, par: gemm::Parallelism, done: Option<&RowsDone<'_>>) -> Result<bool> {
+unsafe fn f32_gemm(g: Gemm, par: gemm::Parallelism, after: After<'_>) -> Result<bool> {
     #[cfg(target_arch = "x86_64")]
     if let gemm::Parallelism::Rayon(threads) = par
         && g.o_rs == g.n as isize
@@ -351,9 +377,9 @@ unsafe fn f32_gemm(g: Gemm, par: gemm::Parallelism, done: Option<&RowsDone<'_>>)
         let p = g.f32_product();
         // SAFETY: the caller's contract: operands in bounds for their strides, the m × n
         // output block this product's alone; `applies` holds.
-        return unsafe { super::blocked_gemm::run(&p, threads, done) };
+        return unsafe { super::blocked_gemm::run(&p, threads, after) };
     }
-    let _ = done;
+    let _ = after;
     if g.o_rs == g.n as isize && computes_transposed(&g) {
         // Cᵀ = Bᵀ·Aᵀ into scratch (n × m, row-major), then copied into place.
         let scratch = Scratch::new(g.m * g.n)?;
@@ -377,7 +403,7 @@ unsafe fn f32_gemm(g: Gemm, par: gemm::Parallelism, done: Option<&RowsDone<'_>>)
         // strides: the same elements); the scratch holds its n × m output. `computes_
         // transposed` is false for the swapped product (its m is the larger), so this
         // recursion ends.
-        unsafe { f32_gemm(swapped, par, None)? };
+        unsafe { f32_gemm(swapped, par, After::Nothing)? };
         // SAFETY: the caller's contract: the m × n output block at `oo` is this product's
         // alone.
         let dst = unsafe { std::slice::from_raw_parts_mut(elem::<f32>(g.out, g.oo), g.m * g.n) };

@@ -62,6 +62,14 @@ pub fn kernels_split_at_masks() -> u64 {
 }
 
 static BY_ROWS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static IN_REGISTERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many matmul kernel runs applied their whole epilogue, `relu?(product + bias)` with
+/// one bias per column, to the sums in registers before storing them (the same products as
+/// [`epilogues_run_by_rows`]; any other epilogue runs by rows).
+pub fn epilogues_in_registers() -> u64 {
+    IN_REGISTERS.load(std::sync::atomic::Ordering::Relaxed)
+}
 
 /// How many matmul kernel runs applied their epilogue to blocks of rows as the product
 /// finished them (each block on the thread that computed it), rather than in a pass over
@@ -225,11 +233,28 @@ pub fn run_kernel(pk: &PlannedKernel, args: &[&Buffer], params: &[Scalar]) -> Re
             [prog] => exec::RowItems::new(prog, mm.out, m, n).map(|rows| (prog, rows)),
             _ => None,
         };
+        // Simpler still: a bias (and relu) is added to the sums before they are stored.
+        let bias = match compiled.programs.as_slice() {
+            [prog] => bias_epilogue(kernel, mm).map(|b| (prog, b)),
+            _ => None,
+        };
         match by_rows {
+            _ if let Some((prog, (arg, offset, relu))) = bias => {
+                let bias = ptrs[arg].ptr.cast::<f32>().wrapping_offset(offset);
+                let after = matmul::After::Bias { bias, relu };
+                if matmul::run_then(mm, dtype, &ptrs, after)? {
+                    IN_REGISTERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                } else {
+                    let env = exec::Env::new(prog, &ptrs, params);
+                    exec::execute(prog, &env);
+                    bad_index(env)?;
+                }
+                epilogue_done = true;
+            }
             Some((prog, rows)) => {
                 let env = exec::Env::new(prog, &ptrs, params);
                 let done = |r0: usize, r1: usize| rows.run(prog, &env, r0, r1);
-                if matmul::run_then(mm, dtype, &ptrs, Some(&done))? {
+                if matmul::run_then(mm, dtype, &ptrs, matmul::After::Rows(&done))? {
                     rows.finish(prog, &env);
                     BY_ROWS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 } else {
@@ -249,6 +274,58 @@ pub fn run_kernel(pk: &PlannedKernel, args: &[&Buffer], params: &[Scalar]) -> Re
         }
     }
     Ok(())
+}
+
+/// `(bias argument, its offset, relu)` when `kernel`'s whole epilogue is
+/// `relu?(product + bias)` over a two-dimensional f32 product written row-major from
+/// offset 0, with the bias one f32 per column (a view of stride 0 down the rows, 1 along
+/// them) in a buffer other than the output: the epilogue the product kernel applies in
+/// registers ([`matmul::After::Bias`]).
+fn bias_epilogue(kernel: &Kernel, mm: &crate::kernel::MatmulSpec) -> Option<(usize, isize, bool)> {
+    use crate::ops::{BinaryOp, UnaryOp};
+    let [m, n] = kernel.shape[..] else {
+        return None;
+    };
+    let f32_only = kernel
+        .ops
+        .iter()
+        .all(|i| i.dtype == crate::dtype::DType::F32);
+    let (mut product, mut bias, mut sum, mut relu, mut store) = (None, None, None, None, None);
+    for (id, ins) in kernel.ops.iter().enumerate() {
+        match &ins.op {
+            IrOp::MatmulResult if product.is_none() => product = Some(id),
+            IrOp::Load { arg, view, .. }
+                if bias.is_none()
+                    && *arg != mm.out
+                    && view.strides == [0, 1]
+                    && view.mask.is_none()
+                    && view.offset >= 0 =>
+            {
+                bias = Some((id, *arg, view.offset));
+            }
+            IrOp::Binary(BinaryOp::Add, a, b) if sum.is_none() => sum = Some((id, *a, *b)),
+            IrOp::Unary(UnaryOp::Relu, a) if relu.is_none() => relu = Some((id, *a)),
+            IrOp::Store { arg, view, src }
+                if store.is_none()
+                    && *arg == mm.out
+                    && view.offset == 0
+                    && view.mask.is_none()
+                    && view.strides == [n as isize, 1] =>
+            {
+                store = Some(*src);
+            }
+            _ => return None,
+        }
+    }
+    let (p, (b, arg, offset), (s, x, y), stored) = (product?, bias?, sum?, store?);
+    if !f32_only || m == 0 || !((x, y) == (p, b) || (x, y) == (b, p)) {
+        return None;
+    }
+    match relu {
+        None if stored == s => Some((arg, offset, false)),
+        Some((r, a)) if a == s && stored == r => Some((arg, offset, true)),
+        _ => None,
+    }
 }
 
 /// The error for the first out-of-range index a gather met during a run of `env`, if any.
