@@ -119,6 +119,9 @@ def numpy_workloads(np):
         w[("matmul", "f32", k)] = (lambda l=l, r=r: l @ r, None)
         w[("matmul a@b.t()", "f32", k)] = (lambda l=l, r=r: l @ r.T, None)
         w[("matmul+bias+relu", "f32", k)] = (lambda l=l, r=r, bias=bias: np.maximum(l @ r + bias, 0), None)
+    lx, lw, lb = normal((2048, 128), np.float32), normal((512, 128), np.float32), normal((512,), np.float32)
+    w[("linear x@w.t()", "f32")] = (lambda: lx @ lw.T, None)
+    w[("linear+bias+relu", "f32")] = (lambda: np.maximum(lx @ lw.T + lb, 0), None)
     sa, sb = normal((16,), np.float32), normal((16,), np.float32)
 
     def small_graph():

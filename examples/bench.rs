@@ -285,6 +285,30 @@ fn small_graph(a: &Tensor, b: &Tensor) -> Tensor {
     x
 }
 
+/// An f32 product of `m × k` by `k × n` (`shape` is `[m, k, n]`): one kernel, its operands
+/// and output as bytes moved.
+fn f32_product(
+    name: &'static str,
+    [m, k, n]: [usize; 3],
+    bar: Bar,
+    build: Box<dyn Fn() -> Tensor>,
+) -> Workload {
+    Workload {
+        name,
+        shape: vec![m, k, n],
+        dtype: DType::F32,
+        bytes: (m * k + k * n + m * n) * 4,
+        flops: 2.0 * (m * n * k) as f64,
+        limit: Limit::None,
+        bar,
+        one_kernel: true,
+        build,
+        ops: 1,
+        reps: 1,
+        miss: false,
+    }
+}
+
 /// The workloads whose names `want` accepts (inputs are made only for those).
 fn workloads(want: &dyn Fn(&str) -> bool) -> kiln::Result<Vec<Workload>> {
     let f32_ = DType::F32;
@@ -482,20 +506,8 @@ fn workloads(want: &dyn Fn(&str) -> bool) -> kiln::Result<Vec<Workload>> {
             input(&[n, n], 11, f32_)?,
             input(&[n], 12, f32_)?,
         );
-        let flops = 2.0 * (n * n * n) as f64;
-        let mm = |name: &'static str, bar: Bar, build: Box<dyn Fn() -> Tensor>| Workload {
-            name,
-            shape: vec![n, n, n],
-            dtype: f32_,
-            bytes: 3 * n * n * 4,
-            flops,
-            limit: Limit::None,
-            bar,
-            one_kernel: true,
-            build,
-            ops: 1,
-            reps: 1,
-            miss: false,
+        let mm = |name: &'static str, bar: Bar, build: Box<dyn Fn() -> Tensor>| {
+            f32_product(name, [n, n, n], bar, build)
         };
         let (l2, r2) = (l.clone(), r.clone());
         w.push(mm("matmul", Bar::None, Box::new(move || l2.matmul(&r2))));
@@ -512,6 +524,34 @@ fn workloads(want: &dyn Fn(&str) -> bool) -> kiln::Result<Vec<Workload>> {
         );
         epi.bytes += n * 4;
         epi.flops += 2.0 * (n * n) as f64;
+        epi.ops = 3;
+        w.push(epi);
+    }
+    if want("linear") {
+        // A linear layer as char_gpt's MLP runs it: `x @ w.t()` over 2048 tokens, width 128
+        // to 512; the epilogue's cost is larger against a product this shallow.
+        let (m, k, n) = (2048usize, 128usize, 512usize);
+        let (x, wt, bias) = (
+            input(&[m, k], 17, f32_)?,
+            input(&[n, k], 18, f32_)?,
+            input(&[n], 19, f32_)?,
+        );
+        let lin = |name: &'static str, bar: Bar, build: Box<dyn Fn() -> Tensor>| {
+            f32_product(name, [m, k, n], bar, build)
+        };
+        let (x2, w2) = (x.clone(), wt.clone());
+        w.push(lin(
+            "linear x@w.t()",
+            Bar::None,
+            Box::new(move || x2.matmul(&w2.t())),
+        ));
+        let mut epi = lin(
+            "linear+bias+relu",
+            Bar::TimesOf(1.05, "linear x@w.t()"),
+            Box::new(move || (x.matmul(&wt.t()) + &bias).relu()),
+        );
+        epi.bytes += n * 4;
+        epi.flops += 2.0 * (m * n) as f64;
         epi.ops = 3;
         w.push(epi);
     }
