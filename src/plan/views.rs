@@ -11,7 +11,8 @@
 //!   meet), the chain is split and an explicit `Copy` node is inserted — the only copies the
 //!   planner makes, visible in the dumps;
 //! * matmul operands and device transfers read a buffer through an unmasked view (a padded
-//!   or generated operand gets a `Copy`);
+//!   or generated operand gets a `Copy`; a generated one read through a broadcast is copied
+//!   at its own shape and read through the broadcast);
 //! * node ids are topological: inputs before consumers.
 
 use crate::device::Device;
@@ -379,6 +380,17 @@ fn fold_edge(
     };
     let generated = vg.nodes[base].op.is_generator();
     if needs_buffer && (view.mask.is_some() || generated) {
+        // A generator read through a broadcast (a `full` weight under a batch of products)
+        // is stored at its own, smaller shape, and the copy read through the same chain
+        // (it folds over the copy's row-major layout as it did over the generator's).
+        let own = crate::shape::numel(&vg.nodes[edge.src].shape);
+        if view.mask.is_none() && own < crate::shape::numel(&vg.edge_shape(&edge)) {
+            let c = shared_copy(vg, copies, edge.src, vec![]);
+            return Edge {
+                src: c,
+                chain: edge.chain,
+            };
+        }
         let c = shared_copy(vg, copies, edge.src, edge.chain);
         return Edge {
             src: c,

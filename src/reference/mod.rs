@@ -323,7 +323,9 @@ fn reduce(x: &RefTensor, op: ReduceOp, axes: &[usize], shape: &[usize], dt: DTyp
     }
     let float = x.dtype.is_float();
     let vals = groups.into_iter().map(|g| match op {
-        ReduceOp::Sum if float => Scalar::Float(g.iter().map(|s| s.to_f64()).sum()),
+        // From +0, as the backends' accumulators start: `Iterator::sum` on floats starts
+        // at -0.0 (so an empty sum would be -0, and `rsqrt` of it -inf).
+        ReduceOp::Sum if float => Scalar::Float(g.iter().fold(0.0, |a, s| a + s.to_f64())),
         ReduceOp::Sum => Scalar::Int(g.iter().fold(0i64, |a, s| a.wrapping_add(s.to_i64()))),
         ReduceOp::Prod if float => Scalar::Float(g.iter().map(|s| s.to_f64()).product()),
         ReduceOp::Prod => Scalar::Int(g.iter().fold(1i64, |a, s| a.wrapping_mul(s.to_i64()))),
@@ -517,9 +519,10 @@ fn matmul(a: &RefTensor, b: &RefTensor, shape: &[usize], dt: DType) -> RefTensor
                 let ia = |p: usize| bi * m * k + i * k + p;
                 let ib = |p: usize| bi * k * n + p * n + j;
                 if dt.is_float() {
-                    let s: f64 = (0..k)
-                        .map(|p| a.get(ia(p)).to_f64() * b.get(ib(p)).to_f64())
-                        .sum();
+                    // From +0, as in a sum (a product of depth 0 is +0).
+                    let s: f64 = (0..k).fold(0.0, |acc, p| {
+                        acc + a.get(ia(p)).to_f64() * b.get(ib(p)).to_f64()
+                    });
                     out.push(Scalar::Float(s));
                 } else {
                     let s = (0..k).fold(0i64, |acc, p| {
