@@ -238,19 +238,19 @@ pub fn run_kernel(pk: &PlannedKernel, args: &[&Buffer], params: &[Scalar]) -> Re
             [prog] => bias_epilogue(kernel, mm).map(|b| (prog, b)),
             _ => None,
         };
-        match by_rows {
-            _ if let Some((prog, (arg, offset, relu))) = bias => {
-                let bias = ptrs[arg].ptr.cast::<f32>().wrapping_offset(offset);
-                let after = matmul::After::Bias { bias, relu };
-                if matmul::run_then(mm, dtype, &ptrs, after)? {
-                    IN_REGISTERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                } else {
-                    let env = exec::Env::new(prog, &ptrs, params);
-                    exec::execute(prog, &env);
-                    bad_index(env)?;
-                }
-                epilogue_done = true;
+        if let Some((prog, (arg, offset, relu))) = bias {
+            let bias = ptrs[arg].ptr.cast::<f32>().wrapping_offset(offset);
+            let after = matmul::After::Bias { bias, relu };
+            if matmul::run_then(mm, dtype, &ptrs, after)? {
+                IN_REGISTERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            } else {
+                let env = exec::Env::new(prog, &ptrs, params);
+                exec::execute(prog, &env);
+                bad_index(env)?;
             }
+            return Ok(());
+        }
+        match by_rows {
             Some((prog, rows)) => {
                 let env = exec::Env::new(prog, &ptrs, params);
                 let done = |r0: usize, r1: usize| rows.run(prog, &env, r0, r1);
@@ -297,6 +297,7 @@ fn bias_epilogue(kernel: &Kernel, mm: &crate::kernel::MatmulSpec) -> Option<(usi
             IrOp::Load { arg, view, .. }
                 if bias.is_none()
                     && *arg != mm.out
+                    && kernel.args.get(*arg).is_some_and(|a| !a.in_place)
                     && view.strides == [0, 1]
                     && view.mask.is_none()
                     && view.offset >= 0 =>
