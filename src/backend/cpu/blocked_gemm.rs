@@ -219,6 +219,11 @@ unsafe fn rows(p: &Product, i0: usize, i1: usize, after: After<'_>) {
                 // SAFETY: rows `[d0, d0 + kc)`, columns `[j0, j0 + nc)` of the right
                 // operand are readable; `buf` holds `panels · kc · NR` f32s.
                 unsafe { pack_panels(p, d0, kc, j0, nc, buf) };
+                // The last depth block's pass applies a bias epilogue to its sums.
+                let bias = match after {
+                    After::Bias { bias, .. } if d0 + kc == p.k => bias.wrapping_add(j0),
+                    _ => std::ptr::null(),
+                };
                 for r0 in (i0..i1).step_by(MC) {
                     let r1 = (r0 + MC).min(i1);
                     for pn in 0..panels {
@@ -240,11 +245,10 @@ unsafe fn rows(p: &Product, i0: usize, i1: usize, after: After<'_>) {
                                 cols,
                                 accumulate: d0 > 0,
                                 ahead,
-                                bias: match after {
-                                    After::Bias { bias, .. } if d0 + kc == p.k => {
-                                        bias.wrapping_add(j0 + pn * NR)
-                                    }
-                                    _ => std::ptr::null(),
+                                bias: if bias.is_null() {
+                                    bias
+                                } else {
+                                    bias.wrapping_add(pn * NR)
                                 },
                                 relu: matches!(after, After::Bias { relu: true, .. }),
                             };
@@ -442,6 +446,7 @@ unsafe fn kernel(t: &Tile) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::cpu::matmul::ROW_STEP;
     use crate::backend::cpu::small_gemm::tests::check_product;
 
     #[test]
@@ -501,8 +506,8 @@ mod tests {
                     let seen: Mutex<Vec<Option<Vec<f32>>>> = Mutex::new(vec![None; m]);
                     let done = |r0: usize, r1: usize| {
                         assert!(r0 < r1 && r1 <= m, "rows {r0}..{r1} of {m}");
-                        assert!(r0.is_multiple_of(ROW_STEP_CHECK), "block starts at {r0}");
-                        assert!(r1 == m || r1.is_multiple_of(ROW_STEP_CHECK));
+                        assert!(r0.is_multiple_of(ROW_STEP), "block starts at {r0}");
+                        assert!(r1 == m || r1.is_multiple_of(ROW_STEP));
                         let mut seen = seen.lock().unwrap_or_else(|e| e.into_inner());
                         for (r, slot) in seen.iter_mut().enumerate().take(r1).skip(r0) {
                             assert!(slot.is_none(), "row {r} reported twice");
@@ -537,6 +542,4 @@ mod tests {
             }
         }
     }
-
-    const ROW_STEP_CHECK: usize = super::super::matmul::ROW_STEP;
 }

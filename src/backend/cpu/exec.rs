@@ -286,9 +286,10 @@ pub(crate) struct RowItems {
     items: RowItemKind,
     /// Elements per product row.
     n: usize,
-    /// Rows where one reported block ended and another began.
-    boundaries: std::sync::Mutex<Vec<usize>>,
 }
+
+/// The rows where one reported block ended and another began, in one run of a product.
+pub(crate) type Boundaries = std::sync::Mutex<Vec<usize>>;
 
 enum RowItemKind {
     /// Runs along the output's last (possibly merged) dimension.
@@ -317,12 +318,7 @@ impl RowItems {
         if !plain {
             return None;
         }
-        let mut row_major = vec![0isize; prog.dims.len()];
-        let mut s = 1isize;
-        for d in (0..prog.dims.len()).rev() {
-            row_major[d] = s;
-            s *= prog.dims[d] as isize;
-        }
+        let row_major = crate::shape::contiguous_strides(&prog.dims);
         let own_layout = prog.instrs.iter().all(|p| match &p.op {
             IrOp::Load { arg, view, .. } | IrOp::Store { arg, view, .. } if *arg == out => {
                 view.offset == 0 && view.mask.is_none() && view.strides == row_major
@@ -337,11 +333,7 @@ impl RowItems {
         } else {
             RowItemKind::Plain(Items::new(prog, CHUNK, None))
         };
-        Some(RowItems {
-            items,
-            n,
-            boundaries: std::sync::Mutex::new(Vec::new()),
-        })
+        Some(RowItems { items, n })
     }
 
     /// The item holding product row `r`'s first element, and whether it starts there.
@@ -377,8 +369,16 @@ impl RowItems {
     }
 
     /// Runs, on this thread, the items lying wholly inside product rows `[r0, r1)`, which
-    /// are final; blocks reported this way must not overlap.
-    pub(crate) fn run(&self, prog: &CpuKernel, env: &Env<'_>, r0: usize, r1: usize) {
+    /// are final, and records `r1` in `boundaries`; blocks reported this way in one run
+    /// must not overlap.
+    pub(crate) fn run(
+        &self,
+        prog: &CpuKernel,
+        env: &Env<'_>,
+        boundaries: &Boundaries,
+        r0: usize,
+        r1: usize,
+    ) {
         let lo = self.first_from(r0);
         // The items ending at or before r1: all before the one holding r1 (whether that
         // one starts there or straddles it); all items for the last row.
@@ -388,7 +388,7 @@ impl RowItems {
             self.item_at(r1).0
         };
         self.run_range(prog, env, lo, hi);
-        self.boundaries
+        boundaries
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(r1);
@@ -407,10 +407,9 @@ impl RowItems {
 
     /// Runs the items no block held wholly (each straddles the end of a reported block), on
     /// this thread, after the product has finished every row.
-    pub(crate) fn finish(&self, prog: &CpuKernel, env: &Env<'_>) {
-        let mut left: Vec<usize> = self
-            .boundaries
-            .lock()
+    pub(crate) fn finish(&self, prog: &CpuKernel, env: &Env<'_>, boundaries: Boundaries) {
+        let mut left: Vec<usize> = boundaries
+            .into_inner()
             .unwrap_or_else(|e| e.into_inner())
             .iter()
             .filter(|&&r| r * self.n < self.total(prog))
@@ -458,25 +457,23 @@ fn packed_items(prog: &CpuKernel, env: &Env<'_>, lo: usize, hi: usize) {
     let (row_ax, ax) = prog.pack_axes();
     let (len, span) = (prog.dims[ax], prog.dims[row_ax]);
     let blocks = span.div_ceil(prog.pack);
-    {
-        REGS.with(|cell| {
-            let mut m = new_machine(prog, env, cell.take());
-            for item in lo..hi {
-                let (mut o, b) = (item / blocks, item % blocks);
-                for d in (0..row_ax).rev() {
-                    m.coords[d] = o % prog.dims[d];
-                    o /= prog.dims[d];
-                }
-                let r0 = b * prog.pack;
-                m.coords[row_ax] = r0;
-                m.coords[ax] = 0;
-                m.item_out_packed(prog.pack.min(span - r0), len);
+    REGS.with(|cell| {
+        let mut m = new_machine(prog, env, cell.take());
+        for item in lo..hi {
+            let (mut o, b) = (item / blocks, item % blocks);
+            for d in (0..row_ax).rev() {
+                m.coords[d] = o % prog.dims[d];
+                o /= prog.dims[d];
             }
-            cell.replace(m.regs);
-        });
-        if prog.streams {
-            super::stream::fence();
+            let r0 = b * prog.pack;
+            m.coords[row_ax] = r0;
+            m.coords[ax] = 0;
+            m.item_out_packed(prog.pack.min(span - r0), len);
         }
+        cell.replace(m.regs);
+    });
+    if prog.streams {
+        super::stream::fence();
     }
 }
 

@@ -43,6 +43,38 @@ use exec::ArgPtr;
 /// one per block for a kernel split at its mask edges (see [`pieces`]); else one.
 struct Compiled {
     programs: Vec<program::CpuKernel>,
+    /// How a matmul kernel's epilogue runs (decided once, from the kernel alone).
+    epilogue: Epilogue,
+}
+
+/// How a matmul kernel runs its epilogue, where the product's route allows (see
+/// [`matmul::run_then`]); otherwise, and for every other kernel, after the product.
+enum Epilogue {
+    /// After the product (or there is none).
+    After,
+    /// `relu?(product + bias)`: in the product's registers ([`bias_epilogue`]).
+    Bias {
+        arg: usize,
+        offset: isize,
+        relu: bool,
+    },
+    /// The one program, on each block of rows as the product finishes it.
+    Rows(exec::RowItems),
+}
+
+impl Epilogue {
+    /// The route for `kernel`, whose compiled programs are `programs`.
+    fn of(kernel: &Kernel, programs: &[program::CpuKernel]) -> Epilogue {
+        let (Some(mm), [prog]) = (&kernel.matmul, programs) else {
+            return Epilogue::After;
+        };
+        if let Some((arg, offset, relu)) = bias_epilogue(kernel, mm) {
+            return Epilogue::Bias { arg, offset, relu };
+        }
+        let shape = mm.shape();
+        let (m, n) = (shape[shape.len() - 2], shape[shape.len() - 1]);
+        exec::RowItems::new(prog, mm.out, m, n).map_or(Epilogue::After, Epilogue::Rows)
+    }
 }
 
 static COMPILED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -88,7 +120,10 @@ fn compile(kernel: &Kernel) -> Result<Compiled> {
         .validate()
         .map_err(|e| KilnError::internal(format!("kernel {}: {e}", kernel.name)))?;
     if kernel.special.is_some() {
-        return Ok(Compiled { programs: vec![] });
+        return Ok(Compiled {
+            programs: vec![],
+            epilogue: Epilogue::After,
+        });
     }
     if let Some(blocks) = pieces::split(kernel) {
         SPLIT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -98,7 +133,10 @@ fn compile(kernel: &Kernel) -> Result<Compiled> {
                 .map_err(|e| KilnError::internal(format!("kernel {} block: {e}", kernel.name)))?;
             programs.push(program::compile(b, &[]));
         }
-        return Ok(Compiled { programs });
+        return Ok(Compiled {
+            programs,
+            epilogue: Epilogue::After,
+        });
     }
     let mut in_place: Vec<usize> = (0..kernel.args.len())
         .filter(|&i| kernel.args[i].in_place)
@@ -132,12 +170,17 @@ fn compile(kernel: &Kernel) -> Result<Compiled> {
         }
         let trivial = kernel.ops.len() == 2 && matches!(kernel.ops[0].op, IrOp::MatmulResult);
         if trivial {
-            return Ok(Compiled { programs: vec![] });
+            return Ok(Compiled {
+                programs: vec![],
+                epilogue: Epilogue::After,
+            });
         }
         in_place.push(mm.out);
     }
+    let programs = vec![program::compile(kernel, &in_place)];
     Ok(Compiled {
-        programs: vec![program::compile(kernel, &in_place)],
+        epilogue: Epilogue::of(kernel, &programs),
+        programs,
     })
 }
 
@@ -219,61 +262,50 @@ pub fn run_kernel(pk: &PlannedKernel, args: &[&Buffer], params: &[Scalar]) -> Re
         None => {}
     }
     // A product without elements has nothing to compute, however large its batch.
-    let mut epilogue_done = false;
     if let Some(mm) = &kernel.matmul
         && kernel.shape.iter().all(|&n| n > 0)
     {
         let dtype = kernel.args[mm.out].dtype;
-        let shape = mm.shape();
-        let (m, n) = (shape[shape.len() - 2], shape[shape.len() - 1]);
-        // An epilogue that can run on blocks of rows runs on each as soon as the product
-        // has finished it, on the thread that computed it (while it is in that core's
-        // cache), instead of in a pass over the whole output after the product.
-        let by_rows = match compiled.programs.as_slice() {
-            [prog] => exec::RowItems::new(prog, mm.out, m, n).map(|rows| (prog, rows)),
-            _ => None,
-        };
-        // Simpler still: a bias (and relu) is added to the sums before they are stored.
-        let bias = match compiled.programs.as_slice() {
-            [prog] => bias_epilogue(kernel, mm).map(|b| (prog, b)),
-            _ => None,
-        };
-        if let Some((prog, (arg, offset, relu))) = bias {
-            let bias = ptrs[arg].ptr.cast::<f32>().wrapping_offset(offset);
-            let after = matmul::After::Bias { bias, relu };
-            if matmul::run_then(mm, dtype, &ptrs, after)? {
-                IN_REGISTERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            } else {
-                let env = exec::Env::new(prog, &ptrs, params);
-                exec::execute(prog, &env);
-                bad_index(env)?;
+        match (&compiled.epilogue, compiled.programs.as_slice()) {
+            // A bias (and relu) added to the sums before they are stored.
+            (&Epilogue::Bias { arg, offset, relu }, [prog]) => {
+                let bias = ptrs[arg].ptr.cast::<f32>().wrapping_offset(offset);
+                let after = matmul::After::Bias { bias, relu };
+                if matmul::run_then(mm, dtype, &ptrs, after)? {
+                    IN_REGISTERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    return Ok(());
+                }
+                return run_program(prog, &ptrs, params);
             }
-            return Ok(());
-        }
-        match by_rows {
-            Some((prog, rows)) => {
+            // The epilogue on each block of rows as soon as the product has finished it,
+            // on the thread that computed it (while it is in that core's cache), instead of
+            // in a pass over the whole output after the product.
+            (Epilogue::Rows(rows), [prog]) => {
                 let env = exec::Env::new(prog, &ptrs, params);
-                let done = |r0: usize, r1: usize| rows.run(prog, &env, r0, r1);
+                let boundaries = std::sync::Mutex::new(Vec::new());
+                let done = |r0: usize, r1: usize| rows.run(prog, &env, &boundaries, r0, r1);
                 if matmul::run_then(mm, dtype, &ptrs, matmul::After::Rows(&done))? {
-                    rows.finish(prog, &env);
+                    rows.finish(prog, &env, boundaries);
                     BY_ROWS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 } else {
                     exec::execute(prog, &env);
                 }
-                epilogue_done = true;
-                bad_index(env)?;
+                return bad_index(env);
             }
-            None => matmul::run(mm, dtype, &ptrs)?,
+            _ => matmul::run(mm, dtype, &ptrs)?,
         }
     }
-    if !epilogue_done {
-        for prog in &compiled.programs {
-            let env = exec::Env::new(prog, &ptrs, params);
-            exec::execute(prog, &env);
-            bad_index(env)?;
-        }
+    for prog in &compiled.programs {
+        run_program(prog, &ptrs, params)?;
     }
     Ok(())
+}
+
+/// Runs one compiled program over the kernel's arguments.
+fn run_program(prog: &program::CpuKernel, ptrs: &[ArgPtr], params: &[Scalar]) -> Result<()> {
+    let env = exec::Env::new(prog, ptrs, params);
+    exec::execute(prog, &env);
+    bad_index(env)
 }
 
 /// `(bias argument, its offset, relu)` when `kernel`'s whole epilogue is
