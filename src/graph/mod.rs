@@ -48,6 +48,27 @@ pub struct Node {
     handles: usize,
 }
 
+impl Node {
+    /// True for a value without elements that is computed from operands (not realized, not
+    /// a generator, not an in-place write): the planner computes nothing it reads (its
+    /// sweep stops here) and plans it as a constant ([`Graph::sweep`]). A layer norm
+    /// without elements then needs no row statistics, however many rows it has.
+    pub fn is_empty_computation(&self) -> bool {
+        self.shape.contains(&0) && !matches!(self.op, Op::Buffer | Op::Generate(_) | Op::Assign)
+    }
+
+    /// The op the planner plans for this node: its own, or a constant for an empty
+    /// computation (whose operands the planner's sweep does not visit).
+    pub fn planned_op(&self) -> std::borrow::Cow<'_, Op> {
+        if self.is_empty_computation() {
+            let zero = crate::dtype::Scalar::Int(0).cast(self.dtype);
+            std::borrow::Cow::Owned(Op::Generate(crate::ops::Generator::Full(zero)))
+        } else {
+            std::borrow::Cow::Borrowed(&self.op)
+        }
+    }
+}
+
 /// Where a node's value comes from, as dumps tell it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Origin {
@@ -510,14 +531,22 @@ impl Graph {
     /// Every not-yet-realized node that `targets` depend on, inputs before consumers.
     /// Realized nodes reached on the way are included as leaves.
     pub fn lazy_subgraph(&self, targets: &[NodeKey]) -> Result<Vec<NodeKey>> {
-        Ok(self.sweep(targets)?.order)
+        Ok(self.sweep_all(targets, false)?.order)
     }
 
     /// One depth-first sweep (iterative: deep chains need no call stack) over what
     /// `targets` depend on: the nodes in post-order (operands in order, inputs before
-    /// consumers; realized nodes are leaves) and each node's operands as positions in that
-    /// order. The order is a function of the graph's structure alone.
+    /// consumers) and each node's operands as positions in that order. Realized nodes are
+    /// leaves, and so are values without elements ([`Node::is_empty_computation`]): nothing
+    /// they read is needed, so the planner sees no operands for them. The order is a
+    /// function of the graph's structure alone.
     pub fn sweep(&self, targets: &[NodeKey]) -> Result<Sweep> {
+        self.sweep_all(targets, true)
+    }
+
+    /// [`Graph::sweep`], stopping at values without elements only when `cut_empty`.
+    fn sweep_all(&self, targets: &[NodeKey], cut_empty: bool) -> Result<Sweep> {
+        let leaf = |n: &Node| n.op == Op::Buffer || (cut_empty && n.is_empty_computation());
         let mut marks = self.marks.borrow_mut();
         marks.stamp = marks.stamp.wrapping_add(1);
         if marks.stamp == 0 {
@@ -541,7 +570,7 @@ impl Graph {
                 if expanded {
                     let node = &self.dag[idx];
                     ins.clear();
-                    if node.op != Op::Buffer {
+                    if !leaf(node) {
                         ins.extend(
                             self.dag
                                 .edges_directed(idx, Direction::Incoming)
@@ -566,7 +595,7 @@ impl Graph {
                 }
                 marks.pos[i] = (stamp, 0);
                 stack.push((idx, true));
-                if self.dag[idx].op != Op::Buffer {
+                if !leaf(&self.dag[idx]) {
                     ins.clear();
                     ins.extend(
                         self.dag

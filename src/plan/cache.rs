@@ -68,12 +68,13 @@ pub fn signature(
     let mut b = Bindings::default();
     for (pos, &key) in sweep.order.iter().enumerate() {
         let node = g.node(key)?;
-        encode_op(&node.op, &mut w);
-        if let Op::Generate(gen_) = &node.op {
+        let op = node.planned_op();
+        encode_op(&op, &mut w);
+        if let Op::Generate(gen_) = &*op {
             b.params
                 .extend_from_slice(&gen_.params()[..gen_.kind().param_count()]);
         }
-        if node.op == Op::Buffer {
+        if *op == Op::Buffer {
             b.inputs.push(pos);
         }
         w.push(dtype_code(node.dtype) | (device_code(node.device) << 8));

@@ -8,8 +8,9 @@
 //! * every edge's chain folds into a single [`View`] over the producer's row-major layout
 //!   (`View::contiguous(src.shape).apply_all(chain)` succeeds) and holds at most one distinct
 //!   pad value. Where a reshape cannot be expressed with strides (or two different pad values
-//!   meet), the chain is split and an explicit `Copy` node is inserted — the only copies the
-//!   planner makes, visible in the dumps;
+//!   meet, or a pad over a strided view would reach offsets past `isize::MAX` in bytes), the
+//!   chain is split and an explicit `Copy` node is inserted — the only copies the planner
+//!   makes, visible in the dumps;
 //! * matmul operands and device transfers read a buffer through an unmasked view (a padded
 //!   or generated operand gets a `Copy`; a generated one read through a broadcast is copied
 //!   at its own shape and read through the broadcast);
@@ -210,6 +211,7 @@ pub fn collapse_swept(g: &Graph, sweep: &Sweep, targets: &[NodeKey]) -> Result<V
     for (pos, &key) in sweep.order.iter().enumerate() {
         super::tick(1);
         let node = g.node(key)?;
+        let node_op = node.planned_op();
         let keep = node.handles() > 0;
         let inputs = sweep.operands_of(pos);
         let lookup = |i: &u32| {
@@ -218,7 +220,7 @@ pub fn collapse_swept(g: &Graph, sweep: &Sweep, targets: &[NodeKey]) -> Result<V
                 .ok_or_else(|| KilnError::internal("views pass: input visited out of order"))
         };
         by_key.insert(key, pos);
-        let op = match &node.op {
+        let op = match &*node_op {
             Op::Movement(m) => {
                 let (src, mut chain) = lookup(&inputs[0])?;
                 chain.push(m.clone());
@@ -240,7 +242,7 @@ pub fn collapse_swept(g: &Graph, sweep: &Sweep, targets: &[NodeKey]) -> Result<V
             Op::Contiguous => PlanOp::Copy { explicit: true },
             op => PlanOp::Op(op.clone()),
         };
-        let param = match &node.op {
+        let param = match &*node_op {
             Op::Generate(gen_) => {
                 let first = vg.params.len();
                 vg.params
@@ -249,8 +251,8 @@ pub fn collapse_swept(g: &Graph, sweep: &Sweep, targets: &[NodeKey]) -> Result<V
             }
             _ => usize::MAX,
         };
-        let needs_buffer = |i: usize| node.op.needs_buffer(i);
-        let writes_input = match &node.op {
+        let needs_buffer = |i: usize| node_op.needs_buffer(i);
+        let writes_input = match &*node_op {
             // The destination is the buffer of the assigned-to value: an input, or the
             // destination of an earlier assign to it.
             Op::Assign => {
@@ -352,12 +354,27 @@ fn fold_edge(
     let mut start = 0;
     let mut pad: Option<Scalar> = None;
     super::tick(chain.len() + 1);
+    // Offsets the view may reach, in elements of the producer's dtype (masked coordinates
+    // included: `Kernel::validate` bounds them so backends' address arithmetic cannot wrap).
+    let limit = (isize::MAX as usize / vg.nodes[src].dtype.size_bytes().max(1)) as i128;
     for (i, m) in chain.iter().enumerate() {
         let conflict = match m {
             Movement::Pad { value, .. } => pad.is_some_and(|p| p != *value),
             _ => false,
         };
-        let next = if conflict { None } else { view.apply(m) };
+        // A pad over a strided view (a slice with a large step, or a squeeze of an axis
+        // the producer's layout strides over) can reach offsets past that limit even though
+        // every element read lies inside the producer. Over a fresh row-major copy a pad's
+        // offsets stay within its own result's size, so the chain is split there instead.
+        let in_range = |v: &View| {
+            v.box_bounds()
+                .is_none_or(|(lo, hi)| lo >= -limit && hi <= limit)
+        };
+        let next = if conflict {
+            None
+        } else {
+            view.apply(m).filter(|v| i == start || in_range(v))
+        };
         match next {
             Some(v) => view = v,
             None => {
