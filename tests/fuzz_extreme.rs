@@ -342,8 +342,9 @@ const INEXACT_OPS: &[&str] = &[
 /// `floor(tanh(9))`, where kiln's f32 `tanh` gives 1.0 and the correctly rounded value is
 /// 0.99999994), or moves by as much as their input does, however large it is (seeds 162806
 /// and 329105: `fmod` and `remainder` by 3 of `expm1` of an integer gave 0.5 against the
-/// reference's 0.25, one ulp of an f32 between 2^21 and 2^22): after an inexact op their
-/// results are not compared.
+/// reference's 0.25, one ulp of an f32 between 2^21 and 2^22; seed 534999, case 13997:
+/// `cos` of the product of six `silu`s near 5.8e6, where one ulp of an f32 is 0.5): after
+/// an inexact op their results are not compared.
 const DISCONTINUOUS_OPS: &[&str] = &[
     "argmax",
     "argmin",
@@ -360,6 +361,9 @@ const DISCONTINUOUS_OPS: &[&str] = &[
     "sign",
     "fmod",
     "remainder",
+    "sin",
+    "cos",
+    "tan",
 ];
 
 thread_local! {
