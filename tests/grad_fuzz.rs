@@ -1795,6 +1795,37 @@ fn reference_grad_of_sum(leaves: &[Tensor], out: &Tensor) -> Vec<Vec<f64>> {
         .collect()
 }
 
+/// Found by the backward fuzzer with seed 4000983 on an AVX2 machine: the max of an f32
+/// `sigmoid`, realized before the loss. The reference evaluator compared its own sigmoid
+/// against the realized result, whose last bit came from kiln's sigmoid, found no maximum
+/// in two of four groups, and gave them no gradient; kiln (and PyTorch) give it to the
+/// largest element. The reference now takes the maximum from its own input. Many groups,
+/// through several inexact unary ops, so that some realized maximum is likely to differ in
+/// its last bit on any CPU (without the fix this fails on that machine, AMD EPYC).
+#[test]
+fn the_reference_finds_the_maximum_of_a_realized_max_itself() {
+    let mut rng = Rng::new(4000983);
+    let data: Vec<f64> = (0..256).map(|_| rng.range(-2.0, 2.0)).collect();
+    for u in ["sigmoid", "exp", "tanh", "gelu"] {
+        let name = format!("realized max of {u}");
+        three_way(
+            &name,
+            &[(data.clone(), vec![64, 4], DType::F32)],
+            |t, opts| {
+                let y = match u {
+                    "sigmoid" => t[0].sigmoid(),
+                    "exp" => t[0].exp(),
+                    "tanh" => t[0].tanh(),
+                    _ => t[0].gelu(),
+                };
+                let m = y.max_keepdim([-1isize]);
+                realize_all_with(&[&m], opts).unwrap();
+                m
+            },
+        );
+    }
+}
+
 #[test]
 fn ties_in_max_split_evenly_everywhere() {
     for dt in [DType::F64, DType::F32] {
