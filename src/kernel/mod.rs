@@ -543,10 +543,8 @@ impl Kernel {
                 // Every coordinate's offset, in bytes of the value's dtype, must fit an
                 // isize, so backends' address arithmetic cannot wrap (masked coordinates
                 // included).
-                let limit = (isize::MAX as usize / ins.dtype.size_bytes().max(1)) as i128;
-                if let Some((lo, hi)) = v.box_bounds()
-                    && (lo < -limit || hi > limit)
-                {
+                if !v.offsets_fit(ins.dtype.size_bytes()) {
+                    let (lo, hi) = v.box_bounds().unwrap_or_default();
                     return Err(format!("op {i}: view offsets {lo}..={hi} are out of range"));
                 }
                 Ok(())

@@ -559,10 +559,7 @@ impl<'a> Lowerer<'a> {
         // offsets whose byte offsets no longer fit an `isize`, which `Kernel::validate`
         // refuses. Storing the inlined node nearest the load keeps the view over its own
         // (narrower) values, which its shape's size check already bounds.
-        let limit = (isize::MAX as usize / self.vg.nodes[v].dtype.size_bytes().max(1)) as i128;
-        if let Some((lo, hi)) = view.box_bounds()
-            && (lo < -limit || hi > limit)
-        {
+        if !view.offsets_fit(self.vg.nodes[v].dtype.size_bytes()) {
             let mut seg = path.as_deref();
             while let Some(s) = seg {
                 if s.producer != v

@@ -354,9 +354,9 @@ fn fold_edge(
     let mut start = 0;
     let mut pad: Option<Scalar> = None;
     super::tick(chain.len() + 1);
-    // Offsets the view may reach, in elements of the producer's dtype (masked coordinates
-    // included: `Kernel::validate` bounds them so backends' address arithmetic cannot wrap).
-    let limit = (isize::MAX as usize / vg.nodes[src].dtype.size_bytes().max(1)) as i128;
+    // `Kernel::validate` refuses views whose offsets (masked coordinates included) do not
+    // fit an `isize` in bytes of the producer's dtype.
+    let elem_bytes = vg.nodes[src].dtype.size_bytes();
     for (i, m) in chain.iter().enumerate() {
         let conflict = match m {
             Movement::Pad { value, .. } => pad.is_some_and(|p| p != *value),
@@ -366,14 +366,11 @@ fn fold_edge(
         // the producer's layout strides over) can reach offsets past that limit even though
         // every element read lies inside the producer. Over a fresh row-major copy a pad's
         // offsets stay within its own result's size, so the chain is split there instead.
-        let in_range = |v: &View| {
-            v.box_bounds()
-                .is_none_or(|(lo, hi)| lo >= -limit && hi <= limit)
-        };
         let next = if conflict {
             None
         } else {
-            view.apply(m).filter(|v| i == start || in_range(v))
+            view.apply(m)
+                .filter(|v| i == start || v.offsets_fit(elem_bytes))
         };
         match next {
             Some(v) => view = v,

@@ -437,24 +437,10 @@ fn reduce(
         }
         ReduceOp::Max | ReduceOp::Min => {
             // amax/amin: an even split among the elements equal to the result. The result
-            // is taken from the input the reference computed itself, not from `out`: a
-            // realized output holds the last bits of kiln's forward, which may differ from
-            // the reference's (kiln's f32 sigmoid against the reference's), and no element
-            // would then match.
-            let max = op == ReduceOp::Max;
-            let mut ov = vec![
-                if max {
-                    f64::NEG_INFINITY
-                } else {
-                    f64::INFINITY
-                };
-                g.len()
-            ];
-            for (&v, &o) in xv.iter().zip(&to) {
-                if !ov[o].is_nan() && (v.is_nan() || (max && v > ov[o]) || (!max && v < ov[o])) {
-                    ov[o] = v;
-                }
-            }
+            // is the reference's own reduction of its input, not `out`: a realized output
+            // holds the last bits of kiln's forward, which may differ from the reference's
+            // (kiln's f32 sigmoid against the reference's), and no element would then match.
+            let ov = super::reduce(x, op, axes, &out.shape, x.dtype).to_f64();
             let mut count = vec![0usize; g.len()];
             for (i, &o) in to.iter().enumerate() {
                 if xv[i] == ov[o] {

@@ -286,6 +286,15 @@ impl View {
         Some((lo, hi))
     }
 
+    /// Whether every offset [`View::box_bounds`] allows (masked coordinates included),
+    /// counted in bytes of `elem_bytes`-byte elements, fits an `isize`: backends' address
+    /// arithmetic over such a view cannot wrap. An empty view fits.
+    pub fn offsets_fit(&self, elem_bytes: usize) -> bool {
+        let limit = (isize::MAX as usize / elem_bytes.max(1)) as i128;
+        self.box_bounds()
+            .is_none_or(|(lo, hi)| lo >= -limit && hi <= limit)
+    }
+
     /// Applies one movement; `None` when a reshape cannot be expressed with strides.
     pub fn apply(&self, m: &Movement) -> Option<View> {
         let v = match m {
