@@ -1,12 +1,22 @@
-//! f32 products whose shape `gemm` runs below its rate, with an AVX-512 kernel that owns
-//! its blocking and threading: weight gradients (`xᵀ · g` over many tokens: a depth of
-//! 2048 over a 128 × 512 output) and products with few rows. Measured on 2 Intel Xeon
+//! f32 products whose shape `gemm` runs below its rate, with an AVX-512 (or AVX2) kernel
+//! that owns its blocking and threading: weight gradients (`xᵀ · g` over many tokens: a
+//! depth of 2048 over a 128 × 512 output) and products with few rows. Measured on 2 Intel Xeon
 //! cores, medians of 20 runs alternating with `gemm` in one process (warm caches): the
 //! char_gpt weight gradients 512×2048·2048×128 1.146 → 0.917 ms, 128×2048·2048×512
 //! 1.202 → 1.016, 384×2048·2048×128 0.857 → 0.758, 128×2048·2048×128 0.372 → 0.283,
 //! 65×2048·2048×128 0.204 → 0.136; 64×1024·1024×1024 0.844 → 0.736; 100×300·300×1000
 //! 0.764 → 0.256. `gemm` stays faster on large square products (1024³ 5.81 vs 6.82 ms) and
 //! on deep products with many rows (2048×512·512×128 0.80 vs 0.88 ms), which keep it.
+//!
+//! The same blocking runs with AVX2 where the CPU has no AVX-512 ([`kernel_avx2`]: a 6 × 16
+//! tile in 12 of the 16 vector registers). Measured on 2 AMD EPYC Zen 3 cores (AVX2, no
+//! AVX-512), three runs of 31 alternations with `gemm`'s AVX2 kernels in one process, time
+//! against `gemm`'s: char_gpt's weight gradients 128×2048·2048×128 0.77–0.79,
+//! 128×2048·2048×512 0.84–0.96, 384×2048·2048×128 0.91–0.98, 512×2048·2048×128 1.00–1.05;
+//! its forward `x @ w.t()` 2048×128·128×384 0.88–0.95, ·128×512 0.90–0.98, 2048×512·512×128
+//! 0.92–0.99, ·128×128 0.98–1.06; its input gradients `g @ w` 2048×128·128×512 0.80–0.97,
+//! 2048×384·384×128 1.00–1.01, 2048×512·512×128 0.99–1.08. This machine's noise made
+//! single runs swing by 30%, hence the ranges.
 //!
 //! Blocking: the right operand is copied, `KC` rows of depth at a time, into panels of
 //! `KC × 64` (row-major, columns past `n` zero), each 32 KiB, so a panel stays in L1 while
@@ -26,12 +36,69 @@
 use super::matmul::{After, Scratch};
 use super::prefetch;
 use super::register::aligned_f32;
-use super::small_gemm::{SmallProduct as Product, transpose16};
+use super::small_gemm::{SmallProduct as Product, transpose_block8, transpose_block16};
 use crate::error::Result;
 use rayon::prelude::*;
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
+
+/// The instruction set a product runs its kernel with.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) enum Isa {
+    /// [`kernel`]: 6 × 64 tiles in 24 of the 32 512-bit registers.
+    Avx512,
+    /// [`kernel_avx2`]: 6 × 16 tiles in 12 of the 16 256-bit registers.
+    Avx2,
+}
+
+/// The kernel this CPU runs, as the CPU backend's loops do (`KILN_NO_SIMD` turns both off).
+fn isa() -> Option<Isa> {
+    match super::exec::simd_level() {
+        "avx512" => Some(Isa::Avx512),
+        "avx2" => Some(Isa::Avx2),
+        _ => None,
+    }
+}
+
+/// How [`rows`] blocks a product.
+#[derive(Clone, Copy)]
+struct Blocking {
+    isa: Isa,
+    /// Depth per panel block.
+    kc: usize,
+    /// Columns per packed block.
+    nc: usize,
+    /// Columns per kernel call.
+    tile_cols: usize,
+}
+
+impl Isa {
+    /// The blocking for a product split by rows or (`depth_split`) along the depth. With
+    /// AVX2 the kernel's tile is a quarter as wide, so a panel's 16-column slice (`kc × 16`)
+    /// is what stays in L1 while the kernel walks down the rows, and a product split by rows
+    /// takes a depth block of 512 (32 KiB slices), which needs fewer passes over the output
+    /// than 128 or 256 (measured on 2 AMD EPYC Zen 3 cores, medians of 21 alternating runs:
+    /// 2048×512·512×128 with `w.t()` 2.51 → 2.19 ms from 256 to 512, row-major 2.44 →
+    /// 2.28 ms); a product split along the depth keeps 256 (its 512×2048·2048×128 ran 3.35
+    /// ms with 256, 3.82 with 512).
+    fn blocking(self, depth_split: bool) -> Blocking {
+        match self {
+            Isa::Avx512 => Blocking {
+                isa: self,
+                kc: KC,
+                nc: NC,
+                tile_cols: NR,
+            },
+            Isa::Avx2 => Blocking {
+                isa: self,
+                kc: if depth_split { 2 * KC } else { 4 * KC },
+                nc: NC / 2,
+                tile_cols: 16,
+            },
+        }
+    }
+}
 
 /// Output rows per kernel call.
 const MR: usize = 6;
@@ -44,16 +111,41 @@ const NC: usize = 512;
 /// Rows walked per panel before the next panel (their left-operand rows stay in L2).
 const MC: usize = 96;
 
-/// Whether an f32 product of this size runs through [`run`] on `threads` threads: AVX-512
-/// in use, at least two threads, and a shape where it measured faster than `gemm` (module
-/// docs): a long depth over a small output (split along the depth), fewer than 128 rows,
-/// or a [`shallow_transposed`] product. `rhs_unit_rows`: the right operand's row stride
-/// is 1 (`x @ w.t()`).
-pub(super) fn applies(m: usize, n: usize, k: usize, threads: usize, rhs_unit_rows: bool) -> bool {
-    super::exec::simd_level() == "avx512"
-        && threads > 1
+/// The kernel an f32 product of this size runs through [`run`] with on `threads` threads,
+/// or `None` for `gemm`: AVX-512 or AVX2 in use, at least two threads, and a shape where
+/// it measured faster than `gemm` (module docs). With AVX-512: a long depth over a small
+/// output (split along the depth), fewer than 128 rows, or a [`shallow_transposed`]
+/// product. With AVX2: a long depth over a small output, or at least 128 rows over columns
+/// that [fill its tiles](fills_avx2_tiles), except a product at most 128 deep and 128 wide
+/// with a row-major right operand (2048×128·128×128 ran 1.04–1.09× `gemm`'s time, where
+/// the same product with `w.t()` ran 0.98–1.06×). `rhs_unit_rows`: the right operand's row
+/// stride is 1 (`x @ w.t()`).
+pub(super) fn route(
+    m: usize,
+    n: usize,
+    k: usize,
+    threads: usize,
+    rhs_unit_rows: bool,
+) -> Option<Isa> {
+    let isa = isa()?;
+    let takes = threads > 1
         && m.min(n).min(k) >= 16
-        && (splits_depth(m, n, k) || m < 128 || rhs_unit_rows && shallow_transposed(m, n, k))
+        && match isa {
+            Isa::Avx512 => {
+                splits_depth(m, n, k) || m < 128 || rhs_unit_rows && shallow_transposed(m, n, k)
+            }
+            Isa::Avx2 => {
+                splits_depth(m, n, k)
+                    || m >= 128 && fills_avx2_tiles(n) && (rhs_unit_rows || n > 128 || k > 128)
+            }
+        };
+    takes.then_some(isa)
+}
+
+/// With AVX2: whether `n` columns fill the kernel's 16-column tiles (at least 8/9): a
+/// 2048×128·128×65 product (a last tile of one column) ran 1.09–1.13× `gemm`'s time.
+fn fills_avx2_tiles(n: usize) -> bool {
+    8 * n.next_multiple_of(16) <= 9 * n
 }
 
 /// A linear layer's forward product `x @ w.t()` with a depth of one panel block, or of up to
@@ -94,28 +186,30 @@ const _: () = assert!(MR == super::matmul::ROW_STEP && MC.is_multiple_of(MR));
 /// end) ignores it and returns `false`. `After::Bias` must hold `n` readable f32s.
 ///
 /// # Safety
-/// [`applies`] holds for `(p.m, p.n, p.k)`; every element `lhs + i·l_rs + j·l_cs`
+/// The CPU has `isa` (as [`route`] returning it proves) and the size is at least 1 in each
+/// dimension; every element `lhs + i·l_rs + j·l_cs`
 /// (`i < m`, `j < k`) and `rhs + i·r_rs + j·r_cs` (`i < k`, `j < n`) is readable; the `m·n`
 /// elements from `out` (row-major, row stride `n`: `p.o_rs` is `n`) are writable and
 /// overlap neither operand.
-pub(super) unsafe fn run(p: &Product, threads: usize, after: After<'_>) -> Result<bool> {
+pub(super) unsafe fn run(p: &Product, threads: usize, after: After<'_>, isa: Isa) -> Result<bool> {
     debug_assert_eq!(p.o_rs, p.n as isize, "blocked products are row-major");
     let threads = threads.max(1);
     if threads > 1 && splits_depth(p.m, p.n, p.k) {
         // SAFETY: the caller's contract.
-        unsafe { depth_split(p, threads)? };
+        unsafe { depth_split(p, threads, isa.blocking(true))? };
         return Ok(false);
     }
     // Rows in multiples of `MR` per thread (a range may come out empty: `rows` skips it).
     let parts = threads.min(p.m.div_ceil(MR * 4)).max(1);
     let per = p.m.div_ceil(parts).next_multiple_of(MR);
     let q = SendProduct(*p);
+    let b = isa.blocking(false);
     (0..parts).into_par_iter().for_each(|t| {
         let m = q.get().m;
         let (i0, i1) = ((t * per).min(m), ((t + 1) * per).min(m));
         // SAFETY: the caller's contract; the row ranges are disjoint, so no output element
         // is written by two threads.
-        unsafe { rows(q.get(), i0, i1, after) };
+        unsafe { rows(q.get(), i0, i1, after, b) };
     });
     Ok(!matches!(after, After::Nothing))
 }
@@ -125,12 +219,13 @@ pub(super) unsafe fn run(p: &Product, threads: usize, after: After<'_>) -> Resul
 ///
 /// # Safety
 /// As for [`run`].
-unsafe fn depth_split(p: &Product, threads: usize) -> Result<()> {
+unsafe fn depth_split(p: &Product, threads: usize, b: Blocking) -> Result<()> {
     // Whole depth blocks per part; rounding up can leave fewer parts than threads, and every
     // part must be non-empty (a part writes its whole block only if it has depth).
+    let kc = b.kc;
     let per =
-        p.k.div_ceil(threads.min(p.k / KC).max(1))
-            .next_multiple_of(KC);
+        p.k.div_ceil(threads.min(p.k / kc).max(1))
+            .next_multiple_of(kc);
     let parts = p.k.div_ceil(per);
     let partials: Vec<Scratch> = (1..parts)
         .map(|_| Scratch::new(p.m * p.n))
@@ -151,7 +246,7 @@ unsafe fn depth_split(p: &Product, threads: usize) -> Result<()> {
         };
         // SAFETY: depth `[k0, k1)` of the caller's operands; `outs[t]` is this part's own
         // m × n block (the caller's output or its scratch block).
-        unsafe { rows(&part, 0, p.m, After::Nothing) };
+        unsafe { rows(&part, 0, p.m, After::Nothing, b) };
     });
     // SAFETY: the caller's output holds m·n f32s and no other reference to it lives.
     let out = unsafe { std::slice::from_raw_parts_mut(p.out, p.m * p.n) };
@@ -189,8 +284,8 @@ thread_local! {
 /// may be shorter) once that pass has left it, [`After::Bias`] on every tile of that pass.
 ///
 /// # Safety
-/// As for [`run`], AVX-512F available, `i0 ≤ i1 ≤ m`.
-unsafe fn rows(p: &Product, i0: usize, i1: usize, after: After<'_>) {
+/// As for [`run`], with `b.isa` available; `i0 ≤ i1 ≤ m`.
+unsafe fn rows(p: &Product, i0: usize, i1: usize, after: After<'_>, b: Blocking) {
     if i0 >= i1 {
         return;
     }
@@ -206,19 +301,21 @@ unsafe fn rows(p: &Product, i0: usize, i1: usize, after: After<'_>) {
     } else {
         0
     };
+    let (kc_max, nc_max, wide) = (b.kc, b.nc, b.isa == Isa::Avx512);
     PANELS.with(|cell| {
         let mut cell = cell.borrow_mut();
-        let need = KC * NC.min(p.n.next_multiple_of(NR));
+        let need = kc_max * nc_max.min(p.n.next_multiple_of(NR));
         // Aligned, so the kernel's four loads per panel row each read one cache line.
         let buf = aligned_f32(&mut cell, need);
-        for j0 in (0..p.n).step_by(NC) {
-            let nc = NC.min(p.n - j0);
+        for j0 in (0..p.n).step_by(nc_max) {
+            let nc = nc_max.min(p.n - j0);
             let panels = nc.div_ceil(NR);
-            for d0 in (0..p.k).step_by(KC) {
-                let kc = KC.min(p.k - d0);
+            for d0 in (0..p.k).step_by(kc_max) {
+                let kc = kc_max.min(p.k - d0);
                 // SAFETY: rows `[d0, d0 + kc)`, columns `[j0, j0 + nc)` of the right
-                // operand are readable; `buf` holds `panels · kc · NR` f32s.
-                unsafe { pack_panels(p, d0, kc, j0, nc, buf) };
+                // operand are readable; `buf` holds `panels · kc · NR` f32s; AVX-512F is
+                // available if `wide`, AVX2 (which AVX-512 implies here) otherwise.
+                unsafe { pack_panels(p, d0, kc, j0, nc, buf, wide) };
                 // The last depth block's pass applies a bias epilogue to its sums.
                 let bias = match after {
                     After::Bias { bias, .. } if d0 + kc == p.k => bias.wrapping_add(j0),
@@ -229,34 +326,46 @@ unsafe fn rows(p: &Product, i0: usize, i1: usize, after: After<'_>) {
                     for pn in 0..panels {
                         let cols = NR.min(nc - pn * NR);
                         let panel = buf[pn * kc * NR..].as_ptr();
-                        let mut r = r0;
-                        while r < r1 {
-                            let nr = MR.min(r1 - r);
-                            let tile = Tile {
-                                a: p.lhs
-                                    .wrapping_offset(r as isize * p.l_rs + d0 as isize * p.l_cs),
-                                l_rs: p.l_rs,
-                                l_cs: p.l_cs,
-                                b: panel,
-                                c: p.out.wrapping_add(r * p.n + j0 + pn * NR),
-                                ldc: p.n,
-                                kc,
-                                rows: nr,
-                                cols,
-                                accumulate: d0 > 0,
-                                ahead,
-                                bias: if bias.is_null() {
-                                    bias
-                                } else {
-                                    bias.wrapping_add(pn * NR)
-                                },
-                                relu: matches!(after, After::Bias { relu: true, .. }),
-                            };
-                            // SAFETY: rows `[r, r + nr)` and depth `[d0, d0 + kc)` of the
-                            // left operand are readable; the panel holds `kc × 64`; the
-                            // output tile lies inside this thread's rows.
-                            unsafe { kernel(&tile) };
-                            r += nr;
+                        for g0 in (0..cols).step_by(b.tile_cols) {
+                            let mut r = r0;
+                            while r < r1 {
+                                let nr = MR.min(r1 - r);
+                                let c0 = pn * NR + g0;
+                                let tile = Tile {
+                                    a: p.lhs.wrapping_offset(
+                                        r as isize * p.l_rs + d0 as isize * p.l_cs,
+                                    ),
+                                    l_rs: p.l_rs,
+                                    l_cs: p.l_cs,
+                                    b: panel.wrapping_add(g0),
+                                    c: p.out.wrapping_add(r * p.n + j0 + c0),
+                                    ldc: p.n,
+                                    kc,
+                                    rows: nr,
+                                    cols: b.tile_cols.min(cols - g0),
+                                    accumulate: d0 > 0,
+                                    // The panel's first tile hints for the others.
+                                    ahead: if g0 == 0 { ahead } else { 0 },
+                                    bias: if bias.is_null() {
+                                        bias
+                                    } else {
+                                        bias.wrapping_add(c0)
+                                    },
+                                    relu: matches!(after, After::Bias { relu: true, .. }),
+                                };
+                                // SAFETY: rows `[r, r + nr)` and depth `[d0, d0 + kc)` of
+                                // the left operand are readable; the panel holds `kc × NR`
+                                // from its column `g0` on; the output tile lies inside this
+                                // thread's rows; the CPU has the kernel's instructions.
+                                unsafe {
+                                    if wide {
+                                        kernel(&tile);
+                                    } else {
+                                        kernel_avx2(&tile);
+                                    }
+                                };
+                                r += nr;
+                            }
                         }
                     }
                     if let After::Rows(f) = after
@@ -273,18 +382,28 @@ unsafe fn rows(p: &Product, i0: usize, i1: usize, after: After<'_>) {
 
 /// Copies rows `[d0, d0 + kc)`, columns `[j0, j0 + nc)` of the right operand into panels of
 /// `kc × NR` (row-major, columns past `nc` zero). A unit-row-stride operand (`x @ w.t()`)
-/// goes through 16 × 16 register transposes; a row-major one is copied row by row.
+/// goes through register transposes (16 × 16 with AVX-512, `wide`; 8 × 8 with AVX2); a
+/// row-major one is copied row by row.
 ///
 /// # Safety
-/// As for [`run`] for those elements; `buf.len() ≥ nc.div_ceil(NR) · kc · NR`.
+/// As for [`run`] for those elements; `buf.len() ≥ nc.div_ceil(NR) · kc · NR`; AVX-512F
+/// available if `wide`, AVX2 otherwise.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn pack_panels(p: &Product, d0: usize, kc: usize, j0: usize, nc: usize, buf: &mut [f32]) {
+unsafe fn pack_panels(
+    p: &Product,
+    d0: usize,
+    kc: usize,
+    j0: usize,
+    nc: usize,
+    buf: &mut [f32],
+    wide: bool,
+) {
     let at = |i: usize, j: usize| {
         p.rhs
             .wrapping_offset((d0 + i) as isize * p.r_rs + (j0 + j) as isize * p.r_cs)
     };
     let panels = nc.div_ceil(NR);
+    let side = if wide { 16 } else { 8 };
     for pn in 0..panels {
         let cols = NR.min(nc - pn * NR);
         let panel = &mut buf[pn * kc * NR..(pn + 1) * kc * NR];
@@ -299,22 +418,23 @@ unsafe fn pack_panels(p: &Product, d0: usize, kc: usize, j0: usize, nc: usize, b
             continue;
         }
         let (full_i, full_j) = if p.r_rs == 1 {
-            (kc / 16 * 16, cols / 16 * 16)
+            (kc / side * side, cols / side * side)
         } else {
             (0, 0)
         };
-        for jb in (0..full_j).step_by(16) {
-            for ib in (0..full_i).step_by(16) {
-                let mut v = [_mm512_setzero_ps(); 16];
-                for (c, x) in v.iter_mut().enumerate() {
-                    // SAFETY: elements (d0 + ib .. + 16, column c0 + jb + c), contiguous
-                    // (row stride 1), readable.
-                    *x = unsafe { _mm512_loadu_ps(at(ib, c0 + jb + c)) };
-                }
-                for (r, x) in transpose16(v).iter().enumerate() {
-                    let dst = &mut panel[(ib + r) * NR + jb..(ib + r) * NR + jb + 16];
-                    // SAFETY: `dst` is 16 writable f32s.
-                    unsafe { _mm512_storeu_ps(dst.as_mut_ptr(), *x) };
+        for jb in (0..full_j).step_by(side) {
+            for ib in (0..full_i).step_by(side) {
+                let dst = panel[ib * NR + jb..].as_mut_ptr();
+                // SAFETY: elements (d0 + ib .. + side, columns c0 + jb .. + side) are
+                // readable, each column's `side` elements contiguous (row stride 1); `dst`
+                // starts `side` panel rows of which `side` f32s each are writable (`ib +
+                // side ≤ kc`, `jb + side ≤ NR`); the caller's CPU features.
+                unsafe {
+                    if wide {
+                        transpose_block16(at(ib, c0 + jb), p.r_cs, dst, NR);
+                    } else {
+                        transpose_block8(at(ib, c0 + jb), p.r_cs, dst, NR);
+                    }
                 }
             }
         }
@@ -443,17 +563,124 @@ unsafe fn kernel(t: &Tile) {
     }
 }
 
+/// The kernel with AVX2: the tile's columns in groups of 16, each group a 6 × 16 block of
+/// the output in 12 registers for the panel's depth (12 FMAs per two vector loads and six
+/// broadcasts), the left operand's `rows × kc` elements read again for each group (from
+/// L1). Sums, bias and `relu` round as in [`kernel`].
+///
+/// # Safety
+/// As for [`kernel`], with AVX2 and FMA available instead of AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn kernel_avx2(t: &Tile) {
+    let zero = _mm256_setzero_ps();
+    // Rows past `rows` read row 0 again (their sums are never stored).
+    let mut a = [t.a; MR];
+    for (r, x) in a.iter_mut().enumerate() {
+        if r < t.rows {
+            *x = t.a.wrapping_offset(r as isize * t.l_rs);
+        }
+    }
+    if !t.accumulate {
+        for r in 0..t.rows {
+            let row = t.c.wrapping_add(r * t.ldc) as usize;
+            prefetch::hint_range(row, t.cols * 4, true);
+        }
+    }
+    for c0 in (0..t.cols).step_by(16) {
+        let left = t.cols - c0;
+        let full = left >= 16;
+        // Lane masks of the group's two vectors (all lanes when `full`).
+        let masks = [left.min(8), left.saturating_sub(8).min(8)].map(|lanes| {
+            let i = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+            _mm256_cmpgt_epi32(_mm256_set1_epi32(lanes as i32), i)
+        });
+        let c = t.c.wrapping_add(c0);
+        let mut acc = [[zero; 2]; MR];
+        if t.accumulate {
+            for (r, row) in acc.iter_mut().enumerate().take(t.rows) {
+                for (v, x) in row.iter_mut().enumerate() {
+                    let at = c.wrapping_add(r * t.ldc + 8 * v);
+                    // SAFETY: row r < rows; the (masked) lanes are columns < cols.
+                    *x = unsafe {
+                        if full {
+                            _mm256_loadu_ps(at)
+                        } else {
+                            _mm256_maskload_ps(at, masks[v])
+                        }
+                    };
+                }
+            }
+        }
+        let hint = t.ahead > 0 && c0 == 0;
+        for d in 0..t.kc {
+            // SAFETY: panel row d < kc holds NR ≥ c0 + 16 f32s.
+            let b = unsafe {
+                let row = t.b.add(d * NR + c0);
+                [_mm256_loadu_ps(row), _mm256_loadu_ps(row.add(8))]
+            };
+            let off = d as isize * t.l_cs;
+            if hint {
+                // A hint: it never faults, whatever the address.
+                _mm_prefetch::<_MM_HINT_T0>(t.a.wrapping_offset(off + t.ahead).cast());
+            }
+            for r in 0..MR {
+                // SAFETY: element (row r or 0, depth d) of the left operand: readable.
+                let x = _mm256_set1_ps(unsafe { *a[r].offset(off) });
+                for v in 0..2 {
+                    acc[r][v] = _mm256_fmadd_ps(x, b[v], acc[r][v]);
+                }
+            }
+        }
+        if !t.bias.is_null() {
+            for v in 0..2 {
+                // SAFETY: the masked lanes are columns < cols, which the bias holds.
+                let b = unsafe { _mm256_maskload_ps(t.bias.add(c0 + 8 * v), masks[v]) };
+                for row in acc.iter_mut().take(t.rows) {
+                    let x = _mm256_add_ps(row[v], b);
+                    row[v] = if t.relu {
+                        // Not (x <= 0): x > 0, or unordered (NaN); else +0.
+                        _mm256_and_ps(_mm256_cmp_ps::<_CMP_NLE_UQ>(x, zero), x)
+                    } else {
+                        x
+                    };
+                }
+            }
+        }
+        for (r, row) in acc.iter().enumerate().take(t.rows) {
+            for (v, x) in row.iter().enumerate() {
+                let at = c.wrapping_add(r * t.ldc + 8 * v);
+                // SAFETY: row r < rows; the (masked) lanes are columns < cols.
+                unsafe {
+                    if full {
+                        _mm256_storeu_ps(at, *x);
+                    } else {
+                        _mm256_maskstore_ps(at, masks[v], *x);
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::backend::cpu::matmul::ROW_STEP;
     use crate::backend::cpu::small_gemm::tests::check_product;
 
+    /// The kernels this CPU can run: AVX2's wherever AVX-512's runs (the CPU backend's
+    /// AVX-512 level requires AVX2 and FMA too).
+    fn kernels() -> Vec<Isa> {
+        match isa() {
+            Some(Isa::Avx512) => vec![Isa::Avx512, Isa::Avx2],
+            Some(Isa::Avx2) => vec![Isa::Avx2],
+            None => Vec::new(),
+        }
+    }
+
     #[test]
     fn blocked_products_match_f64_for_every_layout_edge_and_split() {
-        if super::super::exec::simd_level() != "avx512" {
-            return;
-        }
         for &(m, n, k) in &[
             (16, 16, 16),
             (96, 64, 128),
@@ -469,13 +696,83 @@ mod tests {
             for lhs_t in [false, true] {
                 for rhs_t in [false, true] {
                     for (pad, threads) in [(0, 1), (3, 2), (0, 3)] {
-                        check_product((m, n, k), lhs_t, rhs_t, pad, |p| {
-                            // SAFETY: the harness's buffers hold every element the strides
-                            // address; AVX-512 is checked above.
-                            unsafe { run(p, threads, After::Nothing) }
-                                .expect("partial sums' memory");
-                        });
+                        for isa in kernels() {
+                            check_product((m, n, k), lhs_t, rhs_t, pad, |p| {
+                                // SAFETY: the harness's buffers hold every element the
+                                // strides address; the CPU has `isa`.
+                                unsafe { run(p, threads, After::Nothing, isa) }
+                                    .expect("partial sums' memory");
+                            });
+                        }
                     }
+                }
+            }
+        }
+    }
+
+    /// A bias epilogue in registers gives, bit for bit, the product stored and then
+    /// `relu?(x + bias[j])` computed element by element as kiln's ops do, for tiles cut by
+    /// masks (columns not a multiple of 16, rows not of 6) and several depth blocks.
+    #[test]
+    fn bias_epilogue_matches_the_elementwise_ops() {
+        for &(m, n, k, rhs_t) in &[
+            (130, 50, 200, true),
+            (200, 77, 700, false),
+            (64, 16, 32, true),
+        ] {
+            let val = |i: usize| ((i * 7919 % 1000) as f32 - 500.0) / 317.0;
+            let lhs: Vec<f32> = (0..m * k).map(val).collect();
+            let rhs: Vec<f32> = (0..k * n).map(|i| val(i + 5)).collect();
+            let mut bias: Vec<f32> = (0..n).map(|i| val(i * 3 + 1)).collect();
+            bias[1] = f32::NAN;
+            bias[2] = -1e30;
+            let (r_rs, r_cs) = if rhs_t {
+                (1, k as isize)
+            } else {
+                (n as isize, 1)
+            };
+            for (isa, relu) in kernels().into_iter().flat_map(|i| [(i, false), (i, true)]) {
+                let mut plain = vec![0f32; m * n];
+                let mut fused = vec![0f32; m * n];
+                for (out, after) in [
+                    (&mut plain, After::Nothing),
+                    (
+                        &mut fused,
+                        After::Bias {
+                            bias: bias.as_ptr(),
+                            relu,
+                        },
+                    ),
+                ] {
+                    let p = Product {
+                        out: out.as_mut_ptr(),
+                        o_rs: n as isize,
+                        lhs: lhs.as_ptr(),
+                        l_rs: k as isize,
+                        l_cs: 1,
+                        rhs: rhs.as_ptr(),
+                        r_rs,
+                        r_cs,
+                        m,
+                        n,
+                        k,
+                    };
+                    let epilogue = !matches!(after, After::Nothing);
+                    // SAFETY: the operands hold m × k and k × n elements for these strides,
+                    // the output m × n, the bias n; the CPU has `isa`.
+                    let done = unsafe { run(&p, 2, after, isa) }.expect("memory");
+                    assert_eq!(done, epilogue, "split by rows, so the epilogue is done");
+                }
+                for (i, (x, y)) in plain.iter().zip(&fused).enumerate() {
+                    let mut want = x + bias[i % n];
+                    if relu && want <= 0.0 {
+                        want = 0.0;
+                    }
+                    assert_eq!(
+                        want.to_bits(),
+                        y.to_bits(),
+                        "{isa:?} relu={relu} {m}×{n}×{k} element {i}: {want} vs {y}"
+                    );
                 }
             }
         }
@@ -487,9 +784,6 @@ mod tests {
     #[test]
     fn row_blocks_are_reported_once_when_final() {
         use std::sync::Mutex;
-        if super::super::exec::simd_level() != "avx512" {
-            return;
-        }
         for &(m, n, k, rhs_t) in &[
             (128, 64, 128, true),
             (301, 126, 96, true),
@@ -499,8 +793,10 @@ mod tests {
             (120, 40, 300, false),
             (64, 64, 2048, false),
         ] {
-            for threads in [2, 3] {
-                assert!(applies(m, n, k, threads, rhs_t), "{m}×{n}×{k}");
+            for (threads, isa) in [2, 3]
+                .into_iter()
+                .flat_map(|t| kernels().into_iter().map(move |i| (t, i)))
+            {
                 check_product((m, n, k), false, rhs_t, 1, |p| {
                     let out = p.out as usize;
                     let seen: Mutex<Vec<Option<Vec<f32>>>> = Mutex::new(vec![None; m]);
@@ -520,7 +816,7 @@ mod tests {
                         }
                     };
                     // SAFETY: as in the test above.
-                    let all = unsafe { run(p, threads, After::Rows(&done)) }.expect("memory");
+                    let all = unsafe { run(p, threads, After::Rows(&done), isa) }.expect("memory");
                     let seen = seen.into_inner().unwrap_or_else(|e| e.into_inner());
                     assert_eq!(all, !splits_depth(m, n, k), "{m}×{n}×{k}");
                     for (r, slot) in seen.iter().enumerate() {

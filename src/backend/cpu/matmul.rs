@@ -22,15 +22,17 @@
 //! 128 rows, or a linear layer's `x @ w.t()` with a shallow depth, on two or more threads,
 //! take `blocked_gemm`'s AVX-512 kernel, where the CPU has AVX-512: measured 1.1–1.4×
 //! faster than gemm there, and as fast or faster for the linear layers (numbers in that
-//! module). Split by rows, that kernel reports each block of rows final as it leaves it
+//! module). Without AVX-512, its AVX2 kernel takes the weight gradients and most products
+//! of at least 128 rows (0.8–1.0× gemm's AVX2 time on char_gpt's shapes). Split by rows, that kernel reports each block of rows final as it leaves it
 //! ([`run_then`]), and the backend runs the matmul's epilogue (bias, activation, residual)
 //! on the block then, on the same thread, instead of in a pass over the whole product
 //! after it.
 //!
 //! Small f32 products that run one per thread (`n ≤ 64`, `m, k ≤ 256`: attention's
-//! per-head products) take `small_gemm`'s register-blocked AVX-512 kernel instead, where the
-//! CPU has AVX-512 (and `KILN_NO_SIMD` is unset): measured on 2 Zen 4 cores, 128 products of
-//! `64×32·32×64` and `64×64·64×32` ran 0.75–0.9× gemm's time.
+//! per-head products) take `small_gemm`'s register-blocked kernel instead, where the CPU
+//! has AVX-512 or AVX2 (and `KILN_NO_SIMD` is unset): measured on 2 Zen 4 cores with
+//! AVX-512, 128 products of `64×32·32×64` and `64×64·64×32` ran 0.75–0.9× gemm's time, and
+//! 0.8–0.94× on 2 Zen 3 cores with AVX2.
 
 use super::exec::ArgPtr;
 use super::small_gemm;
@@ -372,12 +374,14 @@ unsafe fn f32_gemm(g: Gemm, par: gemm::Parallelism, after: After<'_>) -> Result<
     #[cfg(target_arch = "x86_64")]
     if let gemm::Parallelism::Rayon(threads) = par
         && g.o_rs == g.n as isize
-        && super::blocked_gemm::applies(g.m, g.n, g.k, threads, g.r_rs == 1 && g.n > 1)
+        && let Some(isa) =
+            super::blocked_gemm::route(g.m, g.n, g.k, threads, g.r_rs == 1 && g.n > 1)
     {
         let p = g.f32_product();
         // SAFETY: the caller's contract: operands in bounds for their strides, the m × n
-        // output block this product's alone; `applies` holds.
-        return unsafe { super::blocked_gemm::run(&p, threads, after) };
+        // output block this product's alone; `route` found the CPU has `isa` and the size
+        // has no empty dimension.
+        return unsafe { super::blocked_gemm::run(&p, threads, after, isa) };
     }
     let _ = after;
     if g.o_rs == g.n as isize && computes_transposed(&g) {

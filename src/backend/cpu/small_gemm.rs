@@ -1,4 +1,4 @@
-//! Small f32 products with an AVX-512 register-blocked kernel: the batched products of
+//! Small f32 products with a register-blocked AVX-512 or AVX2 kernel: the batched products of
 //! attention (per head `64×32 · 32×64` and `64×64 · 64×32`), where the `gemm` crate's
 //! per-call setup (packing both operands, picking blocking) costs as much as the
 //! arithmetic. Measured on 2 Zen 4 cores (AMD EPYC, AVX-512), the six products of an
@@ -13,6 +13,12 @@
 //! buffer. The left operand is read through its strides as it is (one broadcast per
 //! element). Products sum over the depth in order, one FMA per term, like `gemm`'s
 //! kernels, so results agree with them to rounding.
+//!
+//! Without AVX-512 the AVX2 kernel keeps `MR ≤ 6` rows × 16 columns (two 8-lane vectors, 12
+//! accumulators) and walks the columns 16 at a time. Measured on 2 AMD EPYC Zen 3 cores
+//! (AVX2), 128 heads per call, medians of 41 alternating runs, three runs: `q @ kᵀ`
+//! (`64×32·32×64`) 0.79–0.86× `gemm`'s time, `att @ v` (`64×64·64×32`) 0.84–0.94×,
+//! `attᵀ @ q` 0.81–0.88×.
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
@@ -40,13 +46,19 @@ pub(super) struct SmallProduct {
     pub k: usize,
 }
 
-/// Whether a product of this size runs through [`run`] on this machine: AVX-512 in use
-/// (not with `KILN_NO_SIMD`), `1 ≤ n ≤ 64`, `1 ≤ m, k ≤ 256`.
+/// Whether a product of this size runs through [`run`] on this machine: AVX-512 or AVX2
+/// in use (not with `KILN_NO_SIMD`), `1 ≤ n ≤ 64`, `1 ≤ m, k ≤ 256`.
 pub(super) fn applies(m: usize, n: usize, k: usize) -> bool {
     (1..=MAX_N).contains(&n)
         && (1..=MAX_MK).contains(&m)
         && (1..=MAX_MK).contains(&k)
-        && super::exec::simd_level() == "avx512"
+        && matches!(super::exec::simd_level(), "avx512" | "avx2")
+}
+
+/// Whether [`run`] uses the AVX-512 kernel ([`kernel`]) rather than AVX2's
+/// ([`kernel_avx2`]).
+fn wide() -> bool {
+    super::exec::simd_level() == "avx512"
 }
 
 /// Lines hinted for the next product at most (a 256 × 256 operand pair needs more; the
@@ -74,6 +86,16 @@ thread_local! {
 /// not follow, and in a training step they come from memory. Hints never fault: `next`'s
 /// pointers need not be valid.
 pub(super) unsafe fn run(p: &SmallProduct, next: Option<&SmallProduct>) {
+    // SAFETY: the caller's contract; `applies` means AVX-512F if `wide()`, else AVX2 and FMA.
+    unsafe { run_on(p, next, wide()) }
+}
+
+/// [`run`] with the AVX-512 kernel (`wide`) or AVX2's.
+///
+/// # Safety
+/// As for [`run`], except that AVX-512F must be available if `wide`, AVX2 and FMA
+/// otherwise (whatever the backend's SIMD level).
+unsafe fn run_on(p: &SmallProduct, next: Option<&SmallProduct>, wide: bool) {
     #[cfg(target_arch = "x86_64")]
     NEXT_LINES.with(|cell| {
         let mut lines = cell.borrow_mut();
@@ -84,8 +106,8 @@ pub(super) unsafe fn run(p: &SmallProduct, next: Option<&SmallProduct>) {
         let mut hints = lines.iter();
         let direct = p.r_cs == 1 && p.n.is_multiple_of(16);
         if direct {
-            // SAFETY: the caller's contract; `applies` implies AVX-512F is available.
-            unsafe { blocks(p, p.rhs, p.r_rs, &mut hints) };
+            // SAFETY: the caller's contract.
+            unsafe { blocks(p, p.rhs, p.r_rs, &mut hints, wide) };
             return;
         }
         let np = p.n.div_ceil(16) * 16;
@@ -94,17 +116,17 @@ pub(super) unsafe fn run(p: &SmallProduct, next: Option<&SmallProduct>) {
             // Aligned, so each vector load of a packed row reads one cache line.
             let buf = super::register::aligned_f32(&mut cell, p.k * np);
             buf.fill(0.0);
-            // SAFETY: the caller's contract (the operand is readable, AVX-512F available);
-            // `buf` is k × np.
-            unsafe { pack_rhs(p, buf, np) };
+            // SAFETY: the caller's contract (the operand is readable, the CPU features
+            // `wide` names available); `buf` is k × np.
+            unsafe { pack_rhs(p, buf, np, wide) };
             // SAFETY: `buf` holds the k × np row-major copy (padding columns are zero);
             // the rest is the caller's contract.
-            unsafe { blocks(p, buf.as_ptr(), np as isize, &mut hints) };
+            unsafe { blocks(p, buf.as_ptr(), np as isize, &mut hints, wide) };
         });
     });
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (p, next);
+        let _ = (p, next, wide);
         unreachable!("small_gemm::applies is false off x86-64");
     }
 }
@@ -150,40 +172,34 @@ fn strip_lines(
 }
 
 /// Copies the right operand row-major into `buf` (`k × np`, the padding columns left as
-/// they are). Whole 16×16 tiles of an operand with unit row stride (`x @ w.t()`, `q @ kᵀ`)
-/// are read as 16 contiguous column runs and transposed in registers; every other element
-/// is copied on its own.
+/// they are). Whole tiles of an operand with unit row stride (`x @ w.t()`, `q @ kᵀ`) are
+/// read as contiguous column runs and transposed in registers (16 × 16 with AVX-512,
+/// `wide`; 8 × 8 with AVX2); every other element is copied on its own.
 ///
 /// # Safety
-/// As for [`run`] (the right operand is readable, AVX-512F available); `buf.len() ==
-/// p.k · np`, `np ≥ p.n`.
+/// As for [`run`] (the right operand is readable); AVX-512F available if `wide`, AVX2
+/// otherwise; `buf.len() == p.k · np`, `np ≥ p.n`.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn pack_rhs(p: &SmallProduct, buf: &mut [f32], np: usize) {
-    const T: usize = 16;
+unsafe fn pack_rhs(p: &SmallProduct, buf: &mut [f32], np: usize, wide: bool) {
+    let t = if wide { 16 } else { 8 };
     let (n_tiled, k_tiled) = if p.r_rs == 1 {
-        (p.n / T * T, p.k / T * T)
+        (p.n / t * t, p.k / t * t)
     } else {
         (0, 0)
     };
-    for j0 in (0..n_tiled).step_by(T) {
-        for i0 in (0..k_tiled).step_by(T) {
-            let mut cols = [_mm512_setzero_ps(); T];
-            for (c, v) in cols.iter_mut().enumerate() {
-                // SAFETY: elements (i0..i0 + 16, j0 + c), contiguous (row stride 1), inside
-                // `k × n`.
-                *v = unsafe {
-                    _mm512_loadu_ps(
-                        p.rhs
-                            .wrapping_offset((j0 + c) as isize * p.r_cs + i0 as isize),
-                    )
-                };
-            }
-            for (r, v) in transpose16(cols).iter().enumerate() {
-                let at = (i0 + r) * np + j0;
-                let dst = &mut buf[at..at + T];
-                // SAFETY: `dst` is 16 writable f32s.
-                unsafe { _mm512_storeu_ps(dst.as_mut_ptr(), *v) };
+    for j0 in (0..n_tiled).step_by(t) {
+        for i0 in (0..k_tiled).step_by(t) {
+            let src = p.rhs.wrapping_offset(j0 as isize * p.r_cs + i0 as isize);
+            let dst = buf[(i0 * np + j0)..].as_mut_ptr();
+            // SAFETY: elements (i0..i0 + t, j0..j0 + t) are inside `k × n`, each column's
+            // `t` contiguous (row stride 1); `dst` starts `t` rows of `np ≥ j0 + t`
+            // columns inside `buf`; the caller's CPU features.
+            unsafe {
+                if wide {
+                    transpose_block16(src, p.r_cs, dst, np);
+                } else {
+                    transpose_block8(src, p.r_cs, dst, np);
+                }
             }
         }
     }
@@ -193,6 +209,70 @@ unsafe fn pack_rhs(p: &SmallProduct, buf: &mut [f32], np: usize) {
         for (j, x) in row.iter_mut().enumerate().take(p.n).skip(from) {
             // SAFETY: `i < k`, `j < n`: readable per the caller's contract.
             *x = unsafe { *src.offset(j as isize * p.r_cs) };
+        }
+    }
+}
+
+/// Writes the transpose of the 16 × 16 block whose column `c` is the 16 contiguous f32s at
+/// `src + c·stride` into 16 rows from `dst`, `ld` apart.
+///
+/// # Safety
+/// AVX-512F is available; those 256 source f32s are readable and the 16 × 16 destination
+/// f32s writable.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn transpose_block16(src: *const f32, stride: isize, dst: *mut f32, ld: usize) {
+    let mut v = [_mm512_setzero_ps(); 16];
+    for (c, x) in v.iter_mut().enumerate() {
+        // SAFETY: column c's 16 f32s are readable (the caller's contract).
+        *x = unsafe { _mm512_loadu_ps(src.wrapping_offset(c as isize * stride)) };
+    }
+    for (r, x) in transpose16(v).iter().enumerate() {
+        // SAFETY: destination row r's 16 f32s are writable (the caller's contract).
+        unsafe { _mm512_storeu_ps(dst.add(r * ld), *x) };
+    }
+}
+
+/// [`transpose_block16`] for an 8 × 8 block, with AVX2: pairs of columns interleaved, then
+/// pairs of pairs, then the 128-bit halves exchanged.
+///
+/// # Safety
+/// AVX2 is available; the 64 source f32s are readable and the 8 × 8 destination f32s
+/// writable.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn transpose_block8(src: *const f32, stride: isize, dst: *mut f32, ld: usize) {
+    let mut v = [_mm256_setzero_ps(); 8];
+    for (c, x) in v.iter_mut().enumerate() {
+        // SAFETY: column c's 8 f32s are readable (the caller's contract).
+        *x = unsafe { _mm256_loadu_ps(src.wrapping_offset(c as isize * stride)) };
+    }
+    // t[2i] / t[2i+1]: columns 2i and 2i+1 interleaved (low / high pairs of each half).
+    let mut t = [_mm256_setzero_ps(); 8];
+    for i in 0..4 {
+        t[2 * i] = _mm256_unpacklo_ps(v[2 * i], v[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(v[2 * i], v[2 * i + 1]);
+    }
+    // u[4g + r]: rows r (low half) and r + 4 (high half), columns 4g..4g + 4.
+    let mut u = [_mm256_setzero_ps(); 8];
+    for g in 0..2 {
+        let (a0, a1) = (_mm256_castps_pd(t[4 * g]), _mm256_castps_pd(t[4 * g + 2]));
+        let (b0, b1) = (
+            _mm256_castps_pd(t[4 * g + 1]),
+            _mm256_castps_pd(t[4 * g + 3]),
+        );
+        u[4 * g] = _mm256_castpd_ps(_mm256_unpacklo_pd(a0, a1));
+        u[4 * g + 1] = _mm256_castpd_ps(_mm256_unpackhi_pd(a0, a1));
+        u[4 * g + 2] = _mm256_castpd_ps(_mm256_unpacklo_pd(b0, b1));
+        u[4 * g + 3] = _mm256_castpd_ps(_mm256_unpackhi_pd(b0, b1));
+    }
+    for r in 0..4 {
+        let lo = _mm256_permute2f128_ps::<0x20>(u[r], u[4 + r]);
+        let hi = _mm256_permute2f128_ps::<0x31>(u[r], u[4 + r]);
+        // SAFETY: destination rows r and r + 4, 8 f32s each, are writable.
+        unsafe {
+            _mm256_storeu_ps(dst.add(r * ld), lo);
+            _mm256_storeu_ps(dst.add((r + 4) * ld), hi);
         }
     }
 }
@@ -240,9 +320,14 @@ pub(super) fn transpose16(x: [__m512; 16]) -> [__m512; 16] {
 /// readable for whole vectors up to `16·ceil(n/16)` columns.
 ///
 /// # Safety
-/// As for [`run`], with `rhs`/`ld` describing such a right operand.
+/// As for [`run_on`], with `rhs`/`ld` describing such a right operand.
 #[cfg(target_arch = "x86_64")]
-unsafe fn blocks(p: &SmallProduct, rhs: *const f32, ld: isize, hints: &mut Hints<'_>) {
+unsafe fn blocks(p: &SmallProduct, rhs: *const f32, ld: isize, hints: &mut Hints<'_>, wide: bool) {
+    if !wide {
+        // SAFETY: the caller's contract (not `wide`: AVX2 and FMA).
+        unsafe { blocks_avx2(p, rhs, ld, hints) };
+        return;
+    }
     // SAFETY (whole function): forwarded to kernels with the same contract; each call
     // covers rows `[i, i + MR)` with `i + MR ≤ m`.
     unsafe {
@@ -352,6 +437,103 @@ unsafe fn kernel<const MR: usize, const NV: usize>(
     }
 }
 
+/// [`blocks`] with AVX2: 16 columns (two vectors) at a time, their rows in blocks of 6
+/// (12 accumulators, two right-operand vectors and the broadcast: 15 of the 16 vector
+/// registers), then 4, then at most one of 2 and one of 1.
+///
+/// # Safety
+/// As for [`blocks`], with AVX2 and FMA available.
+#[cfg(target_arch = "x86_64")]
+unsafe fn blocks_avx2(p: &SmallProduct, rhs: *const f32, ld: isize, hints: &mut Hints<'_>) {
+    for j0 in (0..p.n).step_by(16) {
+        let mut i = 0;
+        // SAFETY: every call covers rows `[i, i + MR)` inside `[0, m)` and columns from
+        // `j0 < n`; the rest is the caller's contract.
+        unsafe {
+            while i + 6 <= p.m {
+                kernel_avx2::<6>(p, rhs, ld, i, j0, hints);
+                i += 6;
+            }
+            while i + 4 <= p.m {
+                kernel_avx2::<4>(p, rhs, ld, i, j0, hints);
+                i += 4;
+            }
+            if i + 2 <= p.m {
+                kernel_avx2::<2>(p, rhs, ld, i, j0, hints);
+                i += 2;
+            }
+            if i < p.m {
+                kernel_avx2::<1>(p, rhs, ld, i, j0, hints);
+            }
+        }
+    }
+}
+
+/// Output rows `[i0, i0 + MR)`, columns `[j0, j0 + 16)` (those below `n`), summed over the
+/// whole depth in registers.
+///
+/// # Safety
+/// AVX2 and FMA are available; rows `[i0, i0 + MR)` lie inside `[0, m)`, `j0 < n`; `rhs`
+/// rows `0..k`, `ld` apart, are readable for `16·ceil(n/16)` elements; the rest as for
+/// [`run`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn kernel_avx2<const MR: usize>(
+    p: &SmallProduct,
+    rhs: *const f32,
+    ld: isize,
+    i0: usize,
+    j0: usize,
+    hints: &mut Hints<'_>,
+) {
+    let mut acc = [[_mm256_setzero_ps(); 2]; MR];
+    let mut a_row = [std::ptr::null::<f32>(); MR];
+    for (r, a) in a_row.iter_mut().enumerate() {
+        *a = p.lhs.wrapping_offset((i0 + r) as isize * p.l_rs);
+    }
+    let rhs = rhs.wrapping_add(j0);
+    for kk in 0..p.k {
+        if let Some(&line) = hints.next() {
+            super::prefetch::hint(line, false);
+        }
+        let kk = kk as isize;
+        // SAFETY: row `kk < k` of the right operand, elements `j0..j0 + 16` with `j0 + 16 ≤
+        // 16·ceil(n/16)`: readable per the contract.
+        let b = unsafe {
+            let row = rhs.offset(kk * ld);
+            [_mm256_loadu_ps(row), _mm256_loadu_ps(row.add(8))]
+        };
+        for r in 0..MR {
+            // SAFETY: element (i0 + r, kk) of the left operand, inside `m × k`.
+            let a = _mm256_set1_ps(unsafe { *a_row[r].offset(kk * p.l_cs) });
+            for v in 0..2 {
+                acc[r][v] = _mm256_fmadd_ps(a, b[v], acc[r][v]);
+            }
+        }
+    }
+    let left = p.n - j0;
+    let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    let masks = [left.min(8), left.saturating_sub(8).min(8)]
+        .map(|l| _mm256_cmpgt_epi32(_mm256_set1_epi32(l as i32), lanes));
+    for (r, row) in acc.iter().enumerate() {
+        let out = p
+            .out
+            .wrapping_offset((i0 + r) as isize * p.o_rs)
+            .wrapping_add(j0);
+        for (v, &x) in row.iter().enumerate() {
+            // SAFETY: row `i0 + r < m` of the output, columns `j0 + 8v..` of which only
+            // those below `n` are written (all lanes when 16 remain, else through the mask).
+            unsafe {
+                if left >= 16 {
+                    _mm256_storeu_ps(out.add(8 * v), x);
+                } else {
+                    _mm256_maskstore_ps(out.add(8 * v), masks[v], x);
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
@@ -423,20 +605,37 @@ pub(super) mod tests {
         if !applies(m, n, k) {
             return;
         }
-        // SAFETY: the harness's buffers hold every element the strides address; `applies`
-        // holds.
+        // SAFETY (the closures): the harness's buffers hold every element the strides
+        // address; `applies` holds; the CPU has the kernel's features (`kernels`).
         check_product((m, n, k), lhs_t, rhs_t, pad, |p| unsafe { run(p, None) });
-        // Hinting another product's lines (here its own, and one far outside any
-        // allocation) changes nothing.
-        check_product((m, n, k), lhs_t, rhs_t, pad, |p| unsafe { run(p, Some(p)) });
-        let stray = SmallProduct {
-            lhs: p_far(),
-            rhs: p_far(),
-            ..dummy(m, n, k)
-        };
-        check_product((m, n, k), lhs_t, rhs_t, pad, |p| unsafe {
-            run(p, Some(&stray))
-        });
+        for wide in kernels() {
+            check_product((m, n, k), lhs_t, rhs_t, pad, |p| unsafe {
+                run_on(p, None, wide)
+            });
+            // Hinting another product's lines (here its own, and one far outside any
+            // allocation) changes nothing.
+            check_product((m, n, k), lhs_t, rhs_t, pad, |p| unsafe {
+                run_on(p, Some(p), wide)
+            });
+            let stray = SmallProduct {
+                lhs: p_far(),
+                rhs: p_far(),
+                ..dummy(m, n, k)
+            };
+            check_product((m, n, k), lhs_t, rhs_t, pad, |p| unsafe {
+                run_on(p, Some(&stray), wide)
+            });
+        }
+    }
+
+    /// The kernels this CPU runs (`true`: AVX-512's): AVX2's too where AVX-512's runs (the
+    /// backend's AVX-512 level requires AVX2 and FMA).
+    fn kernels() -> Vec<bool> {
+        match super::super::exec::simd_level() {
+            "avx512" => vec![true, false],
+            "avx2" => vec![false],
+            _ => Vec::new(),
+        }
     }
 
     /// An address no allocation holds.
@@ -508,25 +707,30 @@ pub(super) mod tests {
     }
 
     #[test]
-    fn transpose16_transposes() {
-        if !applies(1, 1, 1) {
-            return;
-        }
-        let x: Vec<f32> = (0..256).map(|i| i as f32).collect();
-        let mut got = [0f32; 256];
-        // SAFETY: AVX-512F is available (`applies`); the loads and stores cover 256 f32s.
-        unsafe {
-            let mut v = [_mm512_setzero_ps(); 16];
-            for (c, v) in v.iter_mut().enumerate() {
-                *v = _mm512_loadu_ps(x.as_ptr().add(16 * c));
+    fn block_transposes_transpose() {
+        // Columns 20 apart in the source, rows 24 apart in the destination.
+        let x: Vec<f32> = (0..20 * 16).map(|i| i as f32).collect();
+        for wide in kernels() {
+            let t = if wide { 16 } else { 8 };
+            let mut got = vec![f32::NAN; 24 * t];
+            // SAFETY: `t` columns of `t` f32s, 20 apart, lie inside `x`; `t` rows of `t`
+            // f32s, 24 apart, inside `got`; the CPU has the features (`kernels`).
+            unsafe {
+                if wide {
+                    transpose_block16(x.as_ptr(), 20, got.as_mut_ptr(), 24);
+                } else {
+                    transpose_block8(x.as_ptr(), 20, got.as_mut_ptr(), 24);
+                }
             }
-            for (r, v) in transpose16(v).iter().enumerate() {
-                _mm512_storeu_ps(got.as_mut_ptr().add(16 * r), *v);
-            }
-        }
-        for r in 0..16 {
-            for c in 0..16 {
-                assert_eq!(got[16 * r + c], x[16 * c + r], "({r}, {c})");
+            for r in 0..t {
+                for c in 0..24 {
+                    let want = if c < t { x[20 * c + r] } else { f32::NAN };
+                    assert_eq!(
+                        got[24 * r + c].to_bits(),
+                        want.to_bits(),
+                        "t={t} ({r}, {c})"
+                    );
+                }
             }
         }
     }
