@@ -495,8 +495,12 @@ unsafe fn kernel(t: &Tile) {
     if t.accumulate {
         for (r, row) in acc.iter_mut().enumerate().take(t.rows) {
             for (v, x) in row.iter_mut().enumerate() {
-                // SAFETY: row r < rows, the masked lanes are columns < cols.
-                *x = unsafe { _mm512_maskz_loadu_ps(masks[v], t.c.add(r * t.ldc + 16 * v)) };
+                // SAFETY: row r < rows, the masked lanes are columns < cols; lanes outside
+                // the mask are not touched (a vector may start past the buffer: its
+                // address is computed wrapping).
+                *x = unsafe {
+                    _mm512_maskz_loadu_ps(masks[v], t.c.wrapping_add(r * t.ldc + 16 * v))
+                };
             }
         }
     } else {
@@ -541,8 +545,9 @@ unsafe fn kernel(t: &Tile) {
         // is commutative bit for bit), then `relu`.
         let zero = _mm512_setzero_ps();
         for v in 0..4 {
-            // SAFETY: the masked lanes are columns < cols, which the bias holds.
-            let b = unsafe { _mm512_maskz_loadu_ps(masks[v], t.bias.add(16 * v)) };
+            // SAFETY: the masked lanes are columns < cols, which the bias holds; lanes
+            // outside the mask are not touched.
+            let b = unsafe { _mm512_maskz_loadu_ps(masks[v], t.bias.wrapping_add(16 * v)) };
             for row in acc.iter_mut().take(t.rows) {
                 let x = _mm512_add_ps(row[v], b);
                 row[v] = if t.relu {
@@ -557,8 +562,9 @@ unsafe fn kernel(t: &Tile) {
     }
     for (r, row) in acc.iter().enumerate().take(t.rows) {
         for (v, x) in row.iter().enumerate() {
-            // SAFETY: row r < rows, the masked lanes are columns < cols.
-            unsafe { _mm512_mask_storeu_ps(t.c.add(r * t.ldc + 16 * v), masks[v], *x) };
+            // SAFETY: row r < rows, the masked lanes are columns < cols; lanes outside the
+            // mask are not touched.
+            unsafe { _mm512_mask_storeu_ps(t.c.wrapping_add(r * t.ldc + 16 * v), masks[v], *x) };
         }
     }
 }
@@ -634,8 +640,9 @@ unsafe fn kernel_avx2(t: &Tile) {
         }
         if !t.bias.is_null() {
             for v in 0..2 {
-                // SAFETY: the masked lanes are columns < cols, which the bias holds.
-                let b = unsafe { _mm256_maskload_ps(t.bias.add(c0 + 8 * v), masks[v]) };
+                // SAFETY: the masked lanes are columns < cols, which the bias holds; lanes
+                // outside the mask are not touched (the address is computed wrapping).
+                let b = unsafe { _mm256_maskload_ps(t.bias.wrapping_add(c0 + 8 * v), masks[v]) };
                 for row in acc.iter_mut().take(t.rows) {
                     let x = _mm256_add_ps(row[v], b);
                     row[v] = if t.relu {

@@ -522,12 +522,13 @@ unsafe fn kernel_avx2<const MR: usize>(
             .wrapping_add(j0);
         for (v, &x) in row.iter().enumerate() {
             // SAFETY: row `i0 + r < m` of the output, columns `j0 + 8v..` of which only
-            // those below `n` are written (all lanes when 16 remain, else through the mask).
+            // those below `n` are written (all lanes when 16 remain, else through the mask,
+            // which touches no other lane; the address is computed wrapping).
             unsafe {
                 if left >= 16 {
-                    _mm256_storeu_ps(out.add(8 * v), x);
+                    _mm256_storeu_ps(out.wrapping_add(8 * v), x);
                 } else {
-                    _mm256_maskstore_ps(out.add(8 * v), masks[v], x);
+                    _mm256_maskstore_ps(out.wrapping_add(8 * v), masks[v], x);
                 }
             }
         }
