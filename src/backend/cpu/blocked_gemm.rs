@@ -36,30 +36,12 @@
 use super::matmul::{After, Scratch};
 use super::prefetch;
 use super::register::aligned_f32;
-use super::small_gemm::{SmallProduct as Product, transpose_block8, transpose_block16};
+use super::small_gemm::{Isa, SmallProduct as Product, isa, transpose_block8, transpose_block16};
 use crate::error::Result;
 use rayon::prelude::*;
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
-
-/// The instruction set a product runs its kernel with.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(super) enum Isa {
-    /// [`kernel`]: 6 × 64 tiles in 24 of the 32 512-bit registers.
-    Avx512,
-    /// [`kernel_avx2`]: 6 × 16 tiles in 12 of the 16 256-bit registers.
-    Avx2,
-}
-
-/// The kernel this CPU runs, as the CPU backend's loops do (`KILN_NO_SIMD` turns both off).
-fn isa() -> Option<Isa> {
-    match super::exec::simd_level() {
-        "avx512" => Some(Isa::Avx512),
-        "avx2" => Some(Isa::Avx2),
-        _ => None,
-    }
-}
 
 /// How [`rows`] blocks a product.
 #[derive(Clone, Copy)]
@@ -69,7 +51,7 @@ struct Blocking {
     kc: usize,
     /// Columns per packed block.
     nc: usize,
-    /// Columns per kernel call.
+    /// Columns per kernel call ([`NR`] for [`kernel`], 16 for [`kernel_avx2`]).
     tile_cols: usize,
 }
 
@@ -569,16 +551,17 @@ unsafe fn kernel(t: &Tile) {
     }
 }
 
-/// The kernel with AVX2: the tile's columns in groups of 16, each group a 6 × 16 block of
-/// the output in 12 registers for the panel's depth (12 FMAs per two vector loads and six
-/// broadcasts), the left operand's `rows × kc` elements read again for each group (from
-/// L1). Sums, bias and `relu` round as in [`kernel`].
+/// The kernel with AVX2: a tile of at most 16 columns ([`Blocking::tile_cols`]), a 6 × 16
+/// block of the output in 12 registers for the panel's depth (12 FMAs per two vector loads
+/// and six broadcasts); fewer rows or columns through masks. Sums, bias and `relu` round
+/// as in [`kernel`].
 ///
 /// # Safety
-/// As for [`kernel`], with AVX2 and FMA available instead of AVX-512F.
+/// As for [`kernel`], with AVX2 and FMA available instead of AVX-512F, and `cols ≤ 16`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn kernel_avx2(t: &Tile) {
+    debug_assert!(t.cols <= 16, "an AVX2 tile is at most 16 columns");
     let zero = _mm256_setzero_ps();
     // Rows past `rows` read row 0 again (their sums are never stored).
     let mut a = [t.a; MR];
@@ -587,83 +570,79 @@ unsafe fn kernel_avx2(t: &Tile) {
             *x = t.a.wrapping_offset(r as isize * t.l_rs);
         }
     }
-    if !t.accumulate {
+    let full = t.cols == 16;
+    // Lane masks of the tile's two vectors (all lanes when `full`).
+    let masks = [t.cols.min(8), t.cols.saturating_sub(8)].map(|lanes| {
+        let i = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        _mm256_cmpgt_epi32(_mm256_set1_epi32(lanes as i32), i)
+    });
+    let mut acc = [[zero; 2]; MR];
+    if t.accumulate {
+        for (r, row) in acc.iter_mut().enumerate().take(t.rows) {
+            for (v, x) in row.iter_mut().enumerate() {
+                let at = t.c.wrapping_add(r * t.ldc + 8 * v);
+                // SAFETY: row r < rows; the (masked) lanes are columns < cols; lanes outside
+                // the mask are not touched (the address is computed wrapping).
+                *x = unsafe {
+                    if full {
+                        _mm256_loadu_ps(at)
+                    } else {
+                        _mm256_maskload_ps(at, masks[v])
+                    }
+                };
+            }
+        }
+    } else {
         for r in 0..t.rows {
             let row = t.c.wrapping_add(r * t.ldc) as usize;
             prefetch::hint_range(row, t.cols * 4, true);
         }
     }
-    for c0 in (0..t.cols).step_by(16) {
-        let left = t.cols - c0;
-        let full = left >= 16;
-        // Lane masks of the group's two vectors (all lanes when `full`).
-        let masks = [left.min(8), left.saturating_sub(8).min(8)].map(|lanes| {
-            let i = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-            _mm256_cmpgt_epi32(_mm256_set1_epi32(lanes as i32), i)
-        });
-        let c = t.c.wrapping_add(c0);
-        let mut acc = [[zero; 2]; MR];
-        if t.accumulate {
-            for (r, row) in acc.iter_mut().enumerate().take(t.rows) {
-                for (v, x) in row.iter_mut().enumerate() {
-                    let at = c.wrapping_add(r * t.ldc + 8 * v);
-                    // SAFETY: row r < rows; the (masked) lanes are columns < cols.
-                    *x = unsafe {
-                        if full {
-                            _mm256_loadu_ps(at)
-                        } else {
-                            _mm256_maskload_ps(at, masks[v])
-                        }
-                    };
-                }
-            }
+    for d in 0..t.kc {
+        // SAFETY: panel row d < kc: the tile's 16 columns lie inside its NR f32s.
+        let b = unsafe {
+            let row = t.b.add(d * NR);
+            [_mm256_loadu_ps(row), _mm256_loadu_ps(row.add(8))]
+        };
+        let off = d as isize * t.l_cs;
+        if t.ahead > 0 {
+            // A hint: it never faults, whatever the address.
+            _mm_prefetch::<_MM_HINT_T0>(t.a.wrapping_offset(off + t.ahead).cast());
         }
-        let hint = t.ahead > 0 && c0 == 0;
-        for d in 0..t.kc {
-            // SAFETY: panel row d < kc holds NR ≥ c0 + 16 f32s.
-            let b = unsafe {
-                let row = t.b.add(d * NR + c0);
-                [_mm256_loadu_ps(row), _mm256_loadu_ps(row.add(8))]
-            };
-            let off = d as isize * t.l_cs;
-            if hint {
-                // A hint: it never faults, whatever the address.
-                _mm_prefetch::<_MM_HINT_T0>(t.a.wrapping_offset(off + t.ahead).cast());
-            }
-            for r in 0..MR {
-                // SAFETY: element (row r or 0, depth d) of the left operand: readable.
-                let x = _mm256_set1_ps(unsafe { *a[r].offset(off) });
-                for v in 0..2 {
-                    acc[r][v] = _mm256_fmadd_ps(x, b[v], acc[r][v]);
-                }
-            }
-        }
-        if !t.bias.is_null() {
+        for r in 0..MR {
+            // SAFETY: element (row r or 0, depth d) of the left operand: readable.
+            let x = _mm256_set1_ps(unsafe { *a[r].offset(off) });
             for v in 0..2 {
-                // SAFETY: the masked lanes are columns < cols, which the bias holds; lanes
-                // outside the mask are not touched (the address is computed wrapping).
-                let b = unsafe { _mm256_maskload_ps(t.bias.wrapping_add(c0 + 8 * v), masks[v]) };
-                for row in acc.iter_mut().take(t.rows) {
-                    let x = _mm256_add_ps(row[v], b);
-                    row[v] = if t.relu {
-                        // Not (x <= 0): x > 0, or unordered (NaN); else +0.
-                        _mm256_and_ps(_mm256_cmp_ps::<_CMP_NLE_UQ>(x, zero), x)
-                    } else {
-                        x
-                    };
-                }
+                acc[r][v] = _mm256_fmadd_ps(x, b[v], acc[r][v]);
             }
         }
-        for (r, row) in acc.iter().enumerate().take(t.rows) {
-            for (v, x) in row.iter().enumerate() {
-                let at = c.wrapping_add(r * t.ldc + 8 * v);
-                // SAFETY: row r < rows; the (masked) lanes are columns < cols.
-                unsafe {
-                    if full {
-                        _mm256_storeu_ps(at, *x);
-                    } else {
-                        _mm256_maskstore_ps(at, masks[v], *x);
-                    }
+    }
+    if !t.bias.is_null() {
+        for v in 0..2 {
+            // SAFETY: the masked lanes are columns < cols, which the bias holds; lanes
+            // outside the mask are not touched (the address is computed wrapping).
+            let b = unsafe { _mm256_maskload_ps(t.bias.wrapping_add(8 * v), masks[v]) };
+            for row in acc.iter_mut().take(t.rows) {
+                let x = _mm256_add_ps(row[v], b);
+                row[v] = if t.relu {
+                    // Not (x <= 0): x > 0, or unordered (NaN); else +0.
+                    _mm256_and_ps(_mm256_cmp_ps::<_CMP_NLE_UQ>(x, zero), x)
+                } else {
+                    x
+                };
+            }
+        }
+    }
+    for (r, row) in acc.iter().enumerate().take(t.rows) {
+        for (v, x) in row.iter().enumerate() {
+            let at = t.c.wrapping_add(r * t.ldc + 8 * v);
+            // SAFETY: row r < rows; the (masked) lanes are columns < cols; lanes outside the
+            // mask are not touched.
+            unsafe {
+                if full {
+                    _mm256_storeu_ps(at, *x);
+                } else {
+                    _mm256_maskstore_ps(at, masks[v], *x);
                 }
             }
         }
@@ -674,17 +653,7 @@ unsafe fn kernel_avx2(t: &Tile) {
 mod tests {
     use super::*;
     use crate::backend::cpu::matmul::ROW_STEP;
-    use crate::backend::cpu::small_gemm::tests::check_product;
-
-    /// The kernels this CPU can run: AVX2's wherever AVX-512's runs (the CPU backend's
-    /// AVX-512 level requires AVX2 and FMA too).
-    fn kernels() -> Vec<Isa> {
-        match isa() {
-            Some(Isa::Avx512) => vec![Isa::Avx512, Isa::Avx2],
-            Some(Isa::Avx2) => vec![Isa::Avx2],
-            None => Vec::new(),
-        }
-    }
+    use crate::backend::cpu::small_gemm::tests::{check_product, kernels};
 
     #[test]
     fn blocked_products_match_f64_for_every_layout_edge_and_split() {

@@ -52,13 +52,25 @@ pub(super) fn applies(m: usize, n: usize, k: usize) -> bool {
     (1..=MAX_N).contains(&n)
         && (1..=MAX_MK).contains(&m)
         && (1..=MAX_MK).contains(&k)
-        && matches!(super::exec::simd_level(), "avx512" | "avx2")
+        && isa().is_some()
 }
 
-/// Whether [`run`] uses the AVX-512 kernel ([`kernel`]) rather than AVX2's
-/// ([`kernel_avx2`]).
-fn wide() -> bool {
-    super::exec::simd_level() == "avx512"
+/// The instruction set the product kernels (these and `blocked_gemm`'s) run with.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) enum Isa {
+    /// 512-bit registers: 16 f32 lanes, 32 registers.
+    Avx512,
+    /// 256-bit registers with FMA: 8 f32 lanes, 16 registers.
+    Avx2,
+}
+
+/// The kernels this CPU runs, as the CPU backend's loops do (`KILN_NO_SIMD` turns both off).
+pub(super) fn isa() -> Option<Isa> {
+    match super::exec::simd_level() {
+        "avx512" => Some(Isa::Avx512),
+        "avx2" => Some(Isa::Avx2),
+        _ => None,
+    }
 }
 
 /// Lines hinted for the next product at most (a 256 × 256 operand pair needs more; the
@@ -86,16 +98,19 @@ thread_local! {
 /// not follow, and in a training step they come from memory. Hints never fault: `next`'s
 /// pointers need not be valid.
 pub(super) unsafe fn run(p: &SmallProduct, next: Option<&SmallProduct>) {
-    // SAFETY: the caller's contract; `applies` means AVX-512F if `wide()`, else AVX2 and FMA.
-    unsafe { run_on(p, next, wide()) }
+    match isa() {
+        // SAFETY: the caller's contract; the CPU has `isa`.
+        Some(isa) => unsafe { run_on(p, next, isa) },
+        None => unreachable!("small_gemm::applies is false without AVX-512 or AVX2"),
+    }
 }
 
-/// [`run`] with the AVX-512 kernel (`wide`) or AVX2's.
+/// [`run`] with the kernel for `isa`.
 ///
 /// # Safety
-/// As for [`run`], except that AVX-512F must be available if `wide`, AVX2 and FMA
-/// otherwise (whatever the backend's SIMD level).
-unsafe fn run_on(p: &SmallProduct, next: Option<&SmallProduct>, wide: bool) {
+/// As for [`run`], except that the CPU must have `isa` (whatever the backend's SIMD level).
+unsafe fn run_on(p: &SmallProduct, next: Option<&SmallProduct>, isa: Isa) {
+    let wide = isa == Isa::Avx512;
     #[cfg(target_arch = "x86_64")]
     NEXT_LINES.with(|cell| {
         let mut lines = cell.borrow_mut();
@@ -126,7 +141,7 @@ unsafe fn run_on(p: &SmallProduct, next: Option<&SmallProduct>, wide: bool) {
     });
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (p, next, wide);
+        let _ = (p, next, isa);
         unreachable!("small_gemm::applies is false off x86-64");
     }
 }
@@ -609,14 +624,14 @@ pub(super) mod tests {
         // SAFETY (the closures): the harness's buffers hold every element the strides
         // address; `applies` holds; the CPU has the kernel's features (`kernels`).
         check_product((m, n, k), lhs_t, rhs_t, pad, |p| unsafe { run(p, None) });
-        for wide in kernels() {
+        for isa in kernels() {
             check_product((m, n, k), lhs_t, rhs_t, pad, |p| unsafe {
-                run_on(p, None, wide)
+                run_on(p, None, isa)
             });
             // Hinting another product's lines (here its own, and one far outside any
             // allocation) changes nothing.
             check_product((m, n, k), lhs_t, rhs_t, pad, |p| unsafe {
-                run_on(p, Some(p), wide)
+                run_on(p, Some(p), isa)
             });
             let stray = SmallProduct {
                 lhs: p_far(),
@@ -624,18 +639,18 @@ pub(super) mod tests {
                 ..dummy(m, n, k)
             };
             check_product((m, n, k), lhs_t, rhs_t, pad, |p| unsafe {
-                run_on(p, Some(&stray), wide)
+                run_on(p, Some(&stray), isa)
             });
         }
     }
 
-    /// The kernels this CPU runs (`true`: AVX-512's): AVX2's too where AVX-512's runs (the
-    /// backend's AVX-512 level requires AVX2 and FMA).
-    fn kernels() -> Vec<bool> {
-        match super::super::exec::simd_level() {
-            "avx512" => vec![true, false],
-            "avx2" => vec![false],
-            _ => Vec::new(),
+    /// The kernels this CPU can run: AVX2's wherever AVX-512's runs (the CPU backend's
+    /// AVX-512 level requires AVX2 and FMA too).
+    pub(in crate::backend::cpu) fn kernels() -> Vec<Isa> {
+        match isa() {
+            Some(Isa::Avx512) => vec![Isa::Avx512, Isa::Avx2],
+            Some(Isa::Avx2) => vec![Isa::Avx2],
+            None => Vec::new(),
         }
     }
 
@@ -711,7 +726,8 @@ pub(super) mod tests {
     fn block_transposes_transpose() {
         // Columns 20 apart in the source, rows 24 apart in the destination.
         let x: Vec<f32> = (0..20 * 16).map(|i| i as f32).collect();
-        for wide in kernels() {
+        for isa in kernels() {
+            let wide = isa == Isa::Avx512;
             let t = if wide { 16 } else { 8 };
             let mut got = vec![f32::NAN; 24 * t];
             // SAFETY: `t` columns of `t` f32s, 20 apart, lie inside `x`; `t` rows of `t`
