@@ -67,7 +67,7 @@ fn rendered(t: &Tensor) -> Vec<kiln::backend::cuda::render::RenderedKernel> {
     plan.steps()
         .iter()
         .filter_map(|s| match s {
-            Step::Kernel(k) => Some(render_all(&k.kernel).unwrap()),
+            Step::Kernel(k) => Some(render_all(k.kernel()).unwrap()),
             _ => None,
         })
         .flatten()

@@ -4340,7 +4340,23 @@ impl Res<'_> {
     /// f64 and saturates when converting): otherwise both sides become floats first.
     fn scatter_add_op(&mut self, a: usize, j: &Index) {
         let a = self.with_rank(a, 1);
-        // Bool adds are logical and u8 wraps: accumulate those in i32.
+        // A bool scatter sums by logical or (sometimes kept: every stored byte must stay a
+        // valid bool); u8 wraps. Otherwise those accumulate in i32.
+        if self.m(a).dtype == DType::Bool && self.rng.chance(1, 3) {
+            let m = self.m(a).clone();
+            let nd = m.ndim();
+            let axis = self.rng.below(nd);
+            let ish = self.index_shape(&m.shape, axis, 3);
+            let k = ish[axis];
+            let gc = self.rng.below(8) as u8;
+            let v = self.gen_value(ish.clone(), gc);
+            let src = self.cast(v, DType::Bool);
+            let idx = self.index_value(&ish, m.shape[axis]);
+            let meta = scatter_add_meta(self.m(a), self.m(src), k);
+            let dd = self.signed(axis, nd);
+            self.push(Step::ScatterAdd(a, dd, idx, src), meta);
+            return;
+        }
         let a = if matches!(self.m(a).dtype, DType::Bool | DType::U8) {
             self.cast(a, DType::I32)
         } else {
@@ -7155,7 +7171,7 @@ fn nvrtc_compiles_every_corpus_kernel() {
             let outs: Vec<&Tensor> = p.outputs.iter().map(|&o| &vals[o]).collect();
             let plan = kiln::plan_all(&outs, &opts).expect("corpus programs plan");
             for k in plan.kernels() {
-                let r = render(&k.kernel).expect("every kernel renders");
+                let r = render(k.kernel()).expect("every kernel renders");
                 sources.entry(r.source).or_insert(r.name);
             }
         }
@@ -7241,7 +7257,7 @@ fn gpu_fuzz_corpus_matches_the_reference() {
             let plan = kiln::plan_all(&outs, &opts)
                 .unwrap_or_else(|e| panic!("planning on {dev}: {e}\n{}", render(p)));
             for k in plan.kernels() {
-                let r = render_kernel(&k.kernel).unwrap_or_else(|e| panic!("render: {e}"));
+                let r = render_kernel(k.kernel()).unwrap_or_else(|e| panic!("render: {e}"));
                 sources.entry(r.source).or_insert(r.name);
             }
         }

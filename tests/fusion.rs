@@ -198,7 +198,7 @@ fn unfused_runs_one_op_per_kernel() {
     let plan = t.plan(&RealizeOptions::unfused()).unwrap();
     assert_eq!(plan.kernel_count(), 4);
     for k in plan.kernels() {
-        assert_eq!(k.kernel.fused_ops.len(), 1, "{}", plan.dump_text());
+        assert_eq!(k.kernel().fused_ops.len(), 1, "{}", plan.dump_text());
     }
 }
 

@@ -366,6 +366,13 @@ const DISCONTINUOUS_OPS: &[&str] = &[
     "tan",
 ];
 
+/// Ops with a pole, where an input that an inexact op left a rounding error away from the
+/// pole gives a result arbitrarily far from the reference's (seed 843840, case 97819: the
+/// product of a layer norm's four outputs with ones, mathematically 0, came out as 0 in
+/// kiln's f32 and -5.96e-8 in the f64 reference of the same f32 values, and its `recip` as
+/// inf against -16777216): after an inexact op their results are not compared either.
+const POLE_OPS: &[&str] = &["recip", "rsqrt", "log", "log2", "log1p", "div", "pow"];
+
 thread_local! {
     /// The most bytes one plan allocated, and the longest one took.
     static PLAN_MAX: Cell<(usize, Duration)> = const { Cell::new((0, Duration::ZERO)) };
@@ -417,7 +424,9 @@ impl Case {
                     .iter()
                     .any(|u| u.name() == op && !u.info().exact);
                 let to_int = op == "cast" && !t.dtype().is_float();
-                if self.inexact && (DISCONTINUOUS_OPS.contains(&op) || to_int) {
+                if self.inexact
+                    && (DISCONTINUOUS_OPS.contains(&op) || POLE_OPS.contains(&op) || to_int)
+                {
                     self.unstable = true;
                 }
                 if unary_inexact || INEXACT_OPS.contains(&op) {
@@ -1155,7 +1164,7 @@ fn graph_is_small(t: &Tensor) -> bool {
 fn plan_is_small(plan: &kiln::Plan) -> bool {
     let small = |s: &[usize]| checked_numel(s).is_some_and(|n| n <= SMALL_LIMIT);
     plan.kernels().all(|k| {
-        let k = &k.kernel;
+        let k = k.kernel();
         small(&k.shape)
             && small(&k.row_shape())
             && k.matmul
@@ -1577,8 +1586,8 @@ fn a_generated_operand_broadcast_over_a_batch_is_stored_at_its_own_shape() {
     let plan = y.plan(&RealizeOptions::default()).unwrap();
     let largest_copy = plan
         .kernels()
-        .filter(|k| k.kernel.matmul.is_none())
-        .map(|k| k.kernel.shape.iter().product::<usize>())
+        .filter(|k| k.kernel().matmul.is_none())
+        .map(|k| k.kernel().shape.iter().product::<usize>())
         .max();
     assert_eq!(largest_copy, Some(4));
     let want = kiln::reference::evaluate(&y).unwrap().to_f64();

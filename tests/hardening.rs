@@ -271,3 +271,28 @@ fn realizes_from_many_threads_and_from_inside_the_pool_all_finish_with_the_same_
         .expect("concurrent realizes finished");
     assert_eq!(expected.len(), 4);
 }
+
+#[test]
+fn a_kernel_whose_shape_overflows_its_element_count_is_invalid() {
+    // A scatter kernel planned from the public API, then edited: a shape of 2^32 × 2^32
+    // elements wraps to 0 in a plain product, which matched its empty output argument and
+    // passed validation; the check now counts without wrapping.
+    let base = Tensor::zeros([4, 1]);
+    let index = Tensor::from_vec(vec![0i64, 3], [2, 1]);
+    let values = Tensor::from_vec(vec![1.0f32, 2.0], [2, 1]);
+    let t = base.scatter_add(0, &index, &values);
+    let plan = t.plan(&kiln::RealizeOptions::default()).unwrap();
+    let scatter = plan
+        .kernels()
+        .find(|k| matches!(k.kernel().special, Some(kiln::kernel::Special::Scatter(_))))
+        .expect("a scatter kernel");
+    let mut k = scatter.kernel().clone();
+    assert_eq!(k.validate(), Ok(()));
+    let Some(kiln::kernel::Special::Scatter(spec)) = &k.special else {
+        unreachable!()
+    };
+    let out = spec.out;
+    k.args[out].numel = 0;
+    k.shape = vec![1 << 32, 1 << 32];
+    assert!(k.validate().is_err());
+}

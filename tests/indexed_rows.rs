@@ -43,6 +43,22 @@ fn scatter_add_of_whole_rows_sums_each_row_into_its_index() {
 }
 
 #[test]
+fn a_bool_scatter_add_is_a_logical_or_and_stores_only_valid_bools() {
+    // Two `true`s land on place 0: the sum is `true` (stored as 1, never 2), as the
+    // reference evaluator's cast of the sum to bool gives.
+    let base = Tensor::from_vec(vec![false, false, false, true], [4]);
+    let index = Tensor::from_vec(vec![0i64, 0, 2, 3], [4]);
+    let values = Tensor::from_vec(vec![true, true, true, false], [4]);
+    let out = base.scatter_add(0, &index, &values);
+    out.realize().expect("realize");
+    let bytes: Vec<u8> = out.to_vec::<u8>().unwrap();
+    assert_eq!(bytes, vec![1, 0, 1, 1]);
+    assert_eq!(out.to_vec::<bool>().unwrap(), vec![true, false, true, true]);
+    let r = reference::evaluate(&out).unwrap().to_f64();
+    assert_eq!(r, vec![1.0, 0.0, 1.0, 1.0]);
+}
+
+#[test]
 fn scatter_add_of_rows_reports_an_index_out_of_range() {
     let mut id = ids(200, 10);
     id[150] = 10;

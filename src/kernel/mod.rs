@@ -450,7 +450,7 @@ impl Kernel {
             || axis >= self.shape.len()
             || view.mask.is_some()
             || !o.output
-            || o.numel != self.shape.iter().product::<usize>()
+            || Some(o.numel) != crate::shape::checked_numel(&self.shape)
         {
             return Err("lanes: inconsistent shapes".into());
         }
@@ -473,7 +473,7 @@ impl Kernel {
             || shape.len() != self.shape.len()
             || s.axis >= shape.len()
             || !oa.output
-            || oa.numel != self.shape.iter().product::<usize>()
+            || Some(oa.numel) != crate::shape::checked_numel(&self.shape)
             || (0..shape.len()).any(|d| d != s.axis && shape[d] > self.shape[d])
         {
             return Err("scatter: inconsistent shapes or dtypes".into());

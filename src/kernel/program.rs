@@ -67,16 +67,36 @@ impl std::fmt::Debug for CompiledSlot {
 /// A kernel with its arguments bound.
 #[derive(Debug, Clone)]
 pub struct PlannedKernel {
-    /// The kernel IR.
-    pub kernel: Kernel,
+    /// The kernel IR (read through [`PlannedKernel::kernel`]: a backend validates it once,
+    /// when it compiles it into `compiled`, so it cannot change afterwards).
+    pub(crate) kernel: Kernel,
     /// One per kernel argument, in order.
     pub args: Vec<BufferRef>,
     /// The planned buffer the kernel writes (its output argument).
     pub out: usize,
     /// The device the kernel runs on.
     pub device: Device,
-    /// The backend's compiled form, once made.
-    pub compiled: CompiledSlot,
+    /// The backend's compiled form, once made (private for the same reason as `kernel`).
+    pub(crate) compiled: CompiledSlot,
+}
+
+impl PlannedKernel {
+    /// A kernel bound to its arguments, not yet compiled (the backend validates it on its
+    /// first run).
+    pub fn new(kernel: Kernel, args: Vec<BufferRef>, out: usize, device: Device) -> Self {
+        PlannedKernel {
+            kernel,
+            args,
+            out,
+            device,
+            compiled: CompiledSlot::default(),
+        }
+    }
+
+    /// The kernel IR.
+    pub fn kernel(&self) -> &Kernel {
+        &self.kernel
+    }
 }
 
 /// One step of a program, in run order.

@@ -135,12 +135,31 @@ pub struct MemoryStats {
 #[derive(Debug)]
 #[must_use = "a Block that is not released is leaked"]
 pub struct Block {
+    // Only the allocator makes blocks (the fields are not public), so `release` and
+    // `Buffer` never see an address that was not handed out.
     /// Host pointer (CPU) or device pointer (CUDA).
-    pub addr: u64,
+    pub(crate) addr: u64,
     /// The rounded class size, i.e. how many bytes at `addr` belong to this block.
-    pub size: usize,
+    pub(crate) size: usize,
     /// The size that was asked for (`requested <= size`).
-    pub requested: usize,
+    pub(crate) requested: usize,
+}
+
+impl Block {
+    /// Host pointer (CPU) or device pointer (CUDA).
+    pub fn addr(&self) -> u64 {
+        self.addr
+    }
+
+    /// The rounded class size: how many bytes at [`Block::addr`] belong to this block.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// The size that was asked for (at most [`Block::size`]).
+    pub fn requested(&self) -> usize {
+        self.requested
+    }
 }
 
 /// What the allocator remembers about a block it has handed out.
@@ -259,10 +278,9 @@ impl<D: DeviceMemory> CachingAllocator<D> {
 
     /// Put `block` on the free list of its class for reuse (it is not freed on the device).
     ///
-    /// A block this allocator does not have handed out (forged, from another allocator,
-    /// or with altered fields) is ignored, so it can never reach the device's `free`.
-    /// (Since `Block`'s fields are public, an exact copy of a live block is
-    /// indistinguishable from it; releasing such a copy gives up the original.)
+    /// A block this allocator does not have handed out (from another allocator) is
+    /// ignored, so it can never reach the device's `free`. Code outside kiln cannot make or
+    /// copy a `Block`, so a block is released at most once.
     pub fn release(&self, block: Block) {
         let mut state = self.lock();
         let size = match state.live.get(&block.addr) {

@@ -61,7 +61,7 @@ pub struct Buffer {
 
 impl Buffer {
     /// Wrap `block`, which `owner` handed out; it goes back to `owner` on drop.
-    pub fn new(block: Block, owner: Arc<dyn BlockOwner>) -> Self {
+    pub(crate) fn new(block: Block, owner: Arc<dyn BlockOwner>) -> Self {
         Self {
             block: Some(block),
             owner,
@@ -72,7 +72,7 @@ impl Buffer {
 
     /// Adopts a vector's memory as a host buffer without copying: the vector is dropped when
     /// the buffer is (the allocator never sees this memory).
-    pub fn from_vec<T: Send + 'static>(data: Vec<T>) -> Self {
+    pub(crate) fn from_vec<T: Send + 'static>(data: Vec<T>) -> Self {
         let bytes = std::mem::size_of_val(data.as_slice());
         // Exposed so that `host_ptr` can recover a pointer with this allocation's provenance.
         let addr = data.as_ptr().expose_provenance() as u64;

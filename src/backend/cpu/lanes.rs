@@ -91,9 +91,12 @@ enum Num {
     I(i64),
 }
 
-fn read(a: ArgPtr, dtype: DType, off: isize) -> Num {
-    // SAFETY: callers pass offsets of the validated input view, which lies inside the
-    // buffer (checked by `Kernel::validate` and by the argument size check before the run).
+/// The element at `off` of `a`, read as `dtype`.
+///
+/// # Safety
+/// Element `off` lies inside `a`'s buffer, which holds `dtype` values.
+unsafe fn read(a: ArgPtr, dtype: DType, off: isize) -> Num {
+    // SAFETY: as the function's contract states.
     unsafe {
         match dtype {
             DType::Bool | DType::U8 => Num::I(*a.ptr.offset(off) as i64),
@@ -155,7 +158,10 @@ pub(crate) fn scan(
             (false, ScanOp::Prod) => Num::I(1),
         };
         for j in 0..len {
-            let x = read(src, sdt, ib + j as isize * istride);
+            // SAFETY: the offset of an in-range coordinate of the input view, which
+            // `Kernel::validate` checked lies inside the buffer (its size was checked
+            // before the run).
+            let x = unsafe { read(src, sdt, ib + j as isize * istride) };
             acc = match (acc, x, op) {
                 (Num::F(a), Num::F(b), ScanOp::Sum) => Num::F(a + b),
                 (Num::F(a), Num::F(b), ScanOp::Prod) => Num::F(a * b),
@@ -209,7 +215,8 @@ pub(crate) fn argsort(
     lanes.for_each(|q| {
         let (ib, ob) = lanes.bases(q);
         let keys: Vec<Num> = (0..len)
-            .map(|j| read(src, sdt, ib + j as isize * istride))
+            // SAFETY: as in `scan`: an in-range coordinate of the validated input view.
+            .map(|j| unsafe { read(src, sdt, ib + j as isize * istride) })
             .collect();
         let mut perm: Vec<usize> = (0..len).collect();
         // `sort_by` is stable: equal keys keep their index order in both directions.

@@ -102,7 +102,9 @@ pub(crate) fn run(kernel: &Kernel, spec: &ScatterSpec, args: &[ArgPtr]) -> Resul
                 if k < 0 || k as u64 >= len as u64 {
                     return Err(k);
                 }
-                let v = read_f64(args[spec.values], vdt, bv + j * v_step);
+                // SAFETY: as for the index: an in-range coordinate of the validated values
+                // view.
+                let v = unsafe { read_f64(args[spec.values], vdt, bv + j * v_step) };
                 // SAFETY: `bo + k·o_step` is the row-major offset of a coordinate inside the
                 // output's shape (off-axis coordinates are below the index's extents, which
                 // are at most the output's; the axis coordinate was just checked);
@@ -138,8 +140,12 @@ fn zero(out: ArgPtr, dtype: DType, n: usize) {
     unsafe { std::ptr::write_bytes(out.ptr, 0, n * dtype.size_bytes()) };
 }
 
-fn read_f64(a: ArgPtr, dtype: DType, off: isize) -> f64 {
-    // SAFETY: callers pass offsets of a validated view inside the buffer.
+/// The element at `off` of `a`, read as `dtype` and widened to f64.
+///
+/// # Safety
+/// Element `off` lies inside `a`'s buffer, which holds `dtype` values.
+unsafe fn read_f64(a: ArgPtr, dtype: DType, off: isize) -> f64 {
+    // SAFETY: as the function's contract states.
     unsafe {
         match dtype {
             DType::Bool | DType::U8 => *a.ptr.offset(off) as f64,
@@ -153,7 +159,8 @@ fn read_f64(a: ArgPtr, dtype: DType, off: isize) -> f64 {
     }
 }
 
-/// `out[off] += v` in `dtype` (integers wrap; f32 and half types round like their adds).
+/// `out[off] += v` in `dtype` (integers wrap; f32 and half types round like their adds; a
+/// bool sum is the logical or, so the byte stays 0 or 1).
 ///
 /// # Safety
 /// `off` must be inside the output buffer, and no other thread may access that element.
@@ -161,7 +168,11 @@ unsafe fn add_f64(a: ArgPtr, dtype: DType, off: isize, v: f64) {
     // SAFETY: as the function's contract states.
     unsafe {
         match dtype {
-            DType::Bool | DType::U8 => {
+            DType::Bool => {
+                let p = a.ptr.offset(off);
+                *p = u8::from(p.read() != 0 || v != 0.0);
+            }
+            DType::U8 => {
                 let p = a.ptr.offset(off);
                 *p = p.read().wrapping_add(v as i64 as u8);
             }

@@ -64,13 +64,17 @@ fn lanes(i: usize, n: usize) -> __mmask16 {
 }
 
 /// A run operand: 16 lanes from `i` (a slice under `mask`, or a splat scalar).
+///
+/// # Safety
+/// AVX-512F is available; for a slice, `i < s.len()` and every lane in `mask` is below
+/// `s.len() - i`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 #[inline]
-fn lanes_of(a: Src<'_, f32>, i: usize, mask: __mmask16) -> __m512 {
+unsafe fn lanes_of(a: Src<'_, f32>, i: usize, mask: __mmask16) -> __m512 {
     match a {
-        // SAFETY: `mask` covers only lanes below the run length, which the caller keeps
-        // within `s` (masked-off lanes are not read: AVX-512 suppresses their faults).
+        // SAFETY: the contract: `i` is inside `s` and so are the masked lanes
+        // (masked-off lanes are not read: AVX-512 suppresses their faults).
         Src::Slice(s) => unsafe { _mm512_maskz_loadu_ps(mask, s.as_ptr().add(i)) },
         Src::Scalar(v) => _mm512_set1_ps(v),
     }
@@ -92,7 +96,11 @@ fn run(inner: Option<BinaryOp>, x: Src<'_, f32>, y: Src<'_, f32>, out: &mut [f32
     let mut i = 0;
     while i < n {
         let mask = lanes(i, n);
-        let v = exp16(op(lanes_of(x, i, mask), lanes_of(y, i, mask)));
+        // SAFETY: `i < n` and `mask` covers lanes `i..min(i + 16, n)`; both slices hold at
+        // least `n` values (the caller's contract).
+        let v = exp16(op(unsafe { lanes_of(x, i, mask) }, unsafe {
+            lanes_of(y, i, mask)
+        }));
         // SAFETY: `mask` covers lanes `i..min(i + 16, n)` of `out`.
         unsafe { _mm512_mask_storeu_ps(out.as_mut_ptr().add(i), mask, v) };
         i += 16;
