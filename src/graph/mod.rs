@@ -143,11 +143,22 @@ impl Graph {
         dtype: DType,
         device: Device,
     ) -> Result<NodeKey> {
-        let input_idx: Vec<NodeIndex> = inputs
-            .iter()
-            .map(|&k| self.index(k))
-            .collect::<Result<_>>()?;
-        Ok(self.insert(op, &input_idx, shape, dtype, device))
+        // Most ops have at most four inputs: their indices stay on the stack.
+        let mut few = [NodeIndex::end(); 4];
+        let many: Vec<NodeIndex>;
+        let input_idx: &[NodeIndex] = if inputs.len() <= few.len() {
+            for (slot, &k) in few.iter_mut().zip(inputs) {
+                *slot = self.index(k)?;
+            }
+            &few[..inputs.len()]
+        } else {
+            many = inputs
+                .iter()
+                .map(|&k| self.index(k))
+                .collect::<Result<_>>()?;
+            &many
+        };
+        Ok(self.insert(op, input_idx, shape, dtype, device))
     }
 
     fn insert(
@@ -488,6 +499,19 @@ impl Graph {
     }
 
     fn prune_from(&mut self, start: NodeIndex) {
+        // The common case (a handle dropped while the node is still read or held) needs no
+        // stack.
+        let kept = self.dag.node_weight(start).is_none_or(|n| {
+            n.handles > 0
+                || self
+                    .dag
+                    .neighbors_directed(start, Direction::Outgoing)
+                    .next()
+                    .is_some()
+        });
+        if kept {
+            return;
+        }
         let mut stack = vec![start];
         while let Some(idx) = stack.pop() {
             let Some(n) = self.dag.node_weight(idx) else {
@@ -501,10 +525,8 @@ impl Graph {
             if n.handles > 0 || has_consumers {
                 continue;
             }
-            let inputs: Vec<NodeIndex> = self
-                .dag
-                .neighbors_directed(idx, Direction::Incoming)
-                .collect();
+            // The inputs are visited after the node is gone (one consumer fewer each).
+            stack.extend(self.dag.neighbors_directed(idx, Direction::Incoming));
             if let Some(node) = self.dag.remove_node(idx) {
                 self.keys.remove(node.key);
                 // The graph's handles on a gradient and on a custom rule's inputs go with
@@ -524,7 +546,6 @@ impl Graph {
                     }
                 }
             }
-            stack.extend(inputs);
         }
     }
 
@@ -559,9 +580,18 @@ impl Graph {
             marks.pos.resize(bound, (0, 0));
         }
         // marks.pos[i] = (stamp, 0) while on the stack, (stamp, position + 1) once placed.
-        let mut out = Sweep::default();
-        let mut stack: Vec<(NodeIndex, bool)> = vec![];
-        let mut ins: Vec<(usize, NodeIndex)> = vec![];
+        // The scratch vectors keep their capacity between sweeps, and the result starts
+        // with the last sweep's sizes, up to 4096 entries (a repeated realize sweeps the
+        // same graph; a huge one before a small one should not make it allocate much).
+        let (nodes, operands) = (marks.sizes.0.min(1 << 12), marks.sizes.1.min(1 << 12));
+        let mut out = Sweep {
+            order: Vec::with_capacity(nodes),
+            operands: Vec::with_capacity(operands),
+            operand_end: Vec::with_capacity(nodes),
+        };
+        let mut stack = std::mem::take(&mut marks.stack);
+        let mut ins = std::mem::take(&mut marks.ins);
+        stack.clear();
         for &t in targets {
             let root = self.index(t)?;
             stack.push((root, false));
@@ -611,6 +641,9 @@ impl Graph {
                 }
             }
         }
+        marks.sizes = (out.order.len(), out.operands.len());
+        marks.stack = stack;
+        marks.ins = ins;
         Ok(out)
     }
 }
@@ -643,6 +676,11 @@ impl Sweep {
 struct Marks {
     stamp: usize,
     pos: Vec<(usize, usize)>,
+    /// The depth-first stack and one node's operands, kept for their capacity.
+    stack: Vec<(NodeIndex, bool)>,
+    ins: Vec<(usize, NodeIndex)>,
+    /// The last sweep's node and operand counts.
+    sizes: (usize, usize),
 }
 
 thread_local! {

@@ -71,6 +71,9 @@ pub fn contiguous_strides(shape: &[usize]) -> Vec<isize> {
 /// assert!(kiln::shape::broadcast_shapes("add", &[3], &[4]).is_err());
 /// ```
 pub fn broadcast_shapes(op: &'static str, a: &[usize], b: &[usize]) -> Result<Vec<usize>> {
+    if a == b {
+        return Ok(a.to_vec());
+    }
     let n = a.len().max(b.len());
     let mut out = vec![0; n];
     for i in 0..n {
