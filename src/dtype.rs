@@ -316,8 +316,20 @@ impl From<bf16> for Scalar {
     }
 }
 
+/// Keeps [`Element`] closed to kiln's own element types.
+mod sealed {
+    /// Implemented for exactly the types that implement [`super::Element`].
+    pub trait Sealed {}
+}
+
 /// A Rust type that can be stored in a tensor and read back (`from_vec`, `to_vec`, `item`).
-pub trait Element: Copy + Send + Sync + fmt::Debug + bytemuck::NoUninit + 'static {
+///
+/// Implemented for kiln's element types only (sealed): buffers adopt a `Vec<T>` as it is
+/// and `as_slice::<T>` hands its bytes out as `T`s, which is sound only where `T`'s size,
+/// alignment and valid bit patterns are those of [`Element::DTYPE`].
+pub trait Element:
+    sealed::Sealed + Copy + Send + Sync + fmt::Debug + bytemuck::NoUninit + 'static
+{
     /// The dtype a buffer of this type has.
     const DTYPE: DType;
     /// Writes the value's bytes (little-endian, the buffer layout) to `out`.
@@ -332,7 +344,8 @@ pub trait Element: Copy + Send + Sync + fmt::Debug + bytemuck::NoUninit + 'stati
 
 macro_rules! element_num {
     ($($t:ty => $dt:ident, $from:expr);* $(;)?) => {
-        $(impl Element for $t {
+        $(impl sealed::Sealed for $t {}
+        impl Element for $t {
             const DTYPE: DType = DType::$dt;
             fn write_bytes(self, out: &mut [u8]) {
                 out.copy_from_slice(&self.to_le_bytes());
@@ -361,6 +374,8 @@ element_num! {
     f16 => F16, |s| f16::from_f32(s.to_f64() as f32);
     bf16 => BF16, |s| bf16::from_f32(s.to_f64() as f32);
 }
+
+impl sealed::Sealed for bool {}
 
 impl Element for bool {
     const DTYPE: DType = DType::Bool;

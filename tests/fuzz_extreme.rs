@@ -1151,7 +1151,7 @@ fn transform(
 /// work whose result has no elements (a layer norm's row statistics), the reference does
 /// not.
 fn graph_is_small(t: &Tensor) -> bool {
-    kiln::graph::with_graph(|g| {
+    kiln::graph::read_graph(|g| {
         g.lazy_subgraph(&[t.node_key()]).is_ok_and(|nodes| {
             nodes.iter().all(|&k| {
                 g.node(k)

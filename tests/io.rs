@@ -392,7 +392,7 @@ fn safetensors_loads_in_data_order_and_returns_metadata() {
 }
 
 fn buffer_addr(t: &Tensor) -> Option<u64> {
-    kiln::graph::with_graph(|g| {
+    kiln::graph::read_graph(|g| {
         g.node(t.node_key())
             .ok()
             .and_then(|n| n.buffer.as_ref().map(|b| b.addr()))

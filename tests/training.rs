@@ -179,3 +179,44 @@ fn embedding_and_linear_learn_a_lookup() {
     assert_eq!(pred.to_vec::<i64>().unwrap(), vec![3, 2, 1, 0]);
     let _ = DType::F32;
 }
+
+#[test]
+fn an_in_place_write_does_not_disturb_a_detached_alias_it_reads() {
+    // `x.detach()` shares `x`'s buffer: the plan saw two inputs, and the kernel read the
+    // transposed alias while it wrote `x` in place, so late rows read updated values (and,
+    // over several threads, raced with the writes). The alias now reads the old value.
+    let n = 64;
+    let x0: Vec<f32> = (0..n * n).map(|i| i as f32).collect();
+    let x = Tensor::from_vec(x0.clone(), [n, n]);
+    x.realize().unwrap();
+    x.add_(x.detach().t());
+    x.realize().unwrap();
+    let got = x.to_vec::<f32>().unwrap();
+    for i in 0..n {
+        for j in 0..n {
+            assert_eq!(
+                got[i * n + j],
+                x0[i * n + j] + x0[j * n + i],
+                "at ({i}, {j})"
+            );
+        }
+    }
+    // A reshaped alias, realized (it shares the buffer too), read in place of the same layout.
+    let y = Tensor::from_vec(x0.clone(), [n * n]);
+    y.realize().unwrap();
+    let r = y.reshape([n, n]);
+    r.realize().unwrap();
+    let back = r.t().reshape([n * n]);
+    y.mul_(back);
+    y.realize().unwrap();
+    let got = y.to_vec::<f32>().unwrap();
+    for i in 0..n {
+        for j in 0..n {
+            assert_eq!(
+                got[i * n + j],
+                x0[i * n + j] * x0[j * n + i],
+                "at ({i}, {j})"
+            );
+        }
+    }
+}

@@ -84,6 +84,12 @@ pub fn run_program(
             });
         }
     }
+    // The plan takes distinct input slots for distinct memory, but two slots can hold one
+    // buffer (`x` and `x.detach()`, or a realized reshape of `x`): if one of them is written
+    // in place, the other reads a copy taken before anything runs — the value it stood for
+    // — instead of memory a kernel overwrites while it reads it.
+    let snapshots = alias_snapshots(program, inputs)?;
+    let inputs = snapshots.as_deref().unwrap_or(inputs);
     // Several steps run on one of rayon's workers: each kernel's parallel loop then starts
     // on the thread that asks for it, instead of a non-pool thread handing every kernel over
     // and sleeping until it is done (two thread wake-ups per kernel). The other workers are
@@ -104,6 +110,42 @@ pub fn run_program(
         })
     } else {
         run_steps(program, inputs, params)
+    }
+}
+
+/// The inputs with every slot that shares an in-place destination's buffer (but is not that
+/// destination) bound to a copy of it; `None` when no slot does (the common case).
+fn alias_snapshots(program: &Program, inputs: &[Arc<Buffer>]) -> Result<Option<Vec<Arc<Buffer>>>> {
+    let same = |a: &Buffer, b: &Buffer| {
+        a.len_bytes() > 0 && a.device() == b.device() && a.addr() == b.addr()
+    };
+    let mut out: Option<Vec<Arc<Buffer>>> = None;
+    for spec in &program.buffers {
+        let Some(dst) = spec.input.and_then(|d| inputs.get(d).map(|b| (d, b))) else {
+            continue;
+        };
+        for (s, b) in inputs.iter().enumerate() {
+            if s != dst.0 && same(b, dst.1) {
+                let copy = snapshot(b)?;
+                out.get_or_insert_with(|| inputs.to_vec())[s] = copy;
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// A copy of a whole buffer on its own device.
+fn snapshot(b: &Buffer) -> Result<Arc<Buffer>> {
+    let bytes = b.len_bytes();
+    match b.device() {
+        Device::Cpu => {
+            let dst = memory::alloc_host(bytes)?;
+            // SAFETY: both are host buffers of at least `bytes` initialized bytes, distinct
+            // blocks (the copy is fresh), and no kernel runs before the program starts.
+            unsafe { std::ptr::copy_nonoverlapping(b.host_ptr(), dst.host_ptr(), bytes) };
+            Ok(Arc::new(dst))
+        }
+        to @ Device::Cuda(_) => Ok(Arc::new(cuda::copy(b, bytes, to)?)),
     }
 }
 

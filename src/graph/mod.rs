@@ -125,7 +125,8 @@ impl Node {
     }
 }
 
-/// The graph store. One process-wide instance lives behind [`with_graph`].
+/// The graph store. One process-wide instance lives behind `with_graph` (crate-private) and
+/// [`read_graph`].
 #[derive(Default)]
 pub struct Graph {
     dag: StableDiGraph<Node, usize>,
@@ -723,14 +724,23 @@ fn drain_pending(g: &mut Graph) {
     }
 }
 
-/// Runs `f` with the process-wide graph locked.
-pub fn with_graph<R>(f: impl FnOnce(&mut Graph) -> R) -> R {
+/// Runs `f` with the process-wide graph locked. Crate-private: installing buffers, handle
+/// counts and in-place bookkeeping are kiln's to change (a node given a buffer of the wrong
+/// size or device, or with stale bytes in a bool tensor, would reach the kernels).
+pub(crate) fn with_graph<R>(f: impl FnOnce(&mut Graph) -> R) -> R {
     let mut g = lock_graph();
     f(&mut g)
 }
 
+/// Runs `f` with the process-wide graph locked, to read it (node shapes, buffers,
+/// operands, the pending subgraph).
+pub fn read_graph<R>(f: impl FnOnce(&Graph) -> R) -> R {
+    let g = lock_graph();
+    f(&g)
+}
+
 /// Drops a tensor handle. Never blocks: if the graph is busy (held by another thread, or by
-/// this one inside [`with_graph`]), the release is queued and applied at the next lock.
+/// this one inside `with_graph`), the release is queued and applied at the next lock.
 pub fn release_handle(key: NodeKey) {
     match GRAPH.try_lock() {
         Ok(mut g) => {

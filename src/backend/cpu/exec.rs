@@ -1834,9 +1834,11 @@ fn load_run(
             o[hi..].fill(f);
             let p = a.ptr as *const $S;
             let conv = $conv;
-            if stride == 1 {
+            if stride == 1 && hi > lo {
                 // SAFETY: elements base+lo .. base+hi lie inside the buffer (bounds checked
                 // before the run) and are initialized; the type matches the buffer's dtype.
+                // (A run with no element inside the mask is skipped: its `base + lo` may lie
+                // outside the buffer.)
                 let src =
                     unsafe { std::slice::from_raw_parts(p.offset(base + lo as isize), hi - lo) };
                 for (d, &s) in o[lo..hi].iter_mut().zip(src) {
