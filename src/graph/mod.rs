@@ -139,7 +139,7 @@ impl Graph {
     pub fn add_node(
         &mut self,
         op: Op,
-        inputs: &[NodeKey],
+        inputs: impl ExactSizeIterator<Item = NodeKey>,
         shape: Vec<usize>,
         dtype: DType,
         device: Device,
@@ -147,16 +147,14 @@ impl Graph {
         // Most ops have at most four inputs: their indices stay on the stack.
         let mut few = [NodeIndex::end(); 4];
         let many: Vec<NodeIndex>;
-        let input_idx: &[NodeIndex] = if inputs.len() <= few.len() {
-            for (slot, &k) in few.iter_mut().zip(inputs) {
+        let n = inputs.len();
+        let input_idx: &[NodeIndex] = if n <= few.len() {
+            for (slot, k) in few.iter_mut().zip(inputs) {
                 *slot = self.index(k)?;
             }
-            &few[..inputs.len()]
+            &few[..n]
         } else {
-            many = inputs
-                .iter()
-                .map(|&k| self.index(k))
-                .collect::<Result<_>>()?;
+            many = inputs.map(|k| self.index(k)).collect::<Result<_>>()?;
             &many
         };
         Ok(self.insert(op, input_idx, shape, dtype, device))
@@ -499,31 +497,27 @@ impl Graph {
         Ok(())
     }
 
-    fn prune_from(&mut self, start: NodeIndex) {
-        // The common case (a handle dropped while the node is still read or held) needs no
-        // stack.
-        let kept = self.dag.node_weight(start).is_none_or(|n| {
+    /// Whether pruning stops at `idx`: the node is gone, or a handle or a consumer holds it.
+    fn kept(&self, idx: NodeIndex) -> bool {
+        self.dag.node_weight(idx).is_none_or(|n| {
             n.handles > 0
                 || self
                     .dag
-                    .neighbors_directed(start, Direction::Outgoing)
+                    .neighbors_directed(idx, Direction::Outgoing)
                     .next()
                     .is_some()
-        });
-        if kept {
+        })
+    }
+
+    fn prune_from(&mut self, start: NodeIndex) {
+        // The common case (a handle dropped while the node is still read or held) needs no
+        // stack.
+        if self.kept(start) {
             return;
         }
         let mut stack = vec![start];
         while let Some(idx) = stack.pop() {
-            let Some(n) = self.dag.node_weight(idx) else {
-                continue;
-            };
-            let has_consumers = self
-                .dag
-                .neighbors_directed(idx, Direction::Outgoing)
-                .next()
-                .is_some();
-            if n.handles > 0 || has_consumers {
+            if self.kept(idx) {
                 continue;
             }
             // The inputs are visited after the node is gone (one consumer fewer each).

@@ -81,18 +81,7 @@ impl Tensor {
         device: Device,
     ) -> Result<Tensor> {
         crate::shape::check_shape(op.kind_name(), &shape, dtype)?;
-        // Most ops have at most four inputs: their keys stay on the stack.
-        let mut few = [NodeKey::default(); 4];
-        let many: Vec<NodeKey>;
-        let keys: &[NodeKey] = if inputs.len() <= few.len() {
-            for (slot, t) in few.iter_mut().zip(inputs) {
-                *slot = t.key;
-            }
-            &few[..inputs.len()]
-        } else {
-            many = inputs.iter().map(|t| t.key).collect();
-            &many
-        };
+        let keys = inputs.iter().map(|t| t.key);
         let key = graph::with_graph(|g| g.add_node(op, keys, shape.clone(), dtype, device))?;
         Ok(Tensor::from_node(key, shape, dtype, device))
     }
