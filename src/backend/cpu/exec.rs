@@ -557,8 +557,8 @@ loops_for!(
 loops_for!(
     avx2,
     "avx2,fma,f16c,bmi1,bmi2,popcnt",
-    ops::reduce_segments_portable,
-    ops::reduce_segments_f16_portable
+    ops::reduce_segments_f32_avx2,
+    ops::reduce_segments_f16_avx2
 );
 
 static GENERIC_LOOPS: Loops = Loops {

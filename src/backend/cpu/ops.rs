@@ -653,6 +653,113 @@ pub(crate) fn reduce_segments_f16_avx512(op: ReduceOp, src: &[u16], len: usize, 
     )
 }
 
+/// The body of [`reduce_segments_f32_avx2`] and [`reduce_segments_f16_avx2`]: the 32 lanes
+/// of [`fold_lanes`] in four 8-wide registers fed by `$load` (8 values widened to f32 from a
+/// pointer), the tail through `$conv`, then the same pairwise tree (lane i with lane i + 16,
+/// then + 8, + 4, + 2, + 1), so the same bits as the portable fold; products (and
+/// arg-reductions, never asked) take `$portable`.
+#[cfg(target_arch = "x86_64")]
+macro_rules! avx2_segments {
+    ($op:expr, $src:expr, $len:expr, $out:expr, $load:expr, $conv:expr, $portable:path) => {{
+        use std::arch::x86_64::*;
+        let (op, src, len, out) = ($op, $src, $len, $out);
+        // `a` where `a` is NaN or wins the comparison with `b`, else `b`: `max_nan` and
+        // `min_nan` lane by lane.
+        macro_rules! pick {
+            ($cmp:ident, $or:ident, $blend:ident, $a:expr, $b:expr, $pred:expr) => {{
+                let (a, b) = ($a, $b);
+                let k = $or($cmp::<_CMP_UNORD_Q>(a, a), $cmp::<$pred>(a, b));
+                $blend(b, a, k)
+            }};
+        }
+        // A max or min: `pick` at both widths, `$fs` for the tail.
+        macro_rules! picking {
+            ($pred:ident, $fs:expr) => {{
+                segments!(
+                    |a, b| pick!(_mm256_cmp_ps, _mm256_or_ps, _mm256_blendv_ps, a, b, $pred),
+                    |a, b| pick!(_mm_cmp_ps, _mm_or_ps, _mm_blendv_ps, a, b, $pred),
+                    $fs
+                )
+            }};
+        }
+        macro_rules! segments {
+            ($f256:expr, $f128:expr, $fs:expr) => {{
+                let id = acc_init::<f32>(op).value;
+                let full = len / LANES * LANES;
+                for (o, x) in out.iter_mut().zip(src.chunks_exact(len.max(1))) {
+                    let mut r = [_mm256_set1_ps(id); 4];
+                    let mut i = 0;
+                    while i < full {
+                        // SAFETY: `i + 32 <= full <= len = x.len()`: the four loads (8 values
+                        // each) are in bounds.
+                        let c = unsafe {
+                            let p = x.as_ptr().add(i);
+                            [
+                                $load(p),
+                                $load(p.add(8)),
+                                $load(p.add(16)),
+                                $load(p.add(24)),
+                            ]
+                        };
+                        for j in 0..4 {
+                            r[j] = $f256(r[j], c[j]);
+                        }
+                        i += LANES;
+                    }
+                    let mut rest = id;
+                    for &e in &x[full..] {
+                        rest = $fs(rest, $conv(e));
+                    }
+                    let s8 = $f256($f256(r[0], r[2]), $f256(r[1], r[3]));
+                    let s4 = $f128(_mm256_castps256_ps128(s8), _mm256_extractf128_ps::<1>(s8));
+                    let s2 = $f128(s4, _mm_movehl_ps(s4, s4));
+                    let s1 = $f128(s2, _mm_movehdup_ps(s2));
+                    *o = $fs(_mm_cvtss_f32(s1), rest);
+                }
+            }};
+        }
+        match op {
+            ReduceOp::Sum => segments!(_mm256_add_ps, _mm_add_ps, |a: f32, b: f32| a + b),
+            ReduceOp::Max => picking!(_CMP_GT_OQ, max_nan::<f32>),
+            ReduceOp::Min => picking!(_CMP_LT_OQ, min_nan::<f32>),
+            _ => $portable(op, src, len, out),
+        }
+    }};
+}
+
+/// [`reduce_segments_portable`] over f32 in AVX2 registers (four of them hold the 32
+/// lanes): the same bits as the portable fold.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+pub(crate) fn reduce_segments_f32_avx2(op: ReduceOp, src: &[f32], len: usize, out: &mut [f32]) {
+    avx2_segments!(
+        op,
+        src,
+        len,
+        out,
+        |p: *const f32| _mm256_loadu_ps(p),
+        |x: f32| x,
+        reduce_segments_portable
+    )
+}
+
+/// [`reduce_segments_f16_portable`] in AVX2 registers, each 8 stored f16 widened by one F16C
+/// instruction (exact, as the portable conversion): the same lanes and order, so the same
+/// bits.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,f16c")]
+pub(crate) fn reduce_segments_f16_avx2(op: ReduceOp, src: &[u16], len: usize, out: &mut [f32]) {
+    avx2_segments!(
+        op,
+        src,
+        len,
+        out,
+        |p: *const u16| _mm256_cvtph_ps(_mm_loadu_si128(p.cast())),
+        f16_to_f32,
+        reduce_segments_f16_portable
+    )
+}
+
 /// [`reduce_run_16`] over f16 bit patterns, for every `len`-long segment of `src`, into
 /// `out` (one value per segment).
 #[inline(always)]
@@ -847,46 +954,67 @@ mod tests {
         sets
     }
 
+    type Segments<S> = fn(ReduceOp, &[S], usize, &mut [f32]);
+
+    /// The SIMD segment loops this CPU can run, by name, behind safe wrappers.
+    #[cfg(target_arch = "x86_64")]
+    fn simd_segments() -> Vec<(&'static str, Segments<f32>, Segments<u16>)> {
+        let mut v: Vec<(&'static str, Segments<f32>, Segments<u16>)> = vec![];
+        if is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512vl")
+            && is_x86_feature_detected!("avx512dq")
+        {
+            v.push((
+                "avx512",
+                // SAFETY (both): the features these functions enable were detected above.
+                |op, x, len, out| unsafe { reduce_segments_f32_avx512(op, x, len, out) },
+                |op, x, len, out| unsafe { reduce_segments_f16_avx512(op, x, len, out) },
+            ));
+        }
+        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("f16c") {
+            v.push((
+                "avx2",
+                // SAFETY (both): the features these functions enable were detected above.
+                |op, x, len, out| unsafe { reduce_segments_f32_avx2(op, x, len, out) },
+                |op, x, len, out| unsafe { reduce_segments_f16_avx2(op, x, len, out) },
+            ));
+        }
+        v
+    }
+
+    /// Every SIMD f32 loop this CPU has (AVX-512: two 16-wide registers; AVX2: four 8-wide
+    /// ones) against the portable fold, bit for bit, over special values and every segment
+    /// length class (shorter than the lanes, exact multiples, tails).
     #[test]
     #[cfg(target_arch = "x86_64")]
-    fn avx512_segments_match_the_portable_segments_bit_for_bit() {
-        let has = is_x86_feature_detected!("avx512f")
-            && is_x86_feature_detected!("avx512vl")
-            && is_x86_feature_detected!("avx512dq");
-        if !has {
-            return;
-        }
+    fn simd_segments_match_the_portable_segments_bit_for_bit() {
         let flat: Vec<f32> = lane_sets().into_iter().flatten().collect();
-        for len in [1usize, 7, 31, 32, 33, 64, 100, 128, 160] {
-            let segs = flat.len() / len;
-            let src = &flat[..segs * len];
-            for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min, ReduceOp::Prod] {
-                let mut want = vec![0.0f32; segs];
-                let mut got = vec![0.0f32; segs];
-                reduce_segments_portable(op, src, len, &mut want);
-                // SAFETY: the features this function enables were detected above.
-                unsafe { segments_avx512_checked(op, src, len, &mut got) };
-                for (k, (w, g)) in want.iter().zip(&got).enumerate() {
-                    assert!(
-                        w.to_bits() == g.to_bits() || (w.is_nan() && g.is_nan()),
-                        "{op:?} over {len}, segment {k}: {w} vs {g}"
-                    );
+        for (name, f32_loop, _) in simd_segments() {
+            for len in [1usize, 7, 31, 32, 33, 64, 100, 128, 160] {
+                let segs = flat.len() / len;
+                let src = &flat[..segs * len];
+                for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min, ReduceOp::Prod] {
+                    let mut want = vec![0.0f32; segs];
+                    let mut got = vec![0.0f32; segs];
+                    reduce_segments_portable(op, src, len, &mut want);
+                    f32_loop(op, src, len, &mut got);
+                    for (k, (w, g)) in want.iter().zip(&got).enumerate() {
+                        assert!(
+                            w.to_bits() == g.to_bits() || (w.is_nan() && g.is_nan()),
+                            "{name}: {op:?} over {len}, segment {k}: {w} vs {g}"
+                        );
+                    }
                 }
             }
         }
     }
 
-    /// The f16 loop (sixteen values widened per instruction) against the portable fold over
-    /// the same patterns, and both against the f32 fold of the widened values.
+    /// Every SIMD f16 loop (F16C widening 16 or 8 values per instruction) against the
+    /// portable fold over the same patterns, and both against the f32 fold of the widened
+    /// values.
     #[test]
     #[cfg(target_arch = "x86_64")]
-    fn avx512_f16_segments_match_the_portable_segments_bit_for_bit() {
-        let has = is_x86_feature_detected!("avx512f")
-            && is_x86_feature_detected!("avx512vl")
-            && is_x86_feature_detected!("avx512dq");
-        if !has {
-            return;
-        }
+    fn simd_f16_segments_match_the_portable_segments_bit_for_bit() {
         let mut bits: Vec<u16> = lane_sets()
             .into_iter()
             .flatten()
@@ -895,47 +1023,30 @@ mod tests {
         // Every f16 pattern too (subnormals, infinities, NaN payloads of both signs).
         bits.extend(0..=u16::MAX);
         let wide: Vec<f32> = bits.iter().map(|&h| f16_to_f32(h)).collect();
-        for len in [1usize, 7, 31, 32, 33, 64, 100, 128, 160] {
-            let segs = bits.len() / len;
-            let src = &bits[..segs * len];
-            for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min, ReduceOp::Prod] {
-                let mut want = vec![0.0f32; segs];
-                let mut portable = vec![0.0f32; segs];
-                let mut got = vec![0.0f32; segs];
-                reduce_segments_portable(op, &wide[..segs * len], len, &mut want);
-                reduce_segments_f16_portable(op, src, len, &mut portable);
-                // SAFETY: the features this function enables were detected above.
-                unsafe { segments_f16_avx512_checked(op, src, len, &mut got) };
-                for (k, ((w, p), g)) in want.iter().zip(&portable).zip(&got).enumerate() {
-                    let same =
-                        |a: &f32, b: &f32| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan());
-                    assert!(
-                        same(w, p) && same(w, g),
-                        "{op:?} over {len}, segment {k}: {w} (f32) vs {p} (portable) vs {g}"
-                    );
+        for (name, _, f16_loop) in simd_segments() {
+            for len in [1usize, 7, 31, 32, 33, 64, 100, 128, 160] {
+                let segs = bits.len() / len;
+                let src = &bits[..segs * len];
+                for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min, ReduceOp::Prod] {
+                    let mut want = vec![0.0f32; segs];
+                    let mut portable = vec![0.0f32; segs];
+                    let mut got = vec![0.0f32; segs];
+                    reduce_segments_portable(op, &wide[..segs * len], len, &mut want);
+                    reduce_segments_f16_portable(op, src, len, &mut portable);
+                    f16_loop(op, src, len, &mut got);
+                    for (k, ((w, p), g)) in want.iter().zip(&portable).zip(&got).enumerate() {
+                        let same = |a: &f32, b: &f32| {
+                            a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
+                        };
+                        assert!(
+                            same(w, p) && same(w, g),
+                            "{name}: {op:?} over {len}, segment {k}: {w} (f32) vs {p} \
+                             (portable) vs {g}"
+                        );
+                    }
                 }
             }
         }
-    }
-
-    /// Calls [`reduce_segments_f16_avx512`] from a function compiled with its features.
-    ///
-    /// # Safety
-    /// The CPU must support AVX-512F/VL/DQ.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx512f,avx512vl,avx512dq")]
-    unsafe fn segments_f16_avx512_checked(op: ReduceOp, src: &[u16], len: usize, out: &mut [f32]) {
-        reduce_segments_f16_avx512(op, src, len, out)
-    }
-
-    /// Calls [`reduce_segments_f32_avx512`] from a function compiled with its features.
-    ///
-    /// # Safety
-    /// The CPU must support AVX-512F/VL/DQ.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx512f,avx512vl,avx512dq")]
-    unsafe fn segments_avx512_checked(op: ReduceOp, src: &[f32], len: usize, out: &mut [f32]) {
-        reduce_segments_f32_avx512(op, src, len, out)
     }
 
     #[test]
