@@ -1,4 +1,4 @@
-//! Backends run a [`Program`] on buffers. [`run_program`] is device-neutral: it allocates
+//! Backends run a [`Program`] on buffers. `run_program` (called by `realize`) is device-neutral: it allocates
 //! each planned buffer from its device's caching allocator just before the step that writes
 //! it, runs the step on the device's backend, and drops every buffer right after its last
 //! reader, as the memory plan says.
@@ -55,7 +55,11 @@ fn allocate(device: Device, bytes: usize) -> Result<Buffer> {
 
 /// Runs `program` with `inputs` bound to its input slots and `params` to its parameter
 /// slots; returns the planned buffers that are still alive (the kept ones).
-pub fn run_program(
+///
+/// The caller holds every input for the run (`realize` does, from planning until its
+/// results are installed): the in-place destinations for writing, the rest for reading, so
+/// no other thread reads what the program writes in place or writes what it reads.
+pub(crate) fn run_program(
     program: &Program,
     inputs: &[Arc<Buffer>],
     params: &[Scalar],
@@ -68,21 +72,6 @@ pub fn run_program(
             inputs.len(),
             params.len()
         )));
-    }
-    // In-place writes into a buffer that a host slice borrows are refused before anything
-    // runs, so a refused program leaves every buffer as it was.
-    for spec in &program.buffers {
-        if let Some(b) = spec.input.and_then(|slot| inputs.get(slot))
-            && b.is_borrowed()
-        {
-            return Err(KilnError::Borrowed {
-                op: "realize",
-                detail: format!(
-                    "an in-place update writes a {}-byte buffer that",
-                    b.len_bytes()
-                ),
-            });
-        }
     }
     // The plan takes distinct input slots for distinct memory, but two slots can hold one
     // buffer (`x` and `x.detach()`, or a realized reshape of `x`): if one of them is written

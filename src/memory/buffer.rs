@@ -54,10 +54,37 @@ pub struct Buffer {
     /// Bumped by every in-place write: a reader that recorded an older version reads a value
     /// that no longer exists (and is refused).
     version: std::sync::atomic::AtomicU64,
-    /// Live host slices borrowed from the buffer (`Tensor::as_slice`): while any exists, no
-    /// kernel may write it.
-    borrows: std::sync::atomic::AtomicUsize,
+    /// Who holds the memory now ([`Access`]): host slices and running programs that read
+    /// it, or one in-place writer.
+    access: std::sync::atomic::AtomicU64,
 }
+
+/// The kinds of hold a buffer's access state counts: [`Access::Slice`] and [`Access::Read`]
+/// share the memory with each other, [`Buffer::try_write`] excludes both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Access {
+    /// A host slice handed to user code (`Tensor::as_slice`, `to_bytes`): it may live as
+    /// long as the user likes, so an in-place write that meets one is refused, not delayed.
+    Slice,
+    /// A program that reads the buffer while it runs: an in-place write waits for it.
+    Read,
+}
+
+/// Why [`Buffer::try_write`] did not get the buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WriteRefused {
+    /// A host slice is alive: the write must fail.
+    Borrowed,
+    /// A running program reads it or another writes it: the write may retry once it ends.
+    Busy,
+}
+
+/// The access state's fields: host slices in the low 31 bits, running readers in the next
+/// 32, and the writer flag on top.
+const SLICE: u64 = 1;
+const SLICES: u64 = (1 << 31) - 1;
+const READ: u64 = 1 << 31;
+const WRITER: u64 = 1 << 63;
 
 impl Buffer {
     /// Wrap `block`, which `owner` handed out; it goes back to `owner` on drop.
@@ -66,7 +93,7 @@ impl Buffer {
             block: Some(block),
             owner,
             version: std::sync::atomic::AtomicU64::new(0),
-            borrows: std::sync::atomic::AtomicUsize::new(0),
+            access: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -90,21 +117,78 @@ impl Buffer {
         )
     }
 
-    /// Records a live borrow of the host memory (see [`Buffer::is_borrowed`]).
-    pub fn borrow(&self) {
-        self.borrows
-            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    /// Takes a shared hold of kind `kind` unless an in-place writer holds the buffer;
+    /// returns whether it did. Every hold taken is given back with [`Buffer::unshare`].
+    pub(crate) fn try_share(&self, kind: Access) -> bool {
+        use std::sync::atomic::Ordering;
+        let one = match kind {
+            Access::Slice => SLICE,
+            Access::Read => READ,
+        };
+        let mut now = self.access.load(Ordering::Acquire);
+        loop {
+            let count = match kind {
+                Access::Slice => now & SLICES,
+                Access::Read => (now & !WRITER) >> 31,
+            };
+            // A full counter refuses (as a writer would) rather than carry into the next
+            // field: 2^31 - 1 holds of one kind on one buffer are not a real program.
+            if now & WRITER != 0 || count >= SLICES {
+                return false;
+            }
+            match self.access.compare_exchange_weak(
+                now,
+                now + one,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return true,
+                Err(seen) => now = seen,
+            }
+        }
     }
 
-    /// Ends a borrow recorded by [`Buffer::borrow`].
-    pub fn unborrow(&self) {
-        self.borrows
-            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    /// [`Buffer::try_share`], waiting while an in-place write runs (writes are short and
+    /// never wait on a shared hold, so this ends).
+    pub(crate) fn share(&self, kind: Access) {
+        let mut tries = 0u32;
+        while !self.try_share(kind) {
+            back_off(&mut tries);
+        }
+    }
+
+    /// Gives back a hold taken by [`Buffer::try_share`] or [`Buffer::share`].
+    pub(crate) fn unshare(&self, kind: Access) {
+        let one = match kind {
+            Access::Slice => SLICE,
+            Access::Read => READ,
+        };
+        self.access
+            .fetch_sub(one, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    /// Takes the buffer for an in-place write: only when nobody holds it.
+    pub(crate) fn try_write(&self) -> Result<(), WriteRefused> {
+        use std::sync::atomic::Ordering;
+        match self
+            .access
+            .compare_exchange(0, WRITER, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => Ok(()),
+            Err(now) if now & SLICES != 0 => Err(WriteRefused::Borrowed),
+            Err(_) => Err(WriteRefused::Busy),
+        }
+    }
+
+    /// Ends a write taken by [`Buffer::try_write`].
+    pub(crate) fn end_write(&self) {
+        self.access
+            .fetch_and(!WRITER, std::sync::atomic::Ordering::AcqRel);
     }
 
     /// True while a slice borrowed from this buffer is alive: in-place writes are refused.
     pub fn is_borrowed(&self) -> bool {
-        self.borrows.load(std::sync::atomic::Ordering::Acquire) > 0
+        self.access.load(std::sync::atomic::Ordering::Acquire) & SLICES != 0
     }
 
     /// How many in-place writes the buffer has seen.
@@ -113,7 +197,7 @@ impl Buffer {
     }
 
     /// Records an in-place write; returns the new version.
-    pub fn bump_version(&self) -> u64 {
+    pub(crate) fn bump_version(&self) -> u64 {
         self.version
             .fetch_add(1, std::sync::atomic::Ordering::AcqRel)
             + 1
@@ -155,6 +239,20 @@ impl Drop for Buffer {
         if let Some(block) = self.block.take() {
             self.owner.release(block);
         }
+    }
+}
+
+/// One wait between tries for a buffer another thread holds: a rayon worker runs pending
+/// pool work (the holder's kernels may need it), other threads yield; after a while each
+/// try sleeps a little so a long write is not spun on.
+pub(crate) fn back_off(tries: &mut u32) {
+    *tries = tries.saturating_add(1);
+    if *tries > 64 {
+        std::thread::sleep(std::time::Duration::from_micros(20));
+    } else if rayon::current_thread_index().is_some() {
+        rayon::yield_now();
+    } else {
+        std::thread::yield_now();
     }
 }
 

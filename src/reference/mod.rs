@@ -7,6 +7,7 @@
 use crate::dtype::{DType, Scalar};
 use crate::error::{KilnError, Result};
 use crate::graph::{self, BinaryOp, Generator, Graph, NodeKey, Op, ReduceOp, UnaryOp};
+use crate::memory::buffer::Access;
 use crate::ops::{Applied, ScanOp};
 use crate::random;
 use crate::shape::{Movement, contiguous_strides, numel};
@@ -91,10 +92,26 @@ fn read_buffer(g: &Graph, key: NodeKey) -> Result<RefTensor> {
     let count = numel(&n.shape);
     let sz = n.dtype.size_bytes();
     let mut bytes = vec![0u8; count * sz];
+    if buf.len_bytes() < bytes.len() {
+        return Err(KilnError::internal("buffer shorter than its tensor"));
+    }
     if !bytes.is_empty() {
-        // SAFETY: the buffer holds at least `count * sz` initialized bytes (it backs a
-        // realized tensor of this shape and dtype) and no kernel writes it anymore.
+        // This runs under the graph lock, which the realize writing the buffer needs to
+        // finish: waiting here would never end, so a buffer being written is an error.
+        if !buf.try_share(Access::Slice) {
+            return Err(KilnError::Backend {
+                backend: "reference",
+                message: format!(
+                    "a {:?} {} input is being written in place by a realize on another thread",
+                    n.shape, n.dtype
+                ),
+            });
+        }
+        // SAFETY: the buffer holds at least `bytes.len()` initialized bytes (checked above;
+        // allocations are zeroed) and the hold taken above keeps in-place writes out
+        // until the copy is done.
         unsafe { std::ptr::copy_nonoverlapping(buf.host_ptr(), bytes.as_mut_ptr(), bytes.len()) };
+        buf.unshare(Access::Slice);
     }
     let vals = bytes
         .chunks_exact(sz)

@@ -28,6 +28,7 @@ use crate::device::Device;
 use crate::dtype::{DType, Element};
 use crate::error::{KilnError, Result};
 use crate::graph::{self, NodeKey, Op};
+use crate::memory::buffer::Access;
 use std::sync::Arc;
 
 /// A lazily evaluated n-dimensional array.
@@ -193,7 +194,8 @@ impl Tensor {
         if buf.len_bytes() < len * std::mem::size_of::<T>() || buf.device() != Device::Cpu {
             return Err(KilnError::internal("buffer shorter than its tensor"));
         }
-        buf.borrow();
+        // Waits while an in-place write (another thread's realize) runs on this buffer.
+        buf.share(Access::Slice);
         Ok(SliceGuard {
             buf,
             len,
@@ -217,10 +219,12 @@ impl Tensor {
         }
         let mut out = vec![0u8; len];
         if len > 0 {
-            // SAFETY: `buf` is a host buffer (device checked above) of at least `len`
-            // initialized bytes (allocations are zeroed and kernels write every element);
-            // no kernel writes it anymore because the node is realized and its plan finished.
+            buf.share(Access::Slice);
+            // SAFETY: `buf` is a host buffer (`t` is on the CPU) of at least `len`
+            // initialized bytes (allocations are zeroed and kernels write every element),
+            // and the hold taken just above keeps in-place writes out until the copy is done.
             unsafe { std::ptr::copy_nonoverlapping(buf.host_ptr(), out.as_mut_ptr(), len) };
+            buf.unshare(Access::Slice);
         }
         Ok(out)
     }
@@ -246,8 +250,8 @@ impl<T: Element> std::ops::Deref for SliceGuard<T> {
         // allocator aligns blocks to 64 bytes; an adopted vector was a `Vec<T>` of this
         // dtype, whose element type has this alignment); the `Arc` keeps it alive; and no
         // kernel writes it while the guard lives: the only writes into an existing buffer
-        // are in-place updates, which check the borrow count first (when recorded and
-        // before a program runs).
+        // are in-place updates, whose realize must take the buffer for writing first
+        // (`Buffer::try_write`), which the guard's slice hold refuses.
         unsafe { std::slice::from_raw_parts(self.buf.host_ptr() as *const T, self.len) }
     }
 }
@@ -260,7 +264,7 @@ impl<T: Element> std::fmt::Debug for SliceGuard<T> {
 
 impl<T: Element> Drop for SliceGuard<T> {
     fn drop(&mut self) {
-        self.buf.unborrow();
+        self.buf.unshare(Access::Slice);
     }
 }
 

@@ -6,7 +6,9 @@ use crate::backend;
 use crate::dump;
 use crate::error::{KilnError, Result};
 use crate::graph::{self, NodeKey, Op};
-use crate::kernel::BufferRef;
+use crate::kernel::{BufferRef, Program};
+use crate::memory::Buffer;
+use crate::memory::buffer::{Access, WriteRefused};
 use crate::plan::cache::{self, CachedPlan};
 use crate::plan::{self, Plan, RealizeOptions};
 use std::sync::Arc;
@@ -138,7 +140,8 @@ fn dump_plan(plan: &Plan) {
 /// A realize's plan, bound to this graph's inputs and parameters.
 struct Prepared {
     plan: Arc<CachedPlan>,
-    inputs: Vec<Arc<crate::memory::Buffer>>,
+    /// The input buffers, held for the run.
+    holds: Holds,
     params: Vec<crate::dtype::Scalar>,
     /// The swept nodes (installs name them by position).
     order: Vec<NodeKey>,
@@ -147,93 +150,220 @@ struct Prepared {
     planning: std::time::Duration,
 }
 
+/// What preparing a realize under the graph lock found.
+enum Preparation {
+    /// Every target is realized already.
+    Nothing,
+    Ready(Box<Prepared>),
+    /// Another realize holds a buffer this one writes or reads in place: try again once it
+    /// has installed its results (it may have computed these targets too).
+    Busy,
+}
+
+/// How a realize holds one input buffer.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Hold {
+    /// Not held by this slot: the same buffer is held for writing through another slot.
+    Aliased,
+    Read,
+    Write,
+}
+
+/// The input buffers of a realize's program with the hold it took on each: the in-place
+/// destinations for writing, every other input for reading ([`Buffer::try_write`],
+/// [`Buffer::try_share`]). Taken under the graph lock together with the plan and given back
+/// (on drop) only after the results are installed, so two realizes cannot both run one
+/// pending in-place update, and no realize writes a buffer that another is reading or that
+/// a host slice borrows.
+///
+/// [`Buffer::try_write`]: crate::memory::Buffer
+/// [`Buffer::try_share`]: crate::memory::Buffer
+struct Holds {
+    inputs: Vec<Arc<Buffer>>,
+    kinds: Vec<Hold>,
+}
+
+impl Holds {
+    /// Holds `inputs` as `program` uses them. `Ok(None)`: another realize holds one of them
+    /// (nothing is held then).
+    fn take(program: &Program, inputs: Vec<Arc<Buffer>>) -> Result<Option<Holds>> {
+        let mut h = Holds {
+            kinds: vec![Hold::Aliased; inputs.len()],
+            inputs,
+        };
+        for slot in program.buffers.iter().filter_map(|spec| spec.input) {
+            let Some(b) = h.inputs.get(slot) else {
+                return Err(KilnError::internal("in-place write to a missing input"));
+            };
+            if h.writes(b) {
+                continue;
+            }
+            match b.try_write() {
+                Ok(()) => h.kinds[slot] = Hold::Write,
+                Err(WriteRefused::Borrowed) => {
+                    return Err(KilnError::Borrowed {
+                        op: "realize",
+                        detail: format!(
+                            "an in-place update writes a {}-byte buffer that",
+                            b.len_bytes()
+                        ),
+                    });
+                }
+                Err(WriteRefused::Busy) => return Ok(None),
+            }
+        }
+        for slot in 0..h.inputs.len() {
+            if h.kinds[slot] != Hold::Aliased {
+                continue;
+            }
+            let b = &h.inputs[slot];
+            if h.writes(b) {
+                continue;
+            }
+            if !b.try_share(Access::Read) {
+                return Ok(None);
+            }
+            h.kinds[slot] = Hold::Read;
+        }
+        Ok(Some(h))
+    }
+
+    /// Whether `b`'s memory is held for writing through some slot (the same buffer, or
+    /// another buffer object on the same memory).
+    fn writes(&self, b: &Buffer) -> bool {
+        self.inputs.iter().zip(&self.kinds).any(|(o, &k)| {
+            k == Hold::Write
+                && (std::ptr::eq(o.as_ref(), b)
+                    || (b.len_bytes() > 0 && o.device() == b.device() && o.addr() == b.addr()))
+        })
+    }
+}
+
+impl Drop for Holds {
+    fn drop(&mut self) {
+        for (b, &k) in self.inputs.iter().zip(&self.kinds) {
+            match k {
+                Hold::Aliased => {}
+                Hold::Read => b.unshare(Access::Read),
+                Hold::Write => b.end_write(),
+            }
+        }
+    }
+}
+
+/// Sweeps, plans (or finds the plan in the cache) and holds the input buffers of a
+/// realize of `keys`, under the graph lock.
+fn prepare(
+    g: &mut graph::Graph,
+    keys: &[NodeKey],
+    options: &RealizeOptions,
+) -> Result<Preparation> {
+    let mut pending = vec![];
+    for &k in keys {
+        if g.node(k)?.op != Op::Buffer && !pending.contains(&k) {
+            pending.push(k);
+        }
+    }
+    if pending.is_empty() {
+        return Ok(Preparation::Nothing);
+    }
+    let sweep = sweep_with_readers(g, &mut pending)?;
+    // A tensor on a device that is not usable fails here, before anything runs.
+    let mut devices = vec![crate::Device::Cpu];
+    for &k in &sweep.order {
+        let n = g.node(k)?;
+        if !devices.contains(&n.device) {
+            backend::check_device(n.device)?;
+            devices.push(n.device);
+        }
+    }
+    let (sig, binds) = cache::signature(g, &sweep, &pending, options)?;
+    let started = std::time::Instant::now();
+    let (plan, cache_hit) = match cache::with_cache(|c| c.get(&sig)) {
+        Some(p) => (p, true),
+        None => {
+            let plan = plan::plan_swept(g, &sweep, &pending, options)?;
+            dump_plan(&plan);
+            let cached = Arc::new(CachedPlan::new(plan, &sweep));
+            cache::with_cache(|c| c.insert(sig, Arc::clone(&cached)));
+            (cached, false)
+        }
+    };
+    let planning = if cache_hit {
+        std::time::Duration::ZERO
+    } else {
+        started.elapsed()
+    };
+    let inputs = binds
+        .inputs
+        .iter()
+        .map(|&pos| {
+            g.node(sweep.order[pos])?
+                .buffer
+                .clone()
+                .ok_or_else(|| KilnError::internal("input node without a buffer"))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let Some(holds) = Holds::take(&plan.program, inputs)? else {
+        return Ok(Preparation::Busy);
+    };
+    // Checked once the buffers are held: a write still running elsewhere has bumped a
+    // version without installing its result yet, which is `Busy`, not an error.
+    for &k in &sweep.order {
+        check_version(g, k)?;
+    }
+    Ok(Preparation::Ready(Box::new(Prepared {
+        plan,
+        holds,
+        params: binds.params,
+        order: sweep.order,
+        cache_hit,
+        planning,
+    })))
+}
+
 /// Realizes several tensors in one plan with explicit options.
 pub fn realize_all_with(tensors: &[&Tensor], options: &RealizeOptions) -> Result<RealizeReport> {
     let keys: Vec<NodeKey> = tensors.iter().map(|t| t.key).collect();
-    let prepared = graph::with_graph(|g| -> Result<Option<Prepared>> {
-        let mut pending = vec![];
-        for &k in &keys {
-            if g.node(k)?.op != Op::Buffer && !pending.contains(&k) {
-                pending.push(k);
-            }
+    let mut tries = 0;
+    let p = loop {
+        match graph::with_graph(|g| prepare(g, &keys, options))? {
+            Preparation::Nothing => return Ok(RealizeReport::default()),
+            Preparation::Ready(p) => break p,
+            Preparation::Busy => crate::memory::buffer::back_off(&mut tries),
         }
-        if pending.is_empty() {
-            return Ok(None);
-        }
-        let sweep = sweep_with_readers(g, &mut pending)?;
-        // A tensor on a device that is not usable fails here, before anything runs.
-        let mut devices = vec![crate::Device::Cpu];
-        for &k in &sweep.order {
-            let n = g.node(k)?;
-            if !devices.contains(&n.device) {
-                backend::check_device(n.device)?;
-                devices.push(n.device);
-            }
-            check_version(g, k)?;
-        }
-        let (sig, binds) = cache::signature(g, &sweep, &pending, options)?;
-        let started = std::time::Instant::now();
-        let (plan, cache_hit) = match cache::with_cache(|c| c.get(&sig)) {
-            Some(p) => (p, true),
-            None => {
-                let plan = plan::plan_swept(g, &sweep, &pending, options)?;
-                dump_plan(&plan);
-                let cached = Arc::new(CachedPlan::new(plan, &sweep));
-                cache::with_cache(|c| c.insert(sig, Arc::clone(&cached)));
-                (cached, false)
-            }
-        };
-        let planning = if cache_hit {
-            std::time::Duration::ZERO
-        } else {
-            started.elapsed()
-        };
-        let inputs = binds
-            .inputs
-            .iter()
-            .map(|&pos| {
-                g.node(sweep.order[pos])?
-                    .buffer
-                    .clone()
-                    .ok_or_else(|| KilnError::internal("input node without a buffer"))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Some(Prepared {
-            plan,
-            inputs,
-            params: binds.params,
-            order: sweep.order,
-            cache_hit,
-            planning,
-        }))
-    })?;
-    let Some(p) = prepared else {
-        return Ok(RealizeReport::default());
     };
+    let Prepared {
+        plan,
+        holds,
+        params,
+        order,
+        cache_hit,
+        planning,
+    } = *p;
     let run_started = std::time::Instant::now();
-    let outputs = backend::run_program(&p.plan.program, &p.inputs, &p.params)?;
+    let outputs = backend::run_program(&plan.program, &holds.inputs, &params)?;
     if backend::debug_level() >= 1 {
         eprintln!(
             "kiln: realize {} kernels, plan cache {}, planned peak {} (naive {}), planning {:.3} ms, run {:.3} ms",
-            p.plan.kernels,
-            if p.cache_hit { "hit" } else { "miss" },
-            crate::dump::fmt_bytes(p.plan.planned_peak_bytes),
-            crate::dump::fmt_bytes(p.plan.naive_bytes),
-            p.planning.as_secs_f64() * 1e3,
+            plan.kernels,
+            if cache_hit { "hit" } else { "miss" },
+            crate::dump::fmt_bytes(plan.planned_peak_bytes),
+            crate::dump::fmt_bytes(plan.naive_bytes),
+            planning.as_secs_f64() * 1e3,
             run_started.elapsed().as_secs_f64() * 1e3
         );
     }
-    let installs: Vec<(NodeKey, Arc<crate::memory::Buffer>)> = p
-        .plan
+    let installs: Vec<(NodeKey, Arc<crate::memory::Buffer>)> = plan
         .installs
         .iter()
         .filter_map(|&(pos, r)| {
             let buf = match r {
                 BufferRef::Planned(g) => outputs.get(g).and_then(|b| b.clone()),
                 // A target that reshapes a realized tensor shares its buffer.
-                BufferRef::Input(i) => p.inputs.get(i).cloned(),
+                BufferRef::Input(i) => holds.inputs.get(i).cloned(),
             };
-            Some((*p.order.get(pos)?, buf?))
+            Some((*order.get(pos)?, buf?))
         })
         .collect();
     drop(outputs);
@@ -244,14 +374,18 @@ pub fn realize_all_with(tensors: &[&Tensor], options: &RealizeOptions) -> Result
                 g.set_realized(k, buf)?;
             }
         }
+        // Given back under the lock that installed the results: whoever prepares next
+        // finds either these holds or the results, never a pending write with its buffer
+        // free (which it would run a second time).
+        drop(holds);
         Ok::<(), KilnError>(())
     })?;
     Ok(RealizeReport {
-        kernels: p.plan.kernels,
-        copies: p.plan.copies,
-        planned_peak_bytes: p.plan.planned_peak_bytes,
-        stored_by_lowering: p.plan.stored_by_lowering,
-        cache_hit: p.cache_hit,
-        naive_bytes: p.plan.naive_bytes,
+        kernels: plan.kernels,
+        copies: plan.copies,
+        planned_peak_bytes: plan.planned_peak_bytes,
+        stored_by_lowering: plan.stored_by_lowering,
+        cache_hit,
+        naive_bytes: plan.naive_bytes,
     })
 }

@@ -239,7 +239,7 @@ fn bind_args(kernel: &Kernel, args: &[&Buffer]) -> Result<Vec<ArgPtr>> {
 
 /// Runs one planned kernel on host buffers (`args` in the kernel's argument order) with the
 /// plan's parameter values.
-pub fn run_kernel(pk: &PlannedKernel, args: &[&Buffer], params: &[Scalar]) -> Result<()> {
+pub(crate) fn run_kernel(pk: &PlannedKernel, args: &[&Buffer], params: &[Scalar]) -> Result<()> {
     let kernel = &pk.kernel;
     let compiled = pk.compiled.get_or_try_init(|| compile(kernel))?;
     let ptrs = bind_args(kernel, args)?;

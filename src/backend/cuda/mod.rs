@@ -124,7 +124,7 @@ enum Rendered {
 /// Runs one planned kernel on device `ordinal` (arguments in kernel order, all on that
 /// device) with the plan's parameter values. The kernel is validated and rendered once and
 /// kept with the planned kernel; NVRTC output is cached by source.
-pub fn run_kernel(
+pub(crate) fn run_kernel(
     ordinal: usize,
     pk: &PlannedKernel,
     args: &[&Buffer],
@@ -181,7 +181,7 @@ pub fn run_kernel(
 }
 
 /// Copies a whole buffer to `to` (host↔device or device↔device through the host).
-pub fn copy(src: &Buffer, bytes: usize, to: Device) -> Result<Buffer> {
+pub(crate) fn copy(src: &Buffer, bytes: usize, to: Device) -> Result<Buffer> {
     #[cfg(feature = "cuda")]
     {
         let mut host = vec![0u8; bytes];
