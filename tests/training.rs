@@ -215,3 +215,33 @@ fn an_in_place_write_does_not_disturb_a_detached_alias_it_reads() {
     y.realize().unwrap();
     check(&y, |a, b| a * b);
 }
+
+#[test]
+fn two_in_place_updates_that_each_read_the_others_old_value_both_apply() {
+    // `x += z_old` and `z += x_old`, both recorded before either runs: fused, each write's
+    // kernel would read what the other overwrites (a cycle); the planner stores the reads.
+    for fused in [true, false] {
+        let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], [3]);
+        let z = Tensor::from_vec(vec![10.0f32, 20.0, 30.0], [3]);
+        let z_old = &z * 1.0;
+        let x_old = &x * 2.0;
+        x.add_(&z_old);
+        z.add_(&x_old);
+        let options = if fused {
+            kiln::RealizeOptions::default()
+        } else {
+            kiln::RealizeOptions::unfused()
+        };
+        kiln::realize_all_with(&[&z], &options).unwrap();
+        assert_eq!(
+            x.to_vec::<f32>().unwrap(),
+            vec![11.0, 22.0, 33.0],
+            "fused {fused}"
+        );
+        assert_eq!(
+            z.to_vec::<f32>().unwrap(),
+            vec![12.0, 24.0, 36.0],
+            "fused {fused}"
+        );
+    }
+}

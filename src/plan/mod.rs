@@ -184,7 +184,20 @@ pub fn plan_swept(
     let mut stored_by_lowering = vec![];
     loop {
         let fusion = fusion::fuse(&view_graph, options.fuse, &forced);
-        let schedule = schedule::schedule(&view_graph, &fusion)?;
+        let schedule = match schedule::schedule(&view_graph, &fusion) {
+            Ok(s) => s,
+            Err(e) => {
+                // In-place writes whose kernels read each other's old values: store those
+                // readers as kernels of their own and plan again.
+                let readers = schedule::readers_of_overwritten(&view_graph, &fusion);
+                let before = forced.len();
+                forced.extend(readers);
+                if forced.len() == before {
+                    return Err(e);
+                }
+                continue;
+            }
+        };
         let buffers = buffers::plan_buffers(&view_graph, &fusion, &schedule);
         match lower::lower(&view_graph, &fusion, &schedule) {
             Ok(steps) => {

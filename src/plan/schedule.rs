@@ -91,6 +91,40 @@ pub fn schedule(vg: &ViewGraph, fusion: &FusionPlan) -> Result<Schedule> {
     Ok(Schedule { order, reads })
 }
 
+/// The inlined nodes that read a value an in-place write overwrites, in a kernel other
+/// than that write's own. Fused there, they tie their kernel to run before the write, and
+/// two such ties can point at each other (`w = z*1; v = x*1; x.add_(w); z.add_(v)`: each
+/// write's kernel reads what the other overwrites) — a cycle [`schedule`] refuses. Stored
+/// as kernels of their own, they read the old values before either write runs.
+pub fn readers_of_overwritten(vg: &ViewGraph, fusion: &FusionPlan) -> Vec<NodeId> {
+    let writes = overwrites(vg, fusion);
+    let mut found = BTreeSet::new();
+    for (gi, g) in fusion.groups.iter().enumerate() {
+        let mut seen = HashSet::new();
+        let mut stack = vec![g.root];
+        while let Some(v) = stack.pop() {
+            super::tick(1);
+            if !seen.insert(v) {
+                continue;
+            }
+            for e in &vg.nodes[v].inputs {
+                let inlined = matches!(fusion.placement[e.src], Placement::Inlined);
+                if v != g.root
+                    && writes
+                        .iter()
+                        .any(|&(before, writer)| before == e.src && writer != gi)
+                {
+                    found.insert(v);
+                }
+                if inlined {
+                    stack.push(e.src);
+                }
+            }
+        }
+    }
+    found.into_iter().collect()
+}
+
 /// `(value, writer group)` pairs: the value a buffer holds right before an in-place write,
 /// and the group that overwrites it.
 fn overwrites(vg: &ViewGraph, fusion: &FusionPlan) -> Vec<(NodeId, usize)> {
