@@ -53,13 +53,70 @@ fn allocate(device: Device, bytes: usize) -> Result<Buffer> {
     }
 }
 
+/// The thread pool kiln's kernels run on: its own, not rayon's global pool, so that a
+/// kernel waiting for its parallel halves never picks up the program's own rayon jobs. One
+/// such job may wait for a buffer the running realize holds (`as_slice` of a tensor being
+/// updated in place), and run on top of that realize's kernel on the same thread it would
+/// wait forever. Sized like the global pool (`RAYON_NUM_THREADS`, else every CPU). `None`
+/// if its threads could not be started: kernels then run on the global pool.
+fn pool() -> Option<&'static rayon::ThreadPool> {
+    static POOL: std::sync::OnceLock<Option<rayon::ThreadPool>> = std::sync::OnceLock::new();
+    POOL.get_or_init(|| {
+        rayon::ThreadPoolBuilder::new()
+            .thread_name(|i| format!("kiln-{i}"))
+            .build()
+            .ok()
+    })
+    .as_ref()
+}
+
+/// Whether this thread is one of kiln's pool's workers.
+pub(crate) fn on_pool_thread() -> bool {
+    pool().is_some_and(|p| p.current_thread_index().is_some())
+}
+
+/// Runs `op` on kiln's pool (inline on one of its workers): every rayon call inside it
+/// runs there.
+pub(crate) fn on_pool<R: Send>(op: impl FnOnce() -> R + Send) -> R {
+    match pool() {
+        Some(p) => p.install(op),
+        None => op(),
+    }
+}
+
+/// Threads of kiln's pool.
+pub(crate) fn threads() -> usize {
+    pool().map_or_else(rayon::current_num_threads, |p| p.current_num_threads())
+}
+
 /// Runs `program` with `inputs` bound to its input slots and `params` to its parameter
 /// slots; returns the planned buffers that are still alive (the kept ones).
 ///
 /// The caller holds every input for the run (`realize` does, from planning until its
 /// results are installed): the in-place destinations for writing, the rest for reading, so
 /// no other thread reads what the program writes in place or writes what it reads.
+///
+/// Called on a worker of another rayon pool (a realize inside the program's own parallel
+/// loop), the run moves to a plain thread: a rayon worker waiting for kiln's pool would run
+/// other jobs of its own pool meanwhile, and one of them may wait for a buffer this realize
+/// holds — which it would then never give back.
 pub(crate) fn run_program(
+    program: &Program,
+    inputs: &[Arc<Buffer>],
+    params: &[Scalar],
+) -> Result<ProgramOutputs> {
+    if rayon::current_thread_index().is_some() && !on_pool_thread() {
+        return std::thread::scope(|s| {
+            s.spawn(|| run_program_here(program, inputs, params))
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        });
+    }
+    run_program_here(program, inputs, params)
+}
+
+/// [`run_program`] on this thread.
+fn run_program_here(
     program: &Program,
     inputs: &[Arc<Buffer>],
     params: &[Scalar],
@@ -87,15 +144,17 @@ pub(crate) fn run_program(
     // either way, and a small one runs without the pool at all.
     if program.steps.len() > 1 {
         let done = AtomicBool::new(false);
-        rayon::scope(|s| {
-            let owner = rayon::current_thread_index();
-            for _ in 1..rayon::current_num_threads() {
-                let done = &done;
-                s.spawn(move |_| keep_awake(done, owner));
-            }
-            let out = run_steps(program, inputs, params);
-            done.store(true, Ordering::Release);
-            out
+        on_pool(|| {
+            rayon::scope(|s| {
+                let owner = rayon::current_thread_index();
+                for _ in 1..rayon::current_num_threads() {
+                    let done = &done;
+                    s.spawn(move |_| keep_awake(done, owner));
+                }
+                let out = run_steps(program, inputs, params);
+                done.store(true, Ordering::Release);
+                out
+            })
         })
     } else {
         run_steps(program, inputs, params)

@@ -132,6 +132,11 @@ pub struct Graph {
     dag: StableDiGraph<Node, usize>,
     keys: SlotMap<NodeKey, NodeIndex>,
     marks: std::cell::RefCell<Marks>,
+    /// In-place updates recorded so far ([`Graph::inplace_epoch`]).
+    inplace_epoch: u64,
+    /// Nodes a running realize will install its results on ([`Graph::mark_installing`]),
+    /// once per realize that will.
+    installing: Vec<NodeKey>,
 }
 
 impl Graph {
@@ -413,6 +418,34 @@ impl Graph {
         Ok(())
     }
 
+    /// How many in-place updates have been recorded ([`Graph::begin_inplace`] calls): a
+    /// value recorded for an update is stale if this changed before the update is.
+    pub fn inplace_epoch(&self) -> u64 {
+        self.inplace_epoch
+    }
+
+    /// Marks `keys` as nodes a realize now running will install its results on. An
+    /// in-place update of one of them must wait until it has ([`Graph::is_installing`]):
+    /// the update moves the node's value to a new node, and the result would land on the
+    /// update instead.
+    pub fn mark_installing(&mut self, keys: &[NodeKey]) {
+        self.installing.extend_from_slice(keys);
+    }
+
+    /// Ends marks made by [`Graph::mark_installing`] with the same keys.
+    pub fn unmark_installing(&mut self, keys: &[NodeKey]) {
+        for k in keys {
+            if let Some(i) = self.installing.iter().position(|m| m == k) {
+                self.installing.swap_remove(i);
+            }
+        }
+    }
+
+    /// Whether a running realize will install a result on `key`.
+    pub fn is_installing(&self, key: NodeKey) -> bool {
+        self.installing.contains(&key)
+    }
+
     /// First half of an in-place update of `key`: moves the node's current value into a
     /// new node (its op, inputs, buffer and version), points every existing consumer at
     /// that new node — so computations recorded before the update keep reading the old
@@ -420,6 +453,7 @@ impl Graph {
     /// [`Graph::finish_inplace`] gives it its new value.
     pub fn begin_inplace(&mut self, key: NodeKey) -> Result<NodeKey> {
         let idx = self.index(key)?;
+        self.inplace_epoch += 1;
         let (op, shape, dtype, device, buffer, version, leaf_grad) = {
             let n = &self.dag[idx];
             let leaf = n.autograd.as_ref().is_some_and(|a| a.is_leaf());

@@ -63,10 +63,11 @@ pub struct Buffer {
 /// share the memory with each other, [`Buffer::try_write`] excludes both.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Access {
-    /// A host slice handed to user code (`Tensor::as_slice`, `to_bytes`): it may live as
-    /// long as the user likes, so an in-place write that meets one is refused, not delayed.
+    /// A host slice handed to user code (`Tensor::as_slice`): it may live as long as the
+    /// user likes, so an in-place write that meets one is refused, not delayed.
     Slice,
-    /// A program that reads the buffer while it runs: an in-place write waits for it.
+    /// A program that reads the buffer while it runs, or a copy out of it (`to_bytes`):
+    /// an in-place write waits for it.
     Read,
 }
 

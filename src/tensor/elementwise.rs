@@ -17,6 +17,17 @@ pub enum Operand<'a> {
     Scalar(Scalar),
 }
 
+impl Operand<'_> {
+    /// The same operand, borrowed (an owned tensor lent by reference).
+    pub(crate) fn reborrow(&self) -> Operand<'_> {
+        match self {
+            Operand::Ref(t) => Operand::Ref(t),
+            Operand::Owned(t) => Operand::Ref(t),
+            Operand::Scalar(s) => Operand::Scalar(*s),
+        }
+    }
+}
+
 impl<'a> From<&'a Tensor> for Operand<'a> {
     fn from(t: &'a Tensor) -> Self {
         Operand::Ref(t)

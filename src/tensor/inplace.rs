@@ -14,11 +14,7 @@ use crate::graph;
 
 impl Tensor {
     /// Replaces this tensor's value with `f(self)` in place (see the module documentation).
-    fn update(
-        &self,
-        op: &'static str,
-        f: impl FnOnce(&Tensor) -> Result<Tensor>,
-    ) -> Result<&Tensor> {
+    fn update(&self, op: &'static str, f: impl Fn(&Tensor) -> Result<Tensor>) -> Result<&Tensor> {
         if graph::grad_enabled() && self.requires_grad() {
             return Err(KilnError::InvalidArgument {
                 op,
@@ -26,6 +22,42 @@ impl Tensor {
                 reason: "in-place update of a tensor that requires grad; do it inside kiln::no_grad (as optimizers do)".into(),
             });
         }
+        // Another thread's update of any tensor between recording `value` and installing
+        // it could leave `value` reading this tensor's value from before that update while
+        // the new write lands after it (a lost update, and an order the planner cannot
+        // satisfy): the update records `value` again then, so updates from several
+        // threads apply one after another.
+        // An update of a tensor whose realize is running waits for it to finish, so that
+        // the update applies to its result.
+        let mut tries = 0;
+        loop {
+            let epoch = graph::read_graph(|g| g.inplace_epoch());
+            let value = self.updated_value(op, &f)?;
+            let done = graph::with_graph(|g| {
+                if g.inplace_epoch() != epoch {
+                    return Ok(false);
+                }
+                if g.is_installing(self.key) {
+                    crate::memory::buffer::back_off(&mut tries);
+                    return Ok(false);
+                }
+                let old = g.begin_inplace(self.key)?;
+                let done = g.finish_inplace(self.key, old, value.key);
+                g.release(old);
+                done.map(|()| true)
+            })?;
+            if done {
+                return Ok(self);
+            }
+        }
+    }
+
+    /// `f(self)`, checked to be storable into this tensor in place and cast to its dtype.
+    fn updated_value(
+        &self,
+        op: &'static str,
+        f: &impl Fn(&Tensor) -> Result<Tensor>,
+    ) -> Result<Tensor> {
         let value = f(self)?;
         if value.shape != self.shape {
             return Err(KilnError::ShapeMismatch {
@@ -64,14 +96,7 @@ impl Tensor {
                 detail: format!("the buffer of this {:?} {} tensor", self.shape, self.dtype),
             });
         }
-        let value = value.try_cast(self.dtype)?;
-        graph::with_graph(|g| {
-            let old = g.begin_inplace(self.key)?;
-            let done = g.finish_inplace(self.key, old, value.key);
-            g.release(old);
-            done
-        })?;
-        Ok(self)
+        value.try_cast(self.dtype)
     }
 
     /// `self += rhs` in place (broadcasting `rhs` to this tensor's shape).
@@ -83,7 +108,7 @@ impl Tensor {
     /// Fallible [`Tensor::add_`].
     pub fn try_add_<'a>(&self, rhs: impl Into<Operand<'a>>) -> Result<&Tensor> {
         let rhs = rhs.into();
-        self.update("add_", |x| x.try_add(rhs))
+        self.update("add_", |x| x.try_add(rhs.reborrow()))
     }
 
     /// `self -= rhs` in place.
@@ -95,7 +120,7 @@ impl Tensor {
     /// Fallible [`Tensor::sub_`].
     pub fn try_sub_<'a>(&self, rhs: impl Into<Operand<'a>>) -> Result<&Tensor> {
         let rhs = rhs.into();
-        self.update("sub_", |x| x.try_sub(rhs))
+        self.update("sub_", |x| x.try_sub(rhs.reborrow()))
     }
 
     /// `self *= rhs` in place.
@@ -107,7 +132,7 @@ impl Tensor {
     /// Fallible [`Tensor::mul_`].
     pub fn try_mul_<'a>(&self, rhs: impl Into<Operand<'a>>) -> Result<&Tensor> {
         let rhs = rhs.into();
-        self.update("mul_", |x| x.try_mul(rhs))
+        self.update("mul_", |x| x.try_mul(rhs.reborrow()))
     }
 
     /// `self /= rhs` in place (float tensors).
@@ -119,7 +144,7 @@ impl Tensor {
     /// Fallible [`Tensor::div_`].
     pub fn try_div_<'a>(&self, rhs: impl Into<Operand<'a>>) -> Result<&Tensor> {
         let rhs = rhs.into();
-        self.update("div_", |x| x.try_div(rhs))
+        self.update("div_", |x| x.try_div(rhs.reborrow()))
     }
 
     /// Sets every element to zero in place.

@@ -219,12 +219,14 @@ impl Tensor {
         }
         let mut out = vec![0u8; len];
         if len > 0 {
-            buf.share(Access::Slice);
+            // A read hold (not a slice's): a write that comes meanwhile waits for the copy
+            // instead of failing as it would against a slice the user keeps.
+            buf.share(Access::Read);
             // SAFETY: `buf` is a host buffer (`t` is on the CPU) of at least `len`
             // initialized bytes (allocations are zeroed and kernels write every element),
             // and the hold taken just above keeps in-place writes out until the copy is done.
             unsafe { std::ptr::copy_nonoverlapping(buf.host_ptr(), out.as_mut_ptr(), len) };
-            buf.unshare(Access::Slice);
+            buf.unshare(Access::Read);
         }
         Ok(out)
     }

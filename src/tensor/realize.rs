@@ -145,6 +145,9 @@ struct Prepared {
     params: Vec<crate::dtype::Scalar>,
     /// The swept nodes (installs name them by position).
     order: Vec<NodeKey>,
+    /// The nodes the run's results are installed on, marked in the graph while it runs
+    /// ([`graph::Graph::mark_installing`]).
+    installing: Vec<NodeKey>,
     cache_hit: bool,
     /// Time spent planning (zero on a cache hit).
     planning: std::time::Duration,
@@ -312,11 +315,18 @@ fn prepare(
     for &k in &sweep.order {
         check_version(g, k)?;
     }
+    let installing: Vec<NodeKey> = plan
+        .installs
+        .iter()
+        .filter_map(|&(pos, _)| sweep.order.get(pos).copied())
+        .collect();
+    g.mark_installing(&installing);
     Ok(Preparation::Ready(Box::new(Prepared {
         plan,
         holds,
         params: binds.params,
         order: sweep.order,
+        installing,
         cache_hit,
         planning,
     })))
@@ -338,11 +348,21 @@ pub fn realize_all_with(tensors: &[&Tensor], options: &RealizeOptions) -> Result
         holds,
         params,
         order,
+        installing,
         cache_hit,
         planning,
     } = *p;
     let run_started = std::time::Instant::now();
-    let outputs = backend::run_program(&plan.program, &holds.inputs, &params)?;
+    let outputs = match backend::run_program(&plan.program, &holds.inputs, &params) {
+        Ok(outputs) => outputs,
+        Err(e) => {
+            graph::with_graph(|g| {
+                g.unmark_installing(&installing);
+                drop(holds);
+            });
+            return Err(e);
+        }
+    };
     if backend::debug_level() >= 1 {
         eprintln!(
             "kiln: realize {} kernels, plan cache {}, planned peak {} (naive {}), planning {:.3} ms, run {:.3} ms",
@@ -368,16 +388,17 @@ pub fn realize_all_with(tensors: &[&Tensor], options: &RealizeOptions) -> Result
         .collect();
     drop(outputs);
     graph::with_graph(|g| {
+        g.unmark_installing(&installing);
+        // Given back under the lock that installs the results: whoever prepares next finds
+        // either these holds or the results, never a pending write with its buffer free
+        // (which it would run a second time).
+        let _holds = holds;
         for (k, buf) in installs {
             // The node may be gone if every handle was dropped meanwhile.
             if g.node(k).is_ok_and(|n| n.op != Op::Buffer) {
                 g.set_realized(k, buf)?;
             }
         }
-        // Given back under the lock that installed the results: whoever prepares next
-        // finds either these holds or the results, never a pending write with its buffer
-        // free (which it would run a second time).
-        drop(holds);
         Ok::<(), KilnError>(())
     })?;
     Ok(RealizeReport {

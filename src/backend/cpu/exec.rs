@@ -241,7 +241,7 @@ pub(crate) fn execute(prog: &CpuKernel, env: &Env<'_>) {
     if super::transpose::try_run(prog, env) {
         return;
     }
-    let threads = rayon::current_num_threads().max(1);
+    let threads = crate::backend::threads().max(1);
     if prog.strategy == Strategy::OutInner
         && !prog.has_reduce
         && prog.pack > 1

@@ -159,7 +159,7 @@ pub(crate) fn run_then(
     } else {
         n as isize
     };
-    let threads = rayon::current_num_threads().max(1);
+    let threads = crate::backend::threads().max(1);
     let flops = 2.0 * (m * n * k) as f64;
     let parallel_batches = batch >= threads && batch > 1;
     let inner_par = if !parallel_batches && flops > 2e6 {

@@ -241,6 +241,24 @@ fn bind_args(kernel: &Kernel, args: &[&Buffer]) -> Result<Vec<ArgPtr>> {
 /// plan's parameter values.
 pub(crate) fn run_kernel(pk: &PlannedKernel, args: &[&Buffer], params: &[Scalar]) -> Result<()> {
     let kernel = &pk.kernel;
+    // A kernel that may split across threads runs on kiln's pool (see
+    // `backend::on_pool`); below this size no loop goes parallel, and the kernel stays on
+    // the calling thread without a hand-over.
+    let numel = kernel
+        .shape
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d));
+    let may_split =
+        kernel.matmul.is_some() || kernel.special.is_some() || numel.is_none_or(|n| n >= 1 << 13);
+    if may_split && !crate::backend::on_pool_thread() {
+        return crate::backend::on_pool(|| run_kernel_here(pk, args, params));
+    }
+    run_kernel_here(pk, args, params)
+}
+
+/// [`run_kernel`] on this thread.
+fn run_kernel_here(pk: &PlannedKernel, args: &[&Buffer], params: &[Scalar]) -> Result<()> {
+    let kernel = &pk.kernel;
     let compiled = pk.compiled.get_or_try_init(|| compile(kernel))?;
     let ptrs = bind_args(kernel, args)?;
     match &kernel.special {
