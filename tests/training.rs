@@ -245,3 +245,39 @@ fn two_in_place_updates_that_each_read_the_others_old_value_both_apply() {
         );
     }
 }
+
+#[test]
+fn an_in_place_update_that_fails_part_way_leaves_no_reader_of_a_half_written_value() {
+    // The gather's out-of-range index is found while the kernel runs: the elements before
+    // it may be written already. Whatever still reads the old value must then fail clearly
+    // instead of reading a half-updated buffer, and so must running the update again.
+    let x = Tensor::from_vec(vec![1.0f32; 6], [6]);
+    x.realize().unwrap();
+    let saved = x.reshape([2, 3]);
+    let d = Tensor::from_vec(vec![1.0f32; 6], [6]);
+    let table = Tensor::from_vec(vec![10.0f32, 20.0, 30.0], [3]);
+    let idx = Tensor::from_vec(vec![0i64, 1, 2, 0, 1, 7], [6]);
+    no_grad(|| x.add_(table.gather(0, &idx)));
+    let e = x.realize().unwrap_err();
+    assert!(
+        matches!(
+            e,
+            KilnError::IndexOutOfRange {
+                index: 7,
+                size: 3,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    let again = x.realize();
+    assert!(
+        matches!(again, Err(KilnError::Overwritten { .. })),
+        "the failed update ran again: {again:?}"
+    );
+    let old = (&saved + &d.reshape([2, 3])).to_vec::<f32>();
+    assert!(
+        matches!(old, Err(KilnError::Overwritten { .. })),
+        "a reader of the old value read {old:?}"
+    );
+}

@@ -258,16 +258,19 @@ fn run_steps(
                     .map(|r| resolve(*r, inputs, &bufs))
                     .collect::<Result<_>>()?;
                 let refs: Vec<&Buffer> = args.iter().map(|b| b.as_ref()).collect();
-                match pk.device {
-                    Device::Cpu => cpu::run_kernel(pk, &refs, params)?,
-                    Device::Cuda(n) => cuda::run_kernel(n, pk, &refs, params)?,
-                }
+                let ran = match pk.device {
+                    Device::Cpu => cpu::run_kernel(pk, &refs, params),
+                    Device::Cuda(n) => cuda::run_kernel(n, pk, &refs, params),
+                };
                 if spec.input.is_some()
                     && let Some(b) = &bufs[pk.out]
                 {
                     // Readers that recorded the previous version now read a stale value.
+                    // Bumped even when the kernel failed: it may have written part of the
+                    // buffer before failing, so the old version is gone either way.
                     b.bump_version();
                 }
+                ran?;
             }
             Step::Transfer {
                 src,
