@@ -931,7 +931,7 @@ impl<'p> Machine<'p> {
                             self.coords[ax] = c0;
                             self.n = n;
                             let at = t * red_total + o * run_total + c0;
-                            self.prefetching = super::prefetch::enabled();
+                            self.prefetching = super::prefetch::in_row_reductions();
                             self.eval_phase(ph, elem, ax, reuse, at);
                             let index0 = (o * run_total + c0) as i64;
                             for (i, &r) in ph.reduces.iter().enumerate() {

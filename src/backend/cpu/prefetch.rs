@@ -20,11 +20,17 @@
 //! Prefetches are hints: they never fault and change no value, so a guess that is wrong
 //! (the next run is elsewhere, or past the end of the buffer) costs only the hint.
 //!
-//! The gains on Intel Xeon are in `docs/benchmarks.md`. On AMD EPYC (Zen 3, AVX2) earlier
-//! designs that hinted whole runs at once were slower, and this one, measured there in the
-//! fifteenth session, sped up layer_norm by ≈ 6%, slowed `a*b+c` and left the chain,
-//! softmax and the transpose unchanged; so the hints are on by default on Intel CPUs and
-//! off elsewhere. `KILN_PREFETCH=1` or `=0` overrides ([`enabled`]).
+//! The gains on Intel Xeon are in `docs/benchmarks.md`. On AMD EPYC the answer depends on
+//! the generation. On Zen 3 (AVX2) earlier designs that hinted whole runs at once were
+//! slower, and this one, measured there in the fifteenth session, sped up layer_norm by
+//! ≈ 6%, slowed `a*b+c` and left the chain, softmax and the transpose unchanged. On Zen 4
+//! (AVX-512; sixteenth session, five alternations of the bench's f32 rows) it made the
+//! 8-op chain over 16M elements 25% faster (11.9–12.3 → 8.9–9.2 ms) and the transpose of
+//! 4096² 10–20% faster, left `a*b+c`, softmax, layer_norm, the products and a char_gpt
+//! step unchanged, but made the row sum ≈ 10% slower (best of 21: 1.54–1.73 → 1.72–2.21
+//! ms, five of five pairs). So the hints are on by default on Intel CPUs and on CPUs with
+//! AVX-512 ([`enabled`]), and in row reductions only on Intel CPUs ([`in_row_reductions`]).
+//! `KILN_PREFETCH=1` or `=0` overrides both.
 
 /// Cache line size assumed for stepping through a range.
 pub(crate) const LINE: usize = 64;
@@ -98,14 +104,38 @@ impl NextRun {
 }
 
 /// Whether the CPU backend issues software prefetch hints: `KILN_PREFETCH` (`0` or `1`)
-/// when set, else on for Intel CPUs (see the module docs). Read once.
+/// when set, else on for Intel CPUs and CPUs with AVX-512 (see the module docs). Read once.
 pub(crate) fn enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| match std::env::var("KILN_PREFETCH").as_deref() {
-        Ok("0") => false,
-        Ok("1") => true,
-        _ => is_intel(),
-    })
+    *ON.get_or_init(|| override_from_env().unwrap_or_else(|| is_intel() || has_avx512()))
+}
+
+/// Whether the first pass of a row reduction issues hints: as [`enabled`] when
+/// `KILN_PREFETCH` is set, else on Intel CPUs only (see the module docs).
+pub(crate) fn in_row_reductions() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| override_from_env().unwrap_or_else(is_intel))
+}
+
+/// `KILN_PREFETCH`: `Some(false)` for `0`, `Some(true)` for `1`, else `None`.
+fn override_from_env() -> Option<bool> {
+    match std::env::var("KILN_PREFETCH").as_deref() {
+        Ok("0") => Some(false),
+        Ok("1") => Some(true),
+        _ => None,
+    }
+}
+
+/// Whether the CPU has AVX-512 Foundation (whether or not kiln's SIMD level uses it).
+fn has_avx512() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512f")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
 }
 
 /// Whether the CPU's vendor string is `GenuineIntel`.
