@@ -168,3 +168,46 @@ fn reads_from_rayons_global_pool_while_another_thread_updates_in_place_all_finis
         .expect("the threads did not finish within 300 s: a deadlock");
     assert!(v.iter().all(|&e| e == 30.0));
 }
+
+#[test]
+fn updates_recorded_from_rayons_global_pool_while_their_tensor_installs_all_finish() {
+    // Jobs on rayon's global pool record `x += 1` while a plain thread keeps realizing `x`.
+    // An update that finds `x`'s realize installing waits for it; that wait runs other
+    // queued jobs on a rayon worker, and one of them records an update too. Waiting with
+    // the graph locked, that job locked it again on the same thread: a hang, which the
+    // watchdog turns into a failure. Every update lands exactly once.
+    use rayon::prelude::*;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    const BIG: usize = 1 << 20;
+    let (sender, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let x = Tensor::from_vec(vec![0.0f32; BIG], [BIG]);
+        x.realize().unwrap();
+        let (adds, stop) = (AtomicUsize::new(0), AtomicBool::new(false));
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    x.add_(1.0);
+                    adds.fetch_add(1, Ordering::Relaxed);
+                    x.realize().unwrap();
+                }
+            });
+            (0..500).into_par_iter().for_each(|_| {
+                x.add_(1.0);
+                adds.fetch_add(1, Ordering::Relaxed);
+            });
+            stop.store(true, Ordering::Relaxed);
+        });
+        let v = x.to_vec::<f32>().unwrap();
+        sender.send((v, adds.load(Ordering::Relaxed))).ok();
+    });
+    let (v, adds) = finished
+        .recv_timeout(std::time::Duration::from_secs(300))
+        .expect("the threads did not finish within 300 s: a deadlock");
+    assert!(adds >= 500);
+    assert!(
+        v.iter().all(|&e| e == adds as f32),
+        "{} after {adds} updates",
+        v[0]
+    );
+}

@@ -245,7 +245,8 @@ impl Drop for Buffer {
 
 /// One wait between tries for a buffer another thread holds: a rayon worker runs pending
 /// pool work (the holder's kernels may need it), other threads yield; after a while each
-/// try sleeps a little so a long write is not spun on.
+/// try sleeps a little so a long write is not spun on. Never call it holding the graph
+/// lock: the pool work it runs may lock the graph on this thread.
 pub(crate) fn back_off(tries: &mut u32) {
     *tries = tries.saturating_add(1);
     if *tries > 64 {

@@ -12,6 +12,16 @@ use crate::dtype::{DType, Scalar};
 use crate::error::{KilnError, Result};
 use crate::graph;
 
+/// What one try to record an in-place update came to.
+enum Attempt {
+    /// Recorded.
+    Done,
+    /// Another update was recorded meanwhile: record the value again, at once.
+    Again,
+    /// A realize is installing on the tensor: wait, then record the value again.
+    Wait,
+}
+
 impl Tensor {
     /// Replaces this tensor's value with `f(self)` in place (see the module documentation).
     fn update(&self, op: &'static str, f: impl Fn(&Tensor) -> Result<Tensor>) -> Result<&Tensor> {
@@ -33,21 +43,26 @@ impl Tensor {
         loop {
             let epoch = graph::read_graph(|g| g.inplace_epoch());
             let value = self.updated_value(op, &f)?;
-            let done = graph::with_graph(|g| {
+            let attempt = graph::with_graph(|g| {
                 if g.inplace_epoch() != epoch {
-                    return Ok(false);
+                    return Ok(Attempt::Again);
                 }
                 if g.is_installing(self.key) {
-                    crate::memory::buffer::back_off(&mut tries);
-                    return Ok(false);
+                    return Ok(Attempt::Wait);
                 }
                 let old = g.begin_inplace(self.key)?;
                 let done = g.finish_inplace(self.key, old, value.key);
                 g.release(old);
-                done.map(|()| true)
+                done.map(|()| Attempt::Done)
             })?;
-            if done {
-                return Ok(self);
+            match attempt {
+                Attempt::Done => return Ok(self),
+                Attempt::Again => {}
+                // Outside the graph lock: on a rayon worker the wait runs other queued
+                // jobs, and one that records or realizes would lock the graph again on
+                // this thread (a deadlock), while the realize waited for could not
+                // install its result.
+                Attempt::Wait => crate::memory::buffer::back_off(&mut tries),
             }
         }
     }
