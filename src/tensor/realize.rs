@@ -147,10 +147,40 @@ struct Prepared {
     order: Vec<NodeKey>,
     /// The nodes the run's results are installed on, marked in the graph while it runs
     /// ([`graph::Graph::mark_installing`]).
-    installing: Vec<NodeKey>,
+    installing: InstallMarks,
     cache_hit: bool,
     /// Time spent planning (zero on a cache hit).
     planning: std::time::Duration,
+}
+
+/// Install marks a realize set in the graph ([`graph::Graph::mark_installing`]), taken off
+/// by [`InstallMarks::clear`] under the graph lock, or when dropped uncleared (a kernel
+/// panicked and the realize unwinds): a mark left behind would make every later in-place
+/// update of those tensors wait forever.
+struct InstallMarks(Vec<NodeKey>);
+
+impl InstallMarks {
+    /// Marks `keys` in `g`.
+    fn set(g: &mut graph::Graph, keys: Vec<NodeKey>) -> InstallMarks {
+        g.mark_installing(&keys);
+        InstallMarks(keys)
+    }
+
+    /// Takes the marks off `g` (the caller holds the graph lock).
+    fn clear(mut self, g: &mut graph::Graph) {
+        g.unmark_installing(&self.0);
+        self.0.clear();
+    }
+}
+
+impl Drop for InstallMarks {
+    fn drop(&mut self) {
+        // Only an uncleared set reaches here, on an unwind outside the graph lock (the
+        // marks are made last under it and cleared first under it).
+        if !self.0.is_empty() {
+            graph::with_graph(|g| g.unmark_installing(&self.0));
+        }
+    }
 }
 
 /// What preparing a realize under the graph lock found.
@@ -315,12 +345,13 @@ fn prepare(
     for &k in &sweep.order {
         check_version(g, k)?;
     }
-    let installing: Vec<NodeKey> = plan
-        .installs
-        .iter()
-        .filter_map(|&(pos, _)| sweep.order.get(pos).copied())
-        .collect();
-    g.mark_installing(&installing);
+    let installing = InstallMarks::set(
+        g,
+        plan.installs
+            .iter()
+            .filter_map(|&(pos, _)| sweep.order.get(pos).copied())
+            .collect(),
+    );
     Ok(Preparation::Ready(Box::new(Prepared {
         plan,
         holds,
@@ -357,7 +388,7 @@ pub fn realize_all_with(tensors: &[&Tensor], options: &RealizeOptions) -> Result
         Ok(outputs) => outputs,
         Err(e) => {
             graph::with_graph(|g| {
-                g.unmark_installing(&installing);
+                installing.clear(g);
                 drop(holds);
             });
             return Err(e);
@@ -388,7 +419,7 @@ pub fn realize_all_with(tensors: &[&Tensor], options: &RealizeOptions) -> Result
         .collect();
     drop(outputs);
     graph::with_graph(|g| {
-        g.unmark_installing(&installing);
+        installing.clear(g);
         // Given back under the lock that installs the results: whoever prepares next finds
         // either these holds or the results, never a pending write with its buffer free
         // (which it would run a second time).
@@ -409,4 +440,27 @@ pub fn realize_all_with(tensors: &[&Tensor], options: &RealizeOptions) -> Result
         cache_hit,
         naive_bytes: plan.naive_bytes,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn install_marks_come_off_the_graph_when_cleared_and_when_a_realize_unwinds() {
+        let t = crate::Tensor::from_vec(vec![1.0f32], [1]);
+        let marked = || graph::read_graph(|g| g.is_installing(t.key));
+        let marks = graph::with_graph(|g| InstallMarks::set(g, vec![t.key]));
+        assert!(marked());
+        graph::with_graph(|g| marks.clear(g));
+        assert!(!marked());
+        // As when a kernel panics: the realize unwinds with its marks uncleared.
+        let marks = graph::with_graph(|g| InstallMarks::set(g, vec![t.key]));
+        let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+            let _marks = marks;
+            std::panic::resume_unwind(Box::new("a kernel panicked"));
+        }));
+        assert!(unwound.is_err());
+        assert!(!marked());
+    }
 }
