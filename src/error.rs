@@ -109,10 +109,11 @@ pub enum KilnError {
         /// Which limit is exceeded.
         detail: String,
     },
-    /// A computation reads a value that an in-place update has overwritten since it was
-    /// recorded.
+    /// A computation or a read needs a value that an in-place update has overwritten since
+    /// it was recorded or realized: an update of that tensor, or of another tensor holding
+    /// the same buffer (`x.detach()`, a realized reshape of `x`).
     #[error(
-        "a tensor of shape {shape:?} ({dtype}) that this computation reads was overwritten in place (buffer version {recorded} -> {now}); realize the computation before updating in place, or clone the value first"
+        "a tensor of shape {shape:?} ({dtype}) read here was overwritten in place (buffer version {recorded} -> {now}), by an update of it or of a tensor sharing its buffer such as x.detach(); realize what reads it before updating in place, or clone the value first"
     )]
     Overwritten {
         /// Shape of the overwritten tensor.

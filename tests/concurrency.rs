@@ -39,10 +39,11 @@ fn one_pending_update_realized_from_many_threads_at_once_runs_once() {
 #[test]
 fn a_slice_taken_while_updates_run_on_another_thread_is_never_half_written() {
     let x = Tensor::from_vec(vec![0.0f32; N], [N]);
-    // `detach` shares the buffer without a pending update of its own, so its slice is
-    // taken at once, whatever the writer is doing (`x.as_slice()` would realize the
-    // pending update itself first).
-    let d = x.detach();
+    // `detach` of a realized `x` shares the buffer without a pending update of its own,
+    // so its slice is taken at once, whatever the writer is doing (`x.as_slice()` would
+    // realize the pending update itself first). A write that has started since the
+    // alias was made has replaced its value: that slice is refused (`Overwritten`), never
+    // handed out half written.
     let updates = 40;
     let done = std::sync::atomic::AtomicBool::new(false);
     let seen = std::thread::scope(|s| {
@@ -73,7 +74,11 @@ fn a_slice_taken_while_updates_run_on_another_thread_is_never_half_written() {
         let mut seen = 0;
         loop {
             let finished = done.load(std::sync::atomic::Ordering::Acquire);
-            let v = d.as_slice::<f32>().unwrap();
+            let v = match x.detach().as_slice::<f32>() {
+                Ok(v) => v,
+                Err(KilnError::Overwritten { .. }) => continue,
+                Err(e) => panic!("{e}"),
+            };
             let first = v[0];
             assert!(
                 v.iter().all(|&e| e == first),
@@ -136,7 +141,6 @@ fn reads_from_rayons_global_pool_while_another_thread_updates_in_place_all_finis
     let (sender, finished) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let x = Tensor::from_vec(vec![0.0f32; N], [N]);
-        let d = x.detach();
         std::thread::scope(|s| {
             let writer = s.spawn(|| {
                 for _ in 0..30 {
@@ -146,8 +150,13 @@ fn reads_from_rayons_global_pool_while_another_thread_updates_in_place_all_finis
             });
             (0..256).into_par_iter().for_each(|i| {
                 if i % 2 == 0 {
-                    let v = d.as_slice::<f32>().unwrap();
-                    assert!(v.iter().all(|&e| e == v[0]), "a half-written buffer");
+                    // A slice of an alias of `x` as realized now: refused once a write
+                    // has replaced that value, never half written.
+                    match x.detach().as_slice::<f32>() {
+                        Ok(v) => assert!(v.iter().all(|&e| e == v[0]), "a half-written buffer"),
+                        Err(KilnError::Borrowed { .. } | KilnError::Overwritten { .. }) => {}
+                        Err(e) => panic!("{e}"),
+                    }
                 } else {
                     // Realizes `x`'s pending update too, which a live slice refuses; and a
                     // detached alias of a realized `x` reads a value the writer may have

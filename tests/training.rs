@@ -217,6 +217,130 @@ fn an_in_place_write_does_not_disturb_a_detached_alias_it_reads() {
 }
 
 #[test]
+fn computations_recorded_on_an_alias_before_an_update_read_the_old_value() {
+    // `d = x.detach()` of a realized `x` holds `x`'s buffer. A computation on `d` recorded
+    // before `x += 10` is a reader of the value that write overwrites: it runs first,
+    // whichever tensor is realized first. (It failed with `Overwritten`.)
+    for realize_x_first in [true, false] {
+        let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], [4]);
+        x.realize().unwrap();
+        let d = x.detach();
+        let y = &d * 2.0;
+        x.add_(10.0);
+        if realize_x_first {
+            x.realize().unwrap();
+        }
+        assert_eq!(y.to_vec::<f32>().unwrap(), vec![2.0, 4.0, 6.0, 8.0]);
+        assert_eq!(x.to_vec::<f32>().unwrap(), vec![11.0, 12.0, 13.0, 14.0]);
+    }
+    // The same through a realized reshape (which shares the buffer too).
+    let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], [4]);
+    x.realize().unwrap();
+    let r = x.reshape([2, 2]);
+    r.realize().unwrap();
+    let y = r.sum(1);
+    x.mul_(0.0);
+    x.realize().unwrap();
+    assert_eq!(y.to_vec::<f32>().unwrap(), vec![3.0, 7.0]);
+}
+
+#[test]
+fn a_reshape_recorded_before_an_update_keeps_the_old_value_when_realized_with_it() {
+    // A pending reshape of `x` is a row-major alias: realized in the plan that writes `x`
+    // in place, it used to share `x`'s buffer and so showed the new value (silently). It
+    // is now copied before the write. A pending reshape of `x.detach()` (another input slot
+    // on the same buffer) is given the copy of the buffer the run read instead.
+    for (through_detach, together) in [(false, false), (false, true), (true, false), (true, true)] {
+        let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], [4]);
+        x.realize().unwrap();
+        let r = if through_detach {
+            x.detach().reshape([2, 2])
+        } else {
+            x.reshape([2, 2])
+        };
+        x.add_(10.0);
+        if together {
+            kiln::realize_all(&[&x, &r]).unwrap();
+        } else {
+            x.realize().unwrap();
+        }
+        assert_eq!(r.to_vec::<f32>().unwrap(), vec![1.0, 2.0, 3.0, 4.0]);
+        assert_eq!(r.shape(), &[2, 2]);
+        assert_eq!(x.to_vec::<f32>().unwrap(), vec![11.0, 12.0, 13.0, 14.0]);
+        // A second update of `x` leaves the copy alone.
+        x.add_(1.0);
+        x.realize().unwrap();
+        assert_eq!(r.to_vec::<f32>().unwrap(), vec![1.0, 2.0, 3.0, 4.0]);
+    }
+    // Between two updates of `x` in one plan: the value after the first.
+    let x = Tensor::from_vec(vec![1.0f32, 2.0], [2]);
+    x.realize().unwrap();
+    x.add_(1.0);
+    let r = x.reshape([1, 2]);
+    x.add_(100.0);
+    kiln::realize_all(&[&x, &r]).unwrap();
+    assert_eq!(r.to_vec::<f32>().unwrap(), vec![2.0, 3.0]);
+    assert_eq!(x.to_vec::<f32>().unwrap(), vec![102.0, 103.0]);
+    // Updates of `x` and of `x.detach()` both pending: realizing `x` runs the other one
+    // first (it reads the old value too), and each tensor ends with its own value.
+    let x = Tensor::from_vec(vec![1.0f32, 2.0], [2]);
+    x.realize().unwrap();
+    let d = x.detach();
+    d.add_(1.0);
+    x.add_(2.0);
+    x.realize().unwrap();
+    assert_eq!(x.to_vec::<f32>().unwrap(), vec![3.0, 4.0]);
+    assert_eq!(d.to_vec::<f32>().unwrap(), vec![2.0, 3.0]);
+}
+
+#[test]
+fn an_alias_whose_buffer_was_overwritten_is_refused_by_every_read() {
+    // Value semantics: an update changes the tensor it is called on; another tensor that
+    // held the same buffer (`x.detach()`, a realized reshape of `x`, or `x` itself after
+    // an update through `x.detach()`) kept the old value, which is now gone. Every read of
+    // it fails the same way (reads of the buffer used to return the new contents while
+    // computations on it failed).
+    let is_overwritten = |r: kiln::Result<()>| matches!(r, Err(KilnError::Overwritten { .. }));
+    let check = |t: &Tensor| {
+        assert!(is_overwritten(t.to_vec::<f32>().map(|_| ())));
+        assert!(is_overwritten(t.as_slice::<f32>().map(|_| ())));
+        assert!(is_overwritten(t.to_bytes().map(|_| ())));
+        assert!(is_overwritten(t.realize()));
+        assert!(is_overwritten((t * 1.0).realize()));
+    };
+    let fresh = || {
+        let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], [4]);
+        x.realize().unwrap();
+        x
+    };
+    let x = fresh();
+    let d = x.detach();
+    x.add_(1.0);
+    x.realize().unwrap();
+    check(&d);
+    let x = fresh();
+    let r = x.reshape([2, 2]);
+    r.realize().unwrap();
+    x.add_(1.0);
+    x.realize().unwrap();
+    check(&r);
+    let x = fresh();
+    let d = x.detach();
+    d.add_(1.0);
+    d.realize().unwrap();
+    check(&x);
+    assert_eq!(d.to_vec::<f32>().unwrap(), vec![2.0, 3.0, 4.0, 5.0]);
+    // An alias made after the update reads the new value.
+    let x = fresh();
+    x.add_(1.0);
+    x.realize().unwrap();
+    assert_eq!(
+        x.detach().to_vec::<f32>().unwrap(),
+        vec![2.0, 3.0, 4.0, 5.0]
+    );
+}
+
+#[test]
 fn two_in_place_updates_that_each_read_the_others_old_value_both_apply() {
     // `x += z_old` and `z += x_old`, both recorded before either runs: fused, each write's
     // kernel would read what the other overwrites (a cycle); the planner stores the reads.

@@ -197,6 +197,23 @@ impl Tensor {
 
     /// The same value without gradient history: a new leaf that does not require grad and
     /// shares this tensor's data (no copy).
+    ///
+    /// Unlike PyTorch, a later in-place update of either tensor does not show through the
+    /// other: each keeps its value (computations recorded on the other before the update
+    /// run first). Once the update has run, the other's value is gone, and reading it fails
+    /// with [`KilnError::Overwritten`].
+    ///
+    /// ```
+    /// let x = kiln::Tensor::from_vec(vec![1.0f32, 2.0], [2]);
+    /// x.realize().unwrap();
+    /// let d = x.detach();
+    /// let y = &d * 2.0; // recorded before the update: reads the old value
+    /// x.add_(1.0);
+    /// x.realize().unwrap();
+    /// assert_eq!(y.to_vec::<f32>().unwrap(), vec![2.0, 4.0]);
+    /// assert!(d.to_vec::<f32>().is_err()); // the old value is gone
+    /// assert_eq!(x.detach().to_vec::<f32>().unwrap(), vec![2.0, 3.0]);
+    /// ```
     pub fn detach(&self) -> Tensor {
         let _guard = NoGradGuard::new();
         let realized = graph::with_graph(|g| {

@@ -90,7 +90,8 @@ pub(crate) fn threads() -> usize {
 }
 
 /// Runs `program` with `inputs` bound to its input slots and `params` to its parameter
-/// slots; returns the planned buffers that are still alive (the kept ones).
+/// slots; returns the planned buffers that are still alive (the kept ones). Slots that
+/// share an in-place destination's memory must be bound to copies ([`alias_snapshots`]).
 ///
 /// The caller holds every input for the run (`realize` does, from planning until its
 /// results are installed): the in-place destinations for writing, the rest for reading, so
@@ -130,12 +131,6 @@ fn run_program_here(
             params.len()
         )));
     }
-    // The plan takes distinct input slots for distinct memory, but two slots can hold one
-    // buffer (`x` and `x.detach()`, or a realized reshape of `x`): if one of them is written
-    // in place, the other reads a copy taken before anything runs — the value it stood for
-    // — instead of memory a kernel overwrites while it reads it.
-    let snapshots = alias_snapshots(program, inputs)?;
-    let inputs = snapshots.as_deref().unwrap_or(inputs);
     // Several steps run on one of rayon's workers: each kernel's parallel loop then starts
     // on the thread that asks for it, instead of a non-pool thread handing every kernel over
     // and sleeping until it is done (two thread wake-ups per kernel). The other workers are
@@ -163,7 +158,16 @@ fn run_program_here(
 
 /// The inputs with every slot that shares an in-place destination's buffer (but is not that
 /// destination) bound to a copy of it; `None` when no slot does (the common case).
-fn alias_snapshots(program: &Program, inputs: &[Arc<Buffer>]) -> Result<Option<Vec<Arc<Buffer>>>> {
+///
+/// The plan takes distinct input slots for distinct memory, but two slots can hold one
+/// buffer (`x` and `x.detach()`, or a realized reshape of `x`): if one of them is written in
+/// place, the other reads a copy taken before anything runs — the value it stood for —
+/// instead of memory a kernel overwrites while it reads it. The caller runs the program on
+/// these inputs, and a target that shares such a slot's memory is given the copy.
+pub(crate) fn alias_snapshots(
+    program: &Program,
+    inputs: &[Arc<Buffer>],
+) -> Result<Option<Vec<Arc<Buffer>>>> {
     let same = |a: &Buffer, b: &Buffer| {
         a.len_bytes() > 0 && a.device() == b.device() && a.addr() == b.addr()
     };

@@ -320,6 +320,33 @@ impl Graph {
         }
     }
 
+    /// The other realized nodes that hold `value`'s buffer at the same version: the same
+    /// value under another tensor (`x.detach()`, a realized reshape of `x`). An in-place
+    /// write to the buffer overwrites their value too. Empty unless `value` is realized.
+    pub fn buffer_aliases(&self, value: NodeKey) -> Result<Vec<NodeKey>> {
+        let n = self.node(value)?;
+        let (Op::Buffer, Some(b)) = (&n.op, &n.buffer) else {
+            return Ok(vec![]);
+        };
+        // Each node holding the buffer holds one reference; the value and the in-place
+        // write's node hold two. Only more can mean an alias, so the common case skips the
+        // scan.
+        if Arc::strong_count(b) <= 2 || b.len_bytes() == 0 {
+            return Ok(vec![]);
+        }
+        Ok(self
+            .dag
+            .node_weights()
+            .filter(|a| {
+                a.key != value
+                    && a.op == Op::Buffer
+                    && a.version == n.version
+                    && a.buffer.as_ref().is_some_and(|ab| Arc::ptr_eq(ab, b))
+            })
+            .map(|a| a.key)
+            .collect())
+    }
+
     /// The unrealized nodes with live tensor handles that read `value` (directly or through
     /// other unrealized nodes), not counting the way through `except`.
     pub fn live_readers(&self, value: NodeKey, except: NodeKey) -> Result<Vec<NodeKey>> {

@@ -285,6 +285,28 @@ pub fn collapse_swept(g: &Graph, sweep: &Sweep, targets: &[NodeKey]) -> Result<V
         });
         map.push((vg.nodes.len() - 1, vec![]));
     }
+    // A node whose memory an in-place write later in this plan overwrites (an input, or an
+    // earlier write to the same input) cannot lend its buffer to a tensor that must keep
+    // its value: such a target is copied, and such a reshape is not installed as an alias.
+    let mut last_writer: HashMap<usize, NodeId> = HashMap::new();
+    for (id, n) in vg.nodes.iter().enumerate() {
+        if let Some(slot) = n.writes_input {
+            last_writer.insert(slot, id);
+        }
+    }
+    let overwritten_later = |vg: &ViewGraph, id: NodeId| {
+        let slot = match vg.nodes[id].op {
+            PlanOp::Input { slot } => Some(slot),
+            _ => vg.nodes[id].writes_input,
+        };
+        slot.and_then(|s| last_writer.get(&s))
+            .is_some_and(|&w| w > id)
+    };
+    let aliases = std::mem::take(&mut vg.aliases);
+    vg.aliases = aliases
+        .into_iter()
+        .filter(|&(_, src)| !overwritten_later(&vg, src))
+        .collect();
     for &t in targets {
         let (src, chain) = by_key
             .get(&t)
@@ -294,7 +316,7 @@ pub fn collapse_swept(g: &Graph, sweep: &Sweep, targets: &[NodeKey]) -> Result<V
         let target_shape = g.node(t)?.shape.clone();
         let aliases = View::contiguous(&vg.nodes[src].shape).apply_all(&chain)
             == Some(View::contiguous(&target_shape));
-        let id = if chain.is_empty() || aliases {
+        let id = if (chain.is_empty() || aliases) && !overwritten_later(&vg, src) {
             // A row-major reshape of the producer: the target shares its buffer.
             src
         } else {

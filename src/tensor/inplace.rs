@@ -5,7 +5,9 @@
 //! written into the tensor's own buffer — after every pending reader of the old value, which
 //! the planner orders first. A value overwritten this way cannot be read afterwards: a
 //! computation that still needs it fails when realized (the buffer's version counter), as
-//! PyTorch's autograd does.
+//! PyTorch's autograd does. Other tensors that share the buffer (`x.detach()`, a realized
+//! reshape) are not updated with it, unlike PyTorch's views: they keep the old value, their
+//! pending readers run before the write, and reading them after it fails the same way.
 
 use super::{Operand, Tensor, unwrap_or_panic};
 use crate::dtype::{DType, Scalar};

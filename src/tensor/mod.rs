@@ -188,18 +188,49 @@ impl Tensor {
             });
         }
         self.realize()?;
-        let buf = graph::with_graph(|g| g.node(self.key).map(|n| n.buffer.clone()))?
-            .ok_or_else(|| KilnError::internal("realized node has no buffer"))?;
+        let (buf, version) = self.realized_buffer()?;
         let len = self.numel();
         if buf.len_bytes() < len * std::mem::size_of::<T>() || buf.device() != Device::Cpu {
             return Err(KilnError::internal("buffer shorter than its tensor"));
         }
         // Waits while an in-place write (another thread's realize) runs on this buffer.
         buf.share(Access::Slice);
+        if let Err(e) = self.check_unchanged(&buf, version) {
+            buf.unshare(Access::Slice);
+            return Err(e);
+        }
         Ok(SliceGuard {
             buf,
             len,
             _t: std::marker::PhantomData,
+        })
+    }
+
+    /// The buffer of this realized tensor and the buffer version its value has.
+    fn realized_buffer(&self) -> Result<(Arc<crate::memory::Buffer>, u64)> {
+        graph::with_graph(|g| {
+            let n = g.node(self.key)?;
+            n.buffer
+                .clone()
+                .map(|b| (b, n.version))
+                .ok_or_else(|| KilnError::internal("realized node has no buffer"))
+        })
+    }
+
+    /// Fails with [`KilnError::Overwritten`] when an in-place write through another tensor
+    /// holding the same buffer (`x.detach()`, a realized reshape) has replaced this
+    /// tensor's value since it was realized. Called with a hold on `buf` taken, so no write
+    /// can start between the check and the read.
+    fn check_unchanged(&self, buf: &crate::memory::Buffer, version: u64) -> Result<()> {
+        let now = buf.version();
+        if now == version {
+            return Ok(());
+        }
+        Err(KilnError::Overwritten {
+            shape: self.shape.clone(),
+            dtype: self.dtype,
+            recorded: version,
+            now,
         })
     }
 
@@ -211,8 +242,7 @@ impl Tensor {
             self.try_to(Device::Cpu)?
         };
         t.realize()?;
-        let buf = graph::with_graph(|g| g.node(t.key).map(|n| n.buffer.clone()))?
-            .ok_or_else(|| KilnError::internal("realized node has no buffer"))?;
+        let (buf, version) = t.realized_buffer()?;
         let len = t.numel() * t.dtype.size_bytes();
         if buf.len_bytes() < len {
             return Err(KilnError::internal("buffer shorter than its tensor"));
@@ -222,6 +252,10 @@ impl Tensor {
             // A read hold (not a slice's): a write that comes meanwhile waits for the copy
             // instead of failing as it would against a slice the user keeps.
             buf.share(Access::Read);
+            if let Err(e) = t.check_unchanged(&buf, version) {
+                buf.unshare(Access::Read);
+                return Err(e);
+            }
             // SAFETY: `buf` is a host buffer (`t` is on the CPU) of at least `len`
             // initialized bytes (allocations are zeroed and kernels write every element),
             // and the hold taken just above keeps in-place writes out until the copy is done.

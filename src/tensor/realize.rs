@@ -77,8 +77,9 @@ pub fn realize_all(tensors: &[&Tensor]) -> Result<()> {
 }
 
 /// Sweeps the graph of `targets`, adding to them every live tensor that reads a value an
-/// in-place write in that graph overwrites: those readers must run in the same plan, before
-/// the write, or their input would be gone.
+/// in-place write in that graph overwrites (through the written tensor, or through another
+/// tensor holding the same buffer, such as `x.detach()`): those readers must run in the
+/// same plan, before the write, or their input would be gone.
 fn sweep_with_readers(g: &graph::Graph, targets: &mut Vec<NodeKey>) -> Result<graph::Sweep> {
     loop {
         let sweep = g.sweep(targets)?;
@@ -87,7 +88,12 @@ fn sweep_with_readers(g: &graph::Graph, targets: &mut Vec<NodeKey>) -> Result<gr
             if g.node(k)?.op != Op::Assign {
                 continue;
             }
-            for r in g.live_readers(g.inputs(k)?[0], k)? {
+            let old = g.inputs(k)?[0];
+            let mut readers = g.live_readers(old, k)?;
+            for a in g.buffer_aliases(old)? {
+                readers.extend(g.live_readers(a, k)?);
+            }
+            for r in readers {
                 if !targets.contains(&r) {
                     targets.push(r);
                     added = true;
@@ -293,8 +299,14 @@ fn prepare(
 ) -> Result<Preparation> {
     let mut pending = vec![];
     for &k in keys {
-        if g.node(k)?.op != Op::Buffer && !pending.contains(&k) {
-            pending.push(k);
+        if g.node(k)?.op != Op::Buffer {
+            if !pending.contains(&k) {
+                pending.push(k);
+            }
+        } else {
+            // A realized value that a write through another tensor sharing its buffer has
+            // replaced is gone: realizing it is the same error as reading it.
+            check_version(g, k)?;
         }
     }
     if pending.is_empty() {
@@ -384,8 +396,12 @@ pub fn realize_all_with(tensors: &[&Tensor], options: &RealizeOptions) -> Result
         planning,
     } = *p;
     let run_started = std::time::Instant::now();
-    let outputs = match backend::run_program(&plan.program, &holds.inputs, &params) {
-        Ok(outputs) => outputs,
+    let bound = backend::alias_snapshots(&plan.program, &holds.inputs).and_then(|snapshots| {
+        let inputs = snapshots.as_deref().unwrap_or(&holds.inputs);
+        backend::run_program(&plan.program, inputs, &params).map(|out| (out, snapshots))
+    });
+    let (outputs, snapshots) = match bound {
+        Ok(bound) => bound,
         Err(e) => {
             graph::with_graph(|g| {
                 installing.clear(g);
@@ -411,8 +427,9 @@ pub fn realize_all_with(tensors: &[&Tensor], options: &RealizeOptions) -> Result
         .filter_map(|&(pos, r)| {
             let buf = match r {
                 BufferRef::Planned(g) => outputs.get(g).and_then(|b| b.clone()),
-                // A target that reshapes a realized tensor shares its buffer.
-                BufferRef::Input(i) => holds.inputs.get(i).cloned(),
+                // A target that reshapes a realized tensor shares its buffer (or the copy
+                // of it the run read, when an in-place write in this run overwrote it).
+                BufferRef::Input(i) => snapshots.as_ref().unwrap_or(&holds.inputs).get(i).cloned(),
             };
             Some((*order.get(pos)?, buf?))
         })
