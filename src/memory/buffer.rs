@@ -81,11 +81,17 @@ pub(crate) enum WriteRefused {
 }
 
 /// The access state's fields: host slices in the low 31 bits, running readers in the next
-/// 32, and the writer flag on top.
+/// 31, a writer waiting for the readers to finish, and the writer flag on top.
 const SLICE: u64 = 1;
 const SLICES: u64 = (1 << 31) - 1;
 const READ: u64 = 1 << 31;
+const WANTED: u64 = 1 << 62;
 const WRITER: u64 = 1 << 63;
+
+/// Back-offs ([`back_off`]) during which a new reader defers to a waiting writer. Past them
+/// it takes its hold anyway and clears the writer's flag, so a writer that stopped trying
+/// (another thread ran its update) delays readers once, briefly, and never blocks them.
+pub(crate) const DEFER_TRIES: u32 = 64;
 
 impl Buffer {
     /// Wrap `block`, which `owner` handed out; it goes back to `owner` on drop.
@@ -118,9 +124,11 @@ impl Buffer {
         )
     }
 
-    /// Takes a shared hold of kind `kind` unless an in-place writer holds the buffer;
-    /// returns whether it did. Every hold taken is given back with [`Buffer::unshare`].
-    pub(crate) fn try_share(&self, kind: Access) -> bool {
+    /// Takes a shared hold of kind `kind` unless an in-place writer holds the buffer, or
+    /// (when `defer`) one waits for the current readers to finish; returns whether it did.
+    /// Every hold taken is given back with [`Buffer::unshare`]. A hold taken without
+    /// deferring clears the waiting writer's flag (see [`DEFER_TRIES`]).
+    pub(crate) fn try_share(&self, kind: Access, defer: bool) -> bool {
         use std::sync::atomic::Ordering;
         let one = match kind {
             Access::Slice => SLICE,
@@ -130,19 +138,22 @@ impl Buffer {
         loop {
             let count = match kind {
                 Access::Slice => now & SLICES,
-                Access::Read => (now & !WRITER) >> 31,
+                Access::Read => (now & !(WRITER | WANTED)) >> 31,
             };
             // A full counter refuses (as a writer would) rather than carry into the next
             // field: 2^31 - 1 holds of one kind on one buffer are not a real program.
-            if now & WRITER != 0 || count >= SLICES {
+            if now & WRITER != 0 || count >= SLICES || (defer && now & WANTED != 0) {
                 return false;
             }
-            match self.access.compare_exchange_weak(
-                now,
-                now + one,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
+            let next = if defer {
+                now + one
+            } else {
+                (now & !WANTED) + one
+            };
+            match self
+                .access
+                .compare_exchange_weak(now, next, Ordering::AcqRel, Ordering::Acquire)
+            {
                 Ok(_) => return true,
                 Err(seen) => now = seen,
             }
@@ -150,10 +161,11 @@ impl Buffer {
     }
 
     /// [`Buffer::try_share`], waiting while an in-place write runs (writes are short and
-    /// never wait on a shared hold, so this ends).
+    /// never wait on a shared hold, so this ends), and for a while first behind a writer
+    /// that waits for the current readers.
     pub(crate) fn share(&self, kind: Access) {
         let mut tries = 0u32;
-        while !self.try_share(kind) {
+        while !self.try_share(kind, tries < DEFER_TRIES) {
             back_off(&mut tries);
         }
     }
@@ -168,16 +180,32 @@ impl Buffer {
             .fetch_sub(one, std::sync::atomic::Ordering::AcqRel);
     }
 
-    /// Takes the buffer for an in-place write: only when nobody holds it.
+    /// Takes the buffer for an in-place write: only when nobody holds it. Refused by
+    /// running readers, it flags the buffer as wanted, and new readers wait behind it for a
+    /// while (so a stream of overlapping reads cannot hold a write off indefinitely).
     pub(crate) fn try_write(&self) -> Result<(), WriteRefused> {
         use std::sync::atomic::Ordering;
-        match self
-            .access
-            .compare_exchange(0, WRITER, Ordering::AcqRel, Ordering::Acquire)
-        {
-            Ok(_) => Ok(()),
-            Err(now) if now & SLICES != 0 => Err(WriteRefused::Borrowed),
-            Err(_) => Err(WriteRefused::Busy),
+        let mut now = self.access.load(Ordering::Acquire);
+        loop {
+            if now & SLICES != 0 {
+                return Err(WriteRefused::Borrowed);
+            }
+            if now & WRITER != 0 {
+                return Err(WriteRefused::Busy);
+            }
+            let (next, taken) = if now & !WANTED == 0 {
+                (WRITER, true)
+            } else {
+                (now | WANTED, false)
+            };
+            match self
+                .access
+                .compare_exchange_weak(now, next, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) if taken => return Ok(()),
+                Ok(_) => return Err(WriteRefused::Busy),
+                Err(seen) => now = seen,
+            }
         }
     }
 
@@ -312,6 +340,43 @@ mod tests {
         assert_eq!(again.addr(), addr);
         let s = alloc.stats();
         assert_eq!((s.hits, s.misses, s.device_allocs), (1, 1, 1));
+    }
+
+    #[test]
+    fn a_writer_refused_by_readers_holds_off_new_readers_until_it_writes() {
+        let b = Buffer::from_vec(vec![0u8; 64]);
+        assert!(b.try_share(Access::Read, true));
+        // The running reader refuses the write; the writer is now waiting.
+        assert_eq!(b.try_write(), Err(WriteRefused::Busy));
+        // New readers that defer wait behind it; one that has waited long enough does not.
+        assert!(!b.try_share(Access::Read, true));
+        assert!(!b.try_share(Access::Slice, true));
+        b.unshare(Access::Read);
+        assert_eq!(b.try_write(), Ok(()));
+        assert!(!b.try_share(Access::Read, false));
+        b.end_write();
+        // The write cleared the flag: readers go ahead at once again.
+        assert!(b.try_share(Access::Read, true));
+        b.unshare(Access::Read);
+        assert_eq!(b.access.load(std::sync::atomic::Ordering::Acquire), 0);
+    }
+
+    #[test]
+    fn a_writer_that_stopped_waiting_delays_readers_only_once() {
+        let b = Buffer::from_vec(vec![0u8; 64]);
+        assert!(b.try_share(Access::Read, true));
+        assert_eq!(b.try_write(), Err(WriteRefused::Busy));
+        b.unshare(Access::Read);
+        // The writer never comes back. A reader that stops deferring takes its hold and
+        // clears the flag; the next reader is not delayed at all.
+        assert!(!b.try_share(Access::Read, true));
+        b.share(Access::Read);
+        b.unshare(Access::Read);
+        assert!(b.try_share(Access::Slice, true));
+        // A slice still refuses writes outright.
+        assert_eq!(b.try_write(), Err(WriteRefused::Borrowed));
+        b.unshare(Access::Slice);
+        assert_eq!(b.access.load(std::sync::atomic::Ordering::Acquire), 0);
     }
 
     #[test]

@@ -98,7 +98,7 @@ fn read_buffer(g: &Graph, key: NodeKey) -> Result<RefTensor> {
     if !bytes.is_empty() {
         // This runs under the graph lock, which the realize writing the buffer needs to
         // finish: waiting here would never end, so a buffer being written is an error.
-        if !buf.try_share(Access::Slice) {
+        if !buf.try_share(Access::Slice, false) {
             return Err(KilnError::Backend {
                 backend: "reference",
                 message: format!(

@@ -223,9 +223,9 @@ struct Holds {
 }
 
 impl Holds {
-    /// Holds `inputs` as `program` uses them. `Ok(None)`: another realize holds one of them
-    /// (nothing is held then).
-    fn take(program: &Program, inputs: Vec<Arc<Buffer>>) -> Result<Option<Holds>> {
+    /// Holds `inputs` as `program` uses them. `Ok(None)`: another realize holds one of them,
+    /// or (when `defer`) waits to write one this program would read (nothing is held then).
+    fn take(program: &Program, inputs: Vec<Arc<Buffer>>, defer: bool) -> Result<Option<Holds>> {
         let mut h = Holds {
             kinds: vec![Hold::Aliased; inputs.len()],
             inputs,
@@ -259,7 +259,7 @@ impl Holds {
             if h.writes(b) {
                 continue;
             }
-            if !b.try_share(Access::Read) {
+            if !b.try_share(Access::Read, defer) {
                 return Ok(None);
             }
             h.kinds[slot] = Hold::Read;
@@ -291,11 +291,13 @@ impl Drop for Holds {
 }
 
 /// Sweeps, plans (or finds the plan in the cache) and holds the input buffers of a
-/// realize of `keys`, under the graph lock.
+/// realize of `keys`, under the graph lock; `defer`: the buffers it reads wait behind a
+/// writer that waits for their readers ([`Buffer::try_share`](crate::memory::Buffer)).
 fn prepare(
     g: &mut graph::Graph,
     keys: &[NodeKey],
     options: &RealizeOptions,
+    defer: bool,
 ) -> Result<Preparation> {
     let mut pending = vec![];
     for &k in keys {
@@ -349,7 +351,7 @@ fn prepare(
                 .ok_or_else(|| KilnError::internal("input node without a buffer"))
         })
         .collect::<Result<Vec<_>>>()?;
-    let Some(holds) = Holds::take(&plan.program, inputs)? else {
+    let Some(holds) = Holds::take(&plan.program, inputs, defer)? else {
         return Ok(Preparation::Busy);
     };
     // Checked once the buffers are held: a write still running elsewhere has bumped a
@@ -380,7 +382,8 @@ pub fn realize_all_with(tensors: &[&Tensor], options: &RealizeOptions) -> Result
     let keys: Vec<NodeKey> = tensors.iter().map(|t| t.key).collect();
     let mut tries = 0;
     let p = loop {
-        match graph::with_graph(|g| prepare(g, &keys, options))? {
+        let defer = tries < crate::memory::buffer::DEFER_TRIES;
+        match graph::with_graph(|g| prepare(g, &keys, options, defer))? {
             Preparation::Nothing => return Ok(RealizeReport::default()),
             Preparation::Ready(p) => break p,
             Preparation::Busy => crate::memory::buffer::back_off(&mut tries),
