@@ -144,6 +144,8 @@
 //! into a regression test. `KILN_FUZZ_PRINT=1` (with `--nocapture`) prints every program,
 //! its time and how much of its tolerance each comparison used.
 
+mod common;
+
 use half::{bf16, f16};
 use kiln::ops::{Applied, BinaryOp, Cost, Domain, UnaryOp};
 use kiln::{DType, Device, Operand, RealizeOptions, Scalar, Tensor, realize_all_with, reference};
@@ -670,11 +672,7 @@ impl Rng {
         Rng(seed ^ 0x6A09_E667_F3BC_C908)
     }
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        common::splitmix64(&mut self.0)
     }
     /// Uniform in `0..n` (`n > 0`).
     fn below(&mut self, n: usize) -> usize {

@@ -37,6 +37,8 @@
 //!
 //! The bugs this fuzzer found are pinned by the regression tests at the end of the file.
 
+mod common;
+
 use kiln::ops::{BinaryOp, UnaryOp};
 use kiln::shape::{MAX_TENSOR_BYTES, checked_numel};
 use kiln::{DType, Device, KilnError, Operand, RealizeOptions, Scalar, Tensor, reference};
@@ -171,19 +173,9 @@ const FLOATS: &[DType] = &[DType::F32, DType::F64, DType::F16, DType::BF16];
 // Random choices
 // ---------------------------------------------------------------------------------------
 
-struct Rng(u64);
+use common::Rng;
 
 impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
     fn chance(&mut self, num: u64, den: u64) -> bool {
         self.next() % den < num
     }

@@ -42,6 +42,8 @@
 //! `KILN_GRAD_FUZZ_SEED` (the first seed), `KILN_GRAD_FUZZ_STEPS` (most steps per program,
 //! default 12), `KILN_GRAD_FUZZ_PRINT=1` (print every program; with `--nocapture`).
 
+mod common;
+
 use kiln::ops::{BinaryOp, UnaryOp};
 use kiln::reference::{self, RefData, RefTensor, grad};
 use kiln::{DType, RealizeOptions, Tensor, no_grad, realize_all_with};
@@ -60,11 +62,7 @@ impl Rng {
 
     /// splitmix64.
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        common::splitmix64(&mut self.0)
     }
 
     fn unit(&mut self) -> f64 {

@@ -341,6 +341,66 @@ fn an_alias_whose_buffer_was_overwritten_is_refused_by_every_read() {
 }
 
 #[test]
+fn in_place_corner_cases_found_by_the_in_place_fuzzer() {
+    let x4 = || {
+        let x = Tensor::from_vec(vec![1.0f32, -3.0, -3.0, 3.0], [2, 2]);
+        x.realize().unwrap();
+        x
+    };
+    // `x.copy_(&x)`: the value is the tensor itself (was an internal error: a cycle).
+    let x = x4();
+    x.copy_(&x);
+    x.copy_(&x.reshape([2, 2]));
+    assert_eq!(x.to_vec::<f32>().unwrap(), vec![1.0, -3.0, -3.0, 3.0]);
+    // A view recorded before two updates, read by the second: its kernel must follow the
+    // first write and read what that write overwrites, so the old value is copied first
+    // (was an internal error: kernel dependencies form a cycle).
+    let x = x4();
+    let r = x.t();
+    x.add_(-2.0);
+    x.add_(&r);
+    assert_eq!(x.to_vec::<f32>().unwrap(), vec![0.0, -8.0, -8.0, 4.0]);
+    // A realize that runs the first of two pending writes (a reader needs its value)
+    // installs it; the buffer and the graph agree, and the second write runs later (every
+    // read failed with `Overwritten`).
+    let x = x4();
+    x.add_(&x);
+    let twice = &x - &x.t();
+    x.add_(3.0);
+    assert_eq!(twice.to_vec::<f32>().unwrap(), vec![0.0, 0.0, 0.0, 0.0]);
+    assert_eq!(x.to_vec::<f32>().unwrap(), vec![5.0, -3.0, -3.0, 9.0]);
+    // `detach` of a value that is already overwritten stays refused (it showed the new
+    // contents).
+    let x = x4();
+    let d = x.detach();
+    x.add_(1.0);
+    x.realize().unwrap();
+    assert!(matches!(
+        d.detach().to_vec::<f32>(),
+        Err(KilnError::Overwritten { .. })
+    ));
+    // `copy_` into an unrealized tensor copies: a later update of it leaves the source
+    // alone (the source was overwritten through the shared buffer).
+    let src = x4();
+    let y = &x4() * 1.0;
+    y.copy_(&src.reshape([2, 2]));
+    y.realize().unwrap();
+    y.mul_(2.0);
+    y.realize().unwrap();
+    assert_eq!(src.to_vec::<f32>().unwrap(), vec![1.0, -3.0, -3.0, 3.0]);
+    assert_eq!(y.to_vec::<f32>().unwrap(), vec![2.0, -6.0, -6.0, 6.0]);
+    // A pending reshape of a realized alias, updated in place with a value that reads the
+    // alias's update (was a cycle).
+    let x = Tensor::from_vec(vec![2.0f32, -3.0, -1.0, 3.0], [1, 4]);
+    let v = x.reshape([4, 1]);
+    v.realize().unwrap();
+    let w = v.reshape([2, 2]);
+    v.add_(w.reshape([4, 1]));
+    w.add_(v.reshape([2, 2]));
+    assert_eq!(w.to_vec::<f32>().unwrap(), vec![6.0, -9.0, -3.0, 9.0]);
+}
+
+#[test]
 fn two_in_place_updates_that_each_read_the_others_old_value_both_apply() {
     // `x += z_old` and `z += x_old`, both recorded before either runs: fused, each write's
     // kernel would read what the other overwrites (a cycle); the planner stores the reads.

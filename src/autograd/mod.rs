@@ -21,7 +21,7 @@ mod engine;
 mod rules;
 
 use crate::error::{KilnError, Result};
-use crate::graph::{self, Autograd, Op};
+use crate::graph::{self, Autograd};
 use crate::shape::Movement;
 use crate::tensor::{Tensor, unwrap_or_panic};
 
@@ -216,25 +216,9 @@ impl Tensor {
     /// ```
     pub fn detach(&self) -> Tensor {
         let _guard = NoGradGuard::new();
-        let realized = graph::with_graph(|g| {
-            g.node(self.node_key()).ok().and_then(|n| match n.op {
-                Op::Buffer => n.buffer.clone().map(|b| (b, n.origin.clone())),
-                _ => None,
-            })
-        });
-        match realized {
-            Some((buf, origin)) => {
-                let key = graph::with_graph(|g| {
-                    g.add_buffer(
-                        buf,
-                        self.shape().to_vec(),
-                        self.dtype(),
-                        self.device(),
-                        origin,
-                    )
-                });
-                Tensor::wrap(key, self.shape().to_vec(), self.dtype(), self.device())
-            }
+        let alias = graph::with_graph(|g| g.add_buffer_alias(self.node_key()).ok().flatten());
+        match alias {
+            Some(key) => Tensor::wrap(key, self.shape().to_vec(), self.dtype(), self.device()),
             None => unwrap_or_panic(self.record_movement(Movement::Reshape(self.shape().to_vec()))),
         }
     }

@@ -220,6 +220,26 @@ impl Graph {
         key
     }
 
+    /// A second realized node holding `of`'s buffer with `of`'s value: the same version as
+    /// `of`, so a value that an in-place write has already replaced stays replaced under
+    /// the new node too. `None` unless `of` is realized.
+    pub fn add_buffer_alias(&mut self, of: NodeKey) -> Result<Option<NodeKey>> {
+        let n = self.node(of)?;
+        let (Op::Buffer, Some(buffer)) = (&n.op, n.buffer.clone()) else {
+            return Ok(None);
+        };
+        let (shape, dtype, device, origin, version) = (
+            n.shape.clone(),
+            n.dtype,
+            n.device,
+            n.origin.clone(),
+            n.version,
+        );
+        let key = self.add_buffer(buffer, shape, dtype, device, origin);
+        self.dag[self.keys[key]].version = version;
+        Ok(Some(key))
+    }
+
     fn index(&self, key: NodeKey) -> Result<NodeIndex> {
         self.keys
             .get(key)
@@ -330,8 +350,8 @@ impl Graph {
         };
         // Each node holding the buffer holds one reference; the value and the in-place
         // write's node hold two. Only more can mean an alias, so the common case skips the
-        // scan.
-        if Arc::strong_count(b) <= 2 || b.len_bytes() == 0 {
+        // scan. A value already overwritten has no readers left to save (they fail).
+        if Arc::strong_count(b) <= 2 || b.len_bytes() == 0 || b.version() != n.version {
             return Ok(vec![]);
         }
         Ok(self
@@ -359,7 +379,9 @@ impl Graph {
             .filter(|&c| c != skip)
             .collect();
         while let Some(i) = stack.pop() {
-            if !seen.insert(i) {
+            // `except` (the write) is reached again through its own value, which reads
+            // `value`: what reads the write reads the new value, not this one.
+            if i == skip || !seen.insert(i) {
                 continue;
             }
             let n = &self.dag[i];

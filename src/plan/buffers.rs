@@ -64,7 +64,10 @@ pub fn plan_buffers(vg: &ViewGraph, fusion: &FusionPlan, sched: &Schedule) -> Bu
                 },
                 first: step_of[gi],
                 last: step_of[gi],
-                kept: node.keep || vg.is_target(g.root) || vg.is_aliased(g.root),
+                kept: node.keep
+                    || vg.is_target(g.root)
+                    || vg.is_aliased(g.root)
+                    || vg.is_last_write(g.root),
             }
         })
         .collect();

@@ -129,8 +129,8 @@ impl Plan {
             .collect()
     }
 
-    /// Stored nodes that a live tensor handle points at, directly or through a reshape
-    /// (kept and installed after the run).
+    /// Stored nodes that a live tensor handle points at, directly or through a reshape, and
+    /// the last in-place write to each input (kept and installed after the run).
     pub fn kept_buffers(&self) -> Vec<(NodeKey, BufferRef)> {
         let vg = &self.view_graph;
         let mut out: Vec<(NodeKey, BufferRef)> = self
@@ -138,7 +138,10 @@ impl Plan {
             .groups
             .iter()
             .enumerate()
-            .filter(|&(g, grp)| self.buffers.buffers[g].kept && vg.nodes[grp.root].keep)
+            .filter(|&(g, grp)| {
+                self.buffers.buffers[g].kept
+                    && (vg.nodes[grp.root].keep || vg.is_last_write(grp.root))
+            })
             .filter_map(|(g, grp)| {
                 vg.nodes[grp.root]
                     .origin
@@ -188,12 +191,25 @@ pub fn plan_swept(
             Ok(s) => s,
             Err(e) => {
                 // In-place writes whose kernels read each other's old values: store those
-                // readers as kernels of their own and plan again.
+                // readers as kernels of their own and plan again. Where that is not
+                // enough (a reader that must also follow the write), copy the old values
+                // they read before the write.
                 let readers = schedule::readers_of_overwritten(&view_graph, &fusion);
                 let before = forced.len();
-                forced.extend(readers);
+                forced.extend(readers.iter().copied());
                 if forced.len() == before {
-                    return Err(e);
+                    let stored: Vec<NodeId> = fusion.groups.iter().map(|grp| grp.root).collect();
+                    let edges = schedule::overwritten_inputs(&view_graph, &fusion, &stored);
+                    let mut separated = false;
+                    for (node, input) in edges {
+                        if copied.insert((node, input)) {
+                            views::copy_input(&mut view_graph, node, input);
+                            separated = true;
+                        }
+                    }
+                    if !separated {
+                        return Err(e);
+                    }
                 }
                 continue;
             }

@@ -125,6 +125,33 @@ pub fn readers_of_overwritten(vg: &ViewGraph, fusion: &FusionPlan) -> Vec<NodeId
     found.into_iter().collect()
 }
 
+/// The input edges of `readers` (roots of kernels) that read a value an
+/// in-place write in another kernel overwrites, as `(node, input)`. When storing the
+/// readers leaves
+/// the cycle (a reader must follow the write, as `x.add_(r)` after `x.add_(1)`, where `r` is
+/// a view of `x` recorded before both, follows the first write and reads what it
+/// overwrites), these values are copied, each as a kernel of its own, before the write.
+pub fn overwritten_inputs(
+    vg: &ViewGraph,
+    fusion: &FusionPlan,
+    readers: &[NodeId],
+) -> Vec<(NodeId, usize)> {
+    let writes = overwrites(vg, fusion);
+    let mut out = vec![];
+    for &v in readers {
+        let own = fusion.group_of_root(v);
+        for (i, e) in vg.nodes[v].inputs.iter().enumerate() {
+            if writes
+                .iter()
+                .any(|&(before, writer)| before == e.src && Some(writer) != own)
+            {
+                out.push((v, i));
+            }
+        }
+    }
+    out
+}
+
 /// `(value, writer group)` pairs: the value a buffer holds right before an in-place write,
 /// and the group that overwrites it.
 fn overwrites(vg: &ViewGraph, fusion: &FusionPlan) -> Vec<(NodeId, usize)> {

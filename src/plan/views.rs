@@ -187,6 +187,17 @@ impl ViewGraph {
         self.aliases.iter().any(|a| a.1 == id)
     }
 
+    /// True if `id` is the last in-place write to its input in this plan: the buffer holds
+    /// its value after the run, so the node is installed even without a handle (a later
+    /// write recorded on top of it, not in this plan, then finds it realized).
+    pub fn is_last_write(&self, id: NodeId) -> bool {
+        self.nodes[id].writes_input.is_some_and(|slot| {
+            !self.nodes[id + 1..]
+                .iter()
+                .any(|n| n.writes_input == Some(slot))
+        })
+    }
+
     /// True if `id` is a target.
     pub fn is_target(&self, id: NodeId) -> bool {
         self.targets.iter().any(|t| t.1 == id)

@@ -45,6 +45,11 @@ impl Tensor {
         loop {
             let epoch = graph::read_graph(|g| g.inplace_epoch());
             let value = self.updated_value(op, &f)?;
+            // `x.copy_(&x)` (or through a view that is `x` itself): the value is the
+            // tensor, and assigning a node to itself would be a cycle. Nothing changes.
+            if value.key == self.key {
+                return Ok(self);
+            }
             let attempt = graph::with_graph(|g| {
                 if g.inplace_epoch() != epoch {
                     return Ok(Attempt::Again);
@@ -212,7 +217,20 @@ impl Tensor {
                     rhs: src.device,
                 });
             }
-            src.try_cast(x.dtype)?.try_broadcast_to(&x.shape)
+            let value = src.try_cast(x.dtype)?.try_broadcast_to(&x.shape)?;
+            if x.is_realized() {
+                return Ok(value);
+            }
+            // An unrealized `x` becomes its new value: were that a view of `src`, `x` would
+            // share `src`'s buffer once realized, and a later in-place update of `x` would
+            // overwrite `src`. A copy of its own, as PyTorch's `copy_` makes.
+            Tensor::record(
+                crate::graph::Op::Contiguous,
+                &[&value],
+                value.shape.clone(),
+                value.dtype,
+                value.device,
+            )
         })
     }
 }

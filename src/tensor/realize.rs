@@ -94,7 +94,9 @@ fn sweep_with_readers(g: &graph::Graph, targets: &mut Vec<NodeKey>) -> Result<gr
                 readers.extend(g.live_readers(a, k)?);
             }
             for r in readers {
-                if !targets.contains(&r) {
+                // A reader that already reads an overwritten value cannot run anyway (its
+                // own realize reports that): it does not hold this write back.
+                if !targets.contains(&r) && !reads_overwritten(g, r)? {
                     targets.push(r);
                     added = true;
                 }
@@ -104,6 +106,16 @@ fn sweep_with_readers(g: &graph::Graph, targets: &mut Vec<NodeKey>) -> Result<gr
             return Ok(sweep);
         }
     }
+}
+
+/// Whether computing `k` reads a realized value that an in-place write has replaced.
+fn reads_overwritten(g: &graph::Graph, k: NodeKey) -> Result<bool> {
+    for n in g.sweep(&[k])?.order {
+        if check_version(g, n).is_err() {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// A realized node whose buffer an in-place write has changed since holds a value that no
