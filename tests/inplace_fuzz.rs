@@ -1,8 +1,9 @@
 //! Random programs of in-place updates over tensors that share buffers, against a model of
 //! kiln's value semantics: every tensor handle has a value; an update changes the value of
-//! the handle it is called on and of nothing else; `detach`, `reshape` and computations
-//! take the values their operands have when they are recorded. Tensors are realized at
-//! random points, alone or together.
+//! the handle it is called on and of nothing else; `detach`, reshapes, transposes and
+//! computations take the values their operands have when they are recorded. Updates are
+//! `add_`, `mul_`, `sub_`, `fill_` (scalars) and `add_`, `copy_` (tensors). Tensors are
+//! realized at random points, alone or together.
 //!
 //! The oracle: every read gives the model's value, or fails with `Overwritten` (a value
 //! that an in-place write through another tensor on the same buffer replaced). A wrong
@@ -33,6 +34,9 @@ struct Handle {
     /// computed from such a tensor: its reads may be refused.
     may_share: bool,
 }
+
+/// What a scalar in-place update does to one element: `(old, c) -> new`.
+type ScalarUpdate = fn(f32, f32) -> f32;
 
 const SHAPES: [[usize; 2]; 3] = [[1, 4], [2, 2], [4, 1]];
 
@@ -125,7 +129,11 @@ fn run(seed: u64, steps: usize) {
             1 => {
                 let i = pick(&mut rng, &hs);
                 let detach = rng.below(2) == 0;
-                let t = if detach {
+                // A transpose of a square tensor: a view that is not a row-major reshape.
+                let transpose = !detach && rng.below(2) == 0 && hs[i].t.shape() == [2, 2];
+                let t = if transpose {
+                    hs[i].t.t()
+                } else if detach {
                     hs[i].t.detach()
                 } else {
                     // A different shape: a reshape to the same shape is the tensor itself
@@ -140,14 +148,19 @@ fn run(seed: u64, steps: usize) {
                 };
                 let name = fresh();
                 if trace {
-                    if detach {
+                    if transpose {
+                        eprintln!("let {name} = {}.t();", hs[i].name);
+                    } else if detach {
                         eprintln!("let {name} = {}.detach();", hs[i].name);
                     } else {
                         eprintln!("let {name} = {}.reshape({:?});", hs[i].name, t.shape());
                     }
                 }
                 hs[i].may_share = true;
-                let value = hs[i].value.clone();
+                let mut value = hs[i].value.clone();
+                if transpose {
+                    value = vec![value[0], value[2], value[1], value[3]];
+                }
                 hs.push(Handle {
                     t,
                     name,
@@ -189,16 +202,25 @@ fn run(seed: u64, steps: usize) {
                 let i = pick(&mut rng, &hs);
                 let c = small(&mut rng);
                 let shape = hs[i].t.shape().to_vec();
-                let kind = rng.below(4);
+                let kind = rng.below(6);
+                let scalar_ops: [(&str, ScalarUpdate); 4] = [
+                    ("add_", |v, c| v + c),
+                    ("mul_", |v, c| v * c),
+                    ("sub_", |v, c| v - c),
+                    ("fill_", |_, c| c),
+                ];
                 let result = match kind {
-                    0 => {
-                        let r = hs[i].t.try_add_(c).map(|_| ());
-                        hs[i].value.iter_mut().for_each(|v| *v += c);
-                        r
-                    }
-                    1 => {
-                        let r = hs[i].t.try_mul_(c).map(|_| ());
-                        hs[i].value.iter_mut().for_each(|v| *v *= c);
+                    0..=3 => {
+                        let t = &hs[i].t;
+                        let r = match kind {
+                            0 => t.try_add_(c),
+                            1 => t.try_mul_(c),
+                            2 => t.try_sub_(c),
+                            _ => t.try_fill_(c),
+                        };
+                        let f = scalar_ops[kind].1;
+                        let r = r.map(|_| ());
+                        hs[i].value.iter_mut().for_each(|v| *v = f(*v, c));
                         r
                     }
                     k => {
@@ -207,27 +229,26 @@ fn run(seed: u64, steps: usize) {
                             eprintln!(
                                 "{}.{}(&{}.reshape({shape:?}));",
                                 hs[i].name,
-                                if k == 2 { "add_" } else { "copy_" },
+                                if k == 4 { "add_" } else { "copy_" },
                                 hs[j].name
                             );
                         }
                         let src = hs[j].t.try_reshape(shape).unwrap();
                         let other = hs[j].value.clone();
-                        let r = if k == 2 {
+                        let r = if k == 4 {
                             hs[i].t.try_add_(&src).map(|_| ())
                         } else {
                             hs[i].t.try_copy_(&src).map(|_| ())
                         };
                         for (v, o) in hs[i].value.iter_mut().zip(other) {
-                            *v = if k == 2 { *v + o } else { o };
+                            *v = if k == 4 { *v + o } else { o };
                         }
                         hs[i].may_share |= hs[j].may_share;
                         r
                     }
                 };
-                if trace && kind < 2 {
-                    let op = if kind == 0 { "add_" } else { "mul_" };
-                    eprintln!("{}.{op}({c:?});", hs[i].name);
+                if trace && kind < 4 {
+                    eprintln!("{}.{}({c:?});", hs[i].name, scalar_ops[kind].0);
                 }
                 if let Err(e) = result {
                     panic!("seed {seed}, step {step}: recording an update failed: {e}");
