@@ -125,12 +125,11 @@ pub fn readers_of_overwritten(vg: &ViewGraph, fusion: &FusionPlan) -> Vec<NodeId
     found.into_iter().collect()
 }
 
-/// The input edges of `readers` (roots of kernels) that read a value an
-/// in-place write in another kernel overwrites, as `(node, input)`. When storing the
-/// readers leaves
-/// the cycle (a reader must follow the write, as `x.add_(r)` after `x.add_(1)`, where `r` is
-/// a view of `x` recorded before both, follows the first write and reads what it
-/// overwrites), these values are copied, each as a kernel of its own, before the write.
+/// The input edges of `readers` (roots of kernels) that read a value an in-place write in
+/// another kernel overwrites, as `(node, input)`. When storing readers alone leaves the
+/// cycle (a reader that must follow the write: `x.add_(r)` after `x.add_(1)`, with `r` a
+/// view of `x` recorded before both), these values are copied, each as a kernel of its
+/// own, before the write.
 pub fn overwritten_inputs(
     vg: &ViewGraph,
     fusion: &FusionPlan,

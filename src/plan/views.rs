@@ -191,10 +191,20 @@ impl ViewGraph {
     /// its value after the run, so the node is installed even without a handle (a later
     /// write recorded on top of it, not in this plan, then finds it realized).
     pub fn is_last_write(&self, id: NodeId) -> bool {
-        self.nodes[id].writes_input.is_some_and(|slot| {
-            !self.nodes[id + 1..]
+        self.nodes[id].writes_input.is_some() && !self.written_after(id)
+    }
+
+    /// True if an in-place write after `id` in this plan overwrites `id`'s memory (`id` is
+    /// an input, or an earlier write to the same input).
+    pub fn written_after(&self, id: NodeId) -> bool {
+        let slot = match self.nodes[id].op {
+            PlanOp::Input { slot } => Some(slot),
+            _ => self.nodes[id].writes_input,
+        };
+        slot.is_some_and(|s| {
+            self.nodes[id + 1..]
                 .iter()
-                .any(|n| n.writes_input == Some(slot))
+                .any(|n| n.writes_input == Some(s))
         })
     }
 
@@ -296,27 +306,13 @@ pub fn collapse_swept(g: &Graph, sweep: &Sweep, targets: &[NodeKey]) -> Result<V
         });
         map.push((vg.nodes.len() - 1, vec![]));
     }
-    // A node whose memory an in-place write later in this plan overwrites (an input, or an
-    // earlier write to the same input) cannot lend its buffer to a tensor that must keep
-    // its value: such a target is copied, and such a reshape is not installed as an alias.
-    let mut last_writer: HashMap<usize, NodeId> = HashMap::new();
-    for (id, n) in vg.nodes.iter().enumerate() {
-        if let Some(slot) = n.writes_input {
-            last_writer.insert(slot, id);
-        }
-    }
-    let overwritten_later = |vg: &ViewGraph, id: NodeId| {
-        let slot = match vg.nodes[id].op {
-            PlanOp::Input { slot } => Some(slot),
-            _ => vg.nodes[id].writes_input,
-        };
-        slot.and_then(|s| last_writer.get(&s))
-            .is_some_and(|&w| w > id)
-    };
+    // A node whose memory an in-place write later in this plan overwrites cannot lend its
+    // buffer to a tensor that must keep its value: such a target is copied, and such a
+    // reshape is not installed as an alias.
     let aliases = std::mem::take(&mut vg.aliases);
     vg.aliases = aliases
         .into_iter()
-        .filter(|&(_, src)| !overwritten_later(&vg, src))
+        .filter(|&(_, src)| !vg.written_after(src))
         .collect();
     for &t in targets {
         let (src, chain) = by_key
@@ -327,7 +323,7 @@ pub fn collapse_swept(g: &Graph, sweep: &Sweep, targets: &[NodeKey]) -> Result<V
         let target_shape = g.node(t)?.shape.clone();
         let aliases = View::contiguous(&vg.nodes[src].shape).apply_all(&chain)
             == Some(View::contiguous(&target_shape));
-        let id = if (chain.is_empty() || aliases) && !overwritten_later(&vg, src) {
+        let id = if (chain.is_empty() || aliases) && !vg.written_after(src) {
             // A row-major reshape of the producer: the target shares its buffer.
             src
         } else {

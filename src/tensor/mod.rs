@@ -222,16 +222,7 @@ impl Tensor {
     /// tensor's value since it was realized. Called with a hold on `buf` taken, so no write
     /// can start between the check and the read.
     fn check_unchanged(&self, buf: &crate::memory::Buffer, version: u64) -> Result<()> {
-        let now = buf.version();
-        if now == version {
-            return Ok(());
-        }
-        Err(KilnError::Overwritten {
-            shape: self.shape.clone(),
-            dtype: self.dtype,
-            recorded: version,
-            now,
-        })
+        check_unchanged(&self.shape, self.dtype, buf, version)
     }
 
     /// Realizes (if needed) and returns the raw little-endian bytes, row-major.
@@ -264,6 +255,26 @@ impl Tensor {
         }
         Ok(out)
     }
+}
+
+/// `Ok` while `buf` still holds version `version` of a value of `shape` and `dtype`, else
+/// [`KilnError::Overwritten`]: an in-place write has replaced that value since.
+pub(crate) fn check_unchanged(
+    shape: &[usize],
+    dtype: DType,
+    buf: &crate::memory::Buffer,
+    version: u64,
+) -> Result<()> {
+    let now = buf.version();
+    if now == version {
+        return Ok(());
+    }
+    Err(KilnError::Overwritten {
+        shape: shape.to_vec(),
+        dtype,
+        recorded: version,
+        now,
+    })
 }
 
 /// A borrowed view of a realized CPU tensor's data (from [`Tensor::as_slice`]); derefs to

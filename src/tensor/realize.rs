@@ -122,17 +122,10 @@ fn reads_overwritten(g: &graph::Graph, k: NodeKey) -> Result<bool> {
 /// longer exists: reading it is an error.
 fn check_version(g: &graph::Graph, k: NodeKey) -> Result<()> {
     let n = g.node(k)?;
-    if let (Op::Buffer, Some(b)) = (&n.op, &n.buffer)
-        && b.version() != n.version
-    {
-        return Err(KilnError::Overwritten {
-            shape: n.shape.clone(),
-            dtype: n.dtype,
-            recorded: n.version,
-            now: b.version(),
-        });
+    match (&n.op, &n.buffer) {
+        (Op::Buffer, Some(b)) => super::check_unchanged(&n.shape, n.dtype, b, n.version),
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 /// `KILN_DUMP=dir`: writes every new plan's Graphviz DOT to `dir/kiln-plan-NNNNN.dot`
