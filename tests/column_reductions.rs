@@ -149,3 +149,47 @@ fn integer_bool_and_half_dtypes() {
         check(&h.amax(0), 0.0);
     }
 }
+
+/// Wider than one run of the CPU backend (1,024 positions): each task of the split walks
+/// several runs per reduce position, and where the pass only loads it folds eight reduce
+/// positions per run at once, in order. The results must be the same bits as one position
+/// at a time (a negation fused into the pass turns the grouping off; negating is exact),
+/// and agree with the reference, including the positions left over after the last group
+/// of eight in a block (333 rows in two blocks) and masked loads (a padded view).
+#[test]
+fn wide_column_reductions_fold_rows_in_order() {
+    for (rows, cols, seed) in [(1000, 2500, 11), (333, 4100, 12)] {
+        let x = randn(&[rows, cols], seed);
+        let grouped = x.sum(0).to_vec::<f32>().unwrap();
+        let one_by_one = x.neg().sum(0).to_vec::<f32>().unwrap();
+        assert_eq!(grouped.len(), cols);
+        for (j, (g, o)) in grouped.iter().zip(&one_by_one).enumerate() {
+            assert_eq!(g.to_bits(), (-o).to_bits(), "{rows}x{cols} column {j}");
+        }
+        check(&x.sum(0), SUM_TOL);
+        check(&x.amax(0), 0.0);
+        check(&x.amin(0), 0.0);
+        check(&x.argmax(0), 0.0);
+        let near_one = rand(&[rows, cols], seed + 100) * 0.01 + 0.995;
+        check(&near_one.prod(0), 1e-4);
+        check(&x.pad(&[(5, 9), (0, 0)], -2.0).sum(0), SUM_TOL);
+        check(&x.pad(&[(5, 9), (0, 0)], 7.0).amax(0), 0.0);
+        // Two reductions of one input in one kernel.
+        let (s, m) = (x.sum(0), x.amin(0));
+        kiln::realize_all(&[&s, &m]).unwrap();
+        check(&s, SUM_TOL);
+        check(&m, 0.0);
+    }
+    // Exact integer sums, and NaN from rows inside a group and in the leftovers.
+    let i = ties(&[1500, 2100]).cast(DType::I64) * 1_000_000_007i64;
+    check(&i.sum(0), 0.0);
+    let mut v: Vec<f32> = (0..333 * 2100).map(|k| (k % 89) as f32).collect();
+    v[3] = f32::NAN;
+    v[100 * 2100 + 1500] = f32::NAN;
+    v[332 * 2100 + 2099] = f32::NAN;
+    let x = Tensor::from_vec(v, [333, 2100]);
+    check(&x.amax(0), 0.0);
+    check(&x.sum(0), SUM_TOL);
+    let m = x.amax(0).to_vec::<f32>().unwrap();
+    assert!(m[3].is_nan() && m[1500].is_nan() && m[2099].is_nan() && !m[0].is_nan());
+}

@@ -907,6 +907,40 @@ pub(crate) fn accumulate<T: Num>(
     }
 }
 
+/// Reduce positions [`accumulate_rows`] takes at once.
+pub(crate) const ACC_ROWS: usize = 8;
+
+/// [`accumulate`] of [`ACC_ROWS`] consecutive reduce positions (`rows[0]` first) for a
+/// non-arg reduction: each accumulator is loaded and stored once instead of once per row,
+/// and folds the rows in the same order, so the results are the same bits. Returns
+/// `false`, leaving `acc` alone, for an arg-reduction (those track indices: the caller
+/// takes the rows one at a time).
+#[inline(always)]
+pub(crate) fn accumulate_rows<T: Num>(op: ReduceOp, rows: [&[T]; ACC_ROWS], acc: &mut [T]) -> bool {
+    let n = acc.len();
+    let rows = rows.map(|r| &r[..n]);
+    macro_rules! fold {
+        ($f:expr) => {
+            for j in 0..n {
+                let f = $f;
+                let mut a = acc[j];
+                for r in &rows {
+                    a = f(a, r[j]);
+                }
+                acc[j] = a;
+            }
+        };
+    }
+    match op {
+        ReduceOp::Sum => fold!(T::add),
+        ReduceOp::Prod => fold!(T::mul),
+        ReduceOp::Max => fold!(max_nan::<T>),
+        ReduceOp::Min => fold!(min_nan::<T>),
+        ReduceOp::ArgMax | ReduceOp::ArgMin => return false,
+    }
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
