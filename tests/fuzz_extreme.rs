@@ -358,6 +358,31 @@ const DISCONTINUOUS_OPS: &[&str] = &[
     "tan",
 ];
 
+/// Whether `layer_norm` over the trailing `norm` dimensions of `t` (small enough to
+/// evaluate) can come out of kiln and the reference differently by more than the
+/// comparison allows although both are right to f32 rounding: it divides `x - mean` by
+/// `sqrt(var + 1e-5)`, and rounding the mean of values of magnitude `|x|` (in a different
+/// order in each) moves `x - mean` by about `n · 2^-24 · |x|`. Seed 1524824, case 84963:
+/// twelve equal values 9^9 = 387420489 gave 0 in kiln (the exact answer) and -1 in the
+/// reference, whose f32 mean came out 32 away from them.
+fn layer_norm_is_ill_conditioned(t: &Tensor, norm: &[usize]) -> bool {
+    let group: usize = norm.iter().product();
+    if group == 0 || !graph_is_small(t) {
+        return false;
+    }
+    let Ok(x) = reference::evaluate(t) else {
+        return false;
+    };
+    x.to_f64().chunks(group).any(|g| {
+        let n = g.len() as f64;
+        let mean = g.iter().sum::<f64>() / n;
+        let var = g.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n;
+        let big = g.iter().fold(0f64, |m, v| m.max(v.abs()));
+        // The disagreement this allows, relative to the comparison's 2e-2, with margin.
+        (n + 2.0) * 2f64.powi(-24) * big / (var + 1e-5).sqrt() > 1e-3 || !big.is_finite()
+    })
+}
+
 /// Ops with a pole, where an input that an inexact op left a rounding error away from the
 /// pole gives a result arbitrarily far from the reference's (seed 843840, case 97819: the
 /// product of a layer norm's four outputs with ones, mathematically 0, came out as 0 in
@@ -1058,6 +1083,9 @@ fn transform(
         19 => {
             let k = rng.below(nd + 1).max(1).min(nd.max(1));
             let norm: Vec<usize> = shape[nd.saturating_sub(k)..].to_vec();
+            if layer_norm_is_ill_conditioned(t, &norm) {
+                c.unstable = true;
+            }
             let w = if rng.chance(1, 2) {
                 let w = c.step(
                     format!(
@@ -1134,10 +1162,6 @@ fn transform(
     }
 }
 
-/// Whether running `plan` is cheap: every kernel's index space, row space and matmul
-/// operands, and every buffer, hold at most `SMALL_LIMIT` elements. (A composite can hide a
-/// huge intermediate behind a result without elements: `layer_norm` over `[0, 2]` of a
-/// `[2^31, 0, 2]` tensor still computes 2^31 row means.)
 /// Whether every value `t` depends on (composite ops' internal ones included) is small
 /// enough for the reference evaluator, which computes all of them: kiln's plan may skip
 /// work whose result has no elements (a layer norm's row statistics), the reference does
@@ -1153,6 +1177,10 @@ fn graph_is_small(t: &Tensor) -> bool {
     })
 }
 
+/// Whether running `plan` is cheap: every kernel's index space, row space and matmul
+/// operands, and every buffer, hold at most `SMALL_LIMIT` elements. (A composite can hide a
+/// huge intermediate behind a result without elements: `layer_norm` over `[0, 2]` of a
+/// `[2^31, 0, 2]` tensor still computes 2^31 row means.)
 fn plan_is_small(plan: &kiln::Plan) -> bool {
     let small = |s: &[usize]| checked_numel(s).is_some_and(|n| n <= SMALL_LIMIT);
     plan.kernels().all(|k| {
