@@ -296,3 +296,35 @@ fn a_kernel_whose_shape_overflows_its_element_count_is_invalid() {
     k.shape = vec![1 << 32, 1 << 32];
     assert!(k.validate().is_err());
 }
+
+/// The reference evaluator keeps every value it computes, 8 bytes per element: a graph
+/// with a huge lazy intermediate (here sliced down to four elements) is refused with a
+/// typed error before anything is computed, instead of aborting the process in an
+/// allocation (a fuzzer case did: 2^63 bytes requested).
+#[test]
+fn the_reference_evaluator_refuses_values_it_cannot_hold() {
+    let x = Tensor::try_full_on([1usize << 40], 1.0, DType::F32, Device::Cpu).unwrap();
+    let y = (x * 2.0).slice_dim(0, 0, 4, 1);
+    match kiln::reference::evaluate(&y) {
+        Err(e @ KilnError::OutOfMemory { requested, .. }) => {
+            assert!(requested >= 8 << 40, "{e}");
+            assert!(e.to_string().contains("reference"), "{e}");
+        }
+        other => panic!("expected OutOfMemory, got {other:?}"),
+    }
+    // 2^61 one-byte elements are a valid tensor, but 8 bytes each do not fit in an address.
+    let b = Tensor::try_full_on([1usize << 61], true, DType::Bool, Device::Cpu).unwrap();
+    let c = b.eq(false).slice_dim(0, 0, 4, 1);
+    match kiln::reference::evaluate(&c) {
+        Err(e @ KilnError::TooLarge { .. }) => {
+            assert!(e.to_string().starts_with("reference evaluation"), "{e}");
+        }
+        other => panic!("expected TooLarge, got {other:?}"),
+    }
+    // Small graphs still evaluate.
+    let z = Tensor::from_vec(vec![1.0f32, 2.0], [2]) * 3.0;
+    assert_eq!(
+        kiln::reference::evaluate(&z).unwrap().to_f64(),
+        vec![3.0, 6.0]
+    );
+}

@@ -124,8 +124,9 @@ impl DeviceMemory for HostMemory {
     }
 }
 
+/// `MemAvailable` from `/proc/meminfo` on Linux, else `None`.
 #[cfg(target_os = "linux")]
-fn available_host_memory() -> Option<usize> {
+pub(crate) fn available_host_memory() -> Option<usize> {
     let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
     let line = meminfo
         .lines()
@@ -134,8 +135,9 @@ fn available_host_memory() -> Option<usize> {
     kib.checked_mul(1024)
 }
 
+/// `MemAvailable` from `/proc/meminfo` on Linux, else `None`.
 #[cfg(not(target_os = "linux"))]
-fn available_host_memory() -> Option<usize> {
+pub(crate) fn available_host_memory() -> Option<usize> {
     None
 }
 

@@ -2,7 +2,8 @@
 //! computes each op on plain row-major vectors — movement ops by explicit index mapping, no
 //! views, no fusion, floats in f64 rounded to the node's dtype after every op, integers
 //! wrapped to their width. It shares nothing with the planner or the backends except the
-//! counter-based random generator.
+//! counter-based random generator. It keeps every value it computes until it returns, so it
+//! refuses, before computing, a graph whose values would not fit in the host's memory.
 
 use crate::dtype::{DType, Scalar};
 use crate::error::{KilnError, Result};
@@ -125,9 +126,48 @@ fn evaluate_in(g: &Graph, target: NodeKey) -> Result<RefTensor> {
         .ok_or_else(|| KilnError::internal("reference: target not evaluated"))
 }
 
+/// Bytes the evaluator holds per element of every value it computes (f64 or i64).
+const BYTES_PER_VALUE: usize = 8;
+
+/// Refuses, before computing anything, a graph whose values would not fit in memory: the
+/// evaluator keeps every value it computes (8 bytes per element) until it returns, so a
+/// graph with a huge intermediate (a slice of a huge lazy tensor) would otherwise abort
+/// the process in an allocation. `TooLarge` names the first value whose size does not fit
+/// in an address; `OutOfMemory` gives the total against the host's available memory.
+fn check_memory(g: &Graph, order: &[NodeKey]) -> Result<()> {
+    let mut total = 0usize;
+    for &k in order {
+        let n = g.node(k)?;
+        let bytes = crate::shape::checked_numel(&n.shape)
+            .and_then(|e| e.checked_mul(BYTES_PER_VALUE))
+            .and_then(|b| total.checked_add(b));
+        let Some(sum) = bytes else {
+            return Err(KilnError::TooLarge {
+                op: "reference evaluation",
+                shape: n.shape.clone(),
+                dtype: n.dtype,
+                detail: "the evaluator's values (8 bytes per element) exceed the address space"
+                    .into(),
+            });
+        };
+        total = sum;
+    }
+    let free = crate::memory::host::available_host_memory();
+    if free.is_some_and(|f| total > f) {
+        return Err(KilnError::OutOfMemory {
+            device: "cpu (reference evaluator)".into(),
+            requested: total,
+            reserved: 0,
+            free: free.unwrap_or(0),
+        });
+    }
+    Ok(())
+}
+
 /// Every node `targets` depend on, evaluated (realized nodes are read as leaves).
 fn evaluate_all(g: &Graph, targets: &[NodeKey]) -> Result<HashMap<NodeKey, RefTensor>> {
     let order = g.lazy_subgraph(targets)?;
+    check_memory(g, &order)?;
     let mut vals: HashMap<NodeKey, RefTensor> = HashMap::new();
     for k in order {
         let n = g.node(k)?;
