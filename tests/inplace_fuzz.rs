@@ -2,8 +2,8 @@
 //! kiln's value semantics: every tensor handle has a value; an update changes the value of
 //! the handle it is called on and of nothing else; `detach`, reshapes, transposes and
 //! computations take the values their operands have when they are recorded. Updates are
-//! `add_`, `mul_`, `sub_`, `fill_` (scalars) and `add_`, `copy_` (tensors). Tensors are
-//! realized at random points, alone or together.
+//! `add_`, `mul_`, `sub_`, `div_` (by powers of two), `fill_`, `zero_` (scalars) and
+//! `add_`, `copy_` (tensors). Tensors are realized at random points, alone or together.
 //!
 //! The oracle: every read gives the model's value, or fails with `Overwritten` (a value
 //! that an in-place write through another tensor on the same buffer replaced). A wrong
@@ -202,21 +202,31 @@ fn run(seed: u64, steps: usize) {
                 let i = pick(&mut rng, &hs);
                 let c = small(&mut rng);
                 let shape = hs[i].t.shape().to_vec();
-                let kind = rng.below(6);
-                let scalar_ops: [(&str, ScalarUpdate); 4] = [
+                let kind = rng.below(8);
+                // `div_` divides by a power of two, so values stay exact.
+                let c = if kind == 4 {
+                    [2.0, -2.0, 4.0, 0.5][rng.below(4)]
+                } else {
+                    c
+                };
+                let scalar_ops: [(&str, ScalarUpdate); 6] = [
                     ("add_", |v, c| v + c),
                     ("mul_", |v, c| v * c),
                     ("sub_", |v, c| v - c),
                     ("fill_", |_, c| c),
+                    ("div_", |v, c| v / c),
+                    ("zero_", |_, _| 0.0),
                 ];
                 let result = match kind {
-                    0..=3 => {
+                    0..=5 => {
                         let t = &hs[i].t;
                         let r = match kind {
                             0 => t.try_add_(c),
                             1 => t.try_mul_(c),
                             2 => t.try_sub_(c),
-                            _ => t.try_fill_(c),
+                            3 => t.try_fill_(c),
+                            4 => t.try_div_(c),
+                            _ => Ok(t.zero_()),
                         };
                         let f = scalar_ops[kind].1;
                         let r = r.map(|_| ());
@@ -229,25 +239,27 @@ fn run(seed: u64, steps: usize) {
                             eprintln!(
                                 "{}.{}(&{}.reshape({shape:?}));",
                                 hs[i].name,
-                                if k == 4 { "add_" } else { "copy_" },
+                                if k == 6 { "add_" } else { "copy_" },
                                 hs[j].name
                             );
                         }
                         let src = hs[j].t.try_reshape(shape).unwrap();
                         let other = hs[j].value.clone();
-                        let r = if k == 4 {
+                        let r = if k == 6 {
                             hs[i].t.try_add_(&src).map(|_| ())
                         } else {
                             hs[i].t.try_copy_(&src).map(|_| ())
                         };
                         for (v, o) in hs[i].value.iter_mut().zip(other) {
-                            *v = if k == 4 { *v + o } else { o };
+                            *v = if k == 6 { *v + o } else { o };
                         }
                         hs[i].may_share |= hs[j].may_share;
                         r
                     }
                 };
-                if trace && kind < 4 {
+                if trace && kind == 5 {
+                    eprintln!("{}.zero_();", hs[i].name);
+                } else if trace && kind < 5 {
                     eprintln!("{}.{}({c:?});", hs[i].name, scalar_ops[kind].0);
                 }
                 if let Err(e) = result {
