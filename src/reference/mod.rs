@@ -152,16 +152,15 @@ fn check_memory(g: &Graph, order: &[NodeKey]) -> Result<()> {
         };
         total = sum;
     }
-    let free = crate::memory::host::available_host_memory();
-    if free.is_some_and(|f| total > f) {
-        return Err(KilnError::OutOfMemory {
+    match crate::memory::host::available_host_memory() {
+        Some(free) if total > free => Err(KilnError::OutOfMemory {
             device: "cpu (reference evaluator)".into(),
             requested: total,
             reserved: 0,
-            free: free.unwrap_or(0),
-        });
+            free,
+        }),
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 /// Every node `targets` depend on, evaluated (realized nodes are read as leaves).

@@ -2485,11 +2485,12 @@ impl Machine<'_> {
         store
     }
 
-    /// For a column block whose pass only loads (see `column_block`): loads the
-    /// [`ops::ACC_ROWS`] reduce positions from `a` over the current run and accumulates
-    /// them together. Returns `false`, having accumulated nothing, where a load is not a
-    /// borrowed run at one of the positions (masked there), so the caller takes the
-    /// positions one at a time. `rows` is scratch, one entry per reduce.
+    /// For a column block whose pass only loads and has no arg-reduction (`by_rows` in
+    /// `column_block`): loads the [`ops::ACC_ROWS`] reduce positions from `a` over the
+    /// current run and accumulates them together. Returns `false`, having accumulated
+    /// nothing, where a load is not a borrowed run at one of the positions (masked there),
+    /// so the caller takes the positions one at a time. `rows` is scratch, one entry per
+    /// reduce.
     fn accumulate_group(
         &mut self,
         a: usize,
@@ -2497,9 +2498,6 @@ impl Machine<'_> {
         rows: &mut [[*const u8; ops::ACC_ROWS]],
     ) -> bool {
         let ph = &self.prog.phases[0];
-        if ph.reduces.iter().any(|&r| self.reduce_parts(r).0.is_arg()) {
-            return false;
-        }
         for (i, pos) in (a..a + ops::ACC_ROWS).enumerate() {
             self.set_reduce_coords(pos);
             for &v in &ph.elem {
@@ -2514,7 +2512,7 @@ impl Machine<'_> {
             }
         }
         for (slot, &r) in ph.reduces.iter().enumerate() {
-            // Only arg-reductions refuse, and there are none (checked above).
+            // Only arg-reductions refuse, and `by_rows` admits none.
             let grouped = (self.loops.accumulate_rows)(self, r, &rows[slot]);
             debug_assert!(grouped);
         }
