@@ -401,6 +401,100 @@ fn in_place_corner_cases_found_by_the_in_place_fuzzer() {
 }
 
 #[test]
+fn ops_that_change_nothing_still_return_new_tensors() {
+    // An in-place update of a result must not reach the tensor it came from, whatever the
+    // shapes: a flip of a size-1 dimension returned the tensor itself, so updating the
+    // "flipped" tensor updated the original (found by the in-place fuzzer's view mode).
+    let source = || {
+        let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], [1, 3]);
+        x.realize().unwrap();
+        x
+    };
+    type NoOp = fn(&Tensor) -> Tensor;
+    let no_ops: Vec<(&str, NoOp)> = vec![
+        ("reshape", |t| t.reshape([1, 3])),
+        ("flatten", |t| t.reshape([3]).flatten()),
+        ("permute", |t| t.permute([0, 1])),
+        ("transpose", |t| t.transpose(1, 1)),
+        ("t of 1-D", |t| t.reshape([3]).t()),
+        ("expand", |t| t.expand([1, 3])),
+        ("slice", |t| t.slice(&[(0, 1, 1), (0, 3, 1)])),
+        ("slice_dim", |t| t.slice_dim(1, 0, 3, 1)),
+        ("narrow", |t| t.narrow(1, 0, 3)),
+        ("pad", |t| t.pad(&[(0, 0), (0, 0)], 0.0)),
+        ("flip", |t| t.flip([0])),
+        ("squeeze_dim", |t| t.squeeze_dim(1)),
+        ("cat", |t| Tensor::cat(&[t], 0)),
+        ("contiguous", |t| t.contiguous()),
+    ];
+    for (name, f) in no_ops {
+        // `flatten` and `t` of 1-D start from a reshape: the source is that reshape.
+        let base = source();
+        let x = if matches!(name, "flatten" | "t of 1-D") {
+            base.reshape([3])
+        } else {
+            base
+        };
+        let y = f(&x);
+        y.add_(10.0);
+        assert_eq!(
+            x.to_vec::<f32>().unwrap(),
+            vec![1.0, 2.0, 3.0],
+            "{name}: source"
+        );
+        assert_eq!(
+            y.to_vec::<f32>().unwrap(),
+            vec![11.0, 12.0, 13.0],
+            "{name}: result"
+        );
+        // And the other way round: updating the source leaves the result's value alone.
+        let x = source();
+        let y = f(&x);
+        x.mul_(-1.0);
+        assert_eq!(
+            y.to_vec::<f32>().unwrap(),
+            vec![1.0, 2.0, 3.0],
+            "{name}: reverse"
+        );
+    }
+    // Sorting, top-k and max/min along the one "dimension" of a 0-D tensor; the sign of a
+    // bool tensor.
+    let zero_d = || {
+        let z = Tensor::from_vec(vec![5.0f32], ());
+        z.realize().unwrap();
+        z
+    };
+    let z = zero_d();
+    z.sort(-1, false).0.add_(1.0);
+    z.topk(1, -1, true).0.add_(1.0);
+    z.max_dim(-1, false).0.add_(1.0);
+    z.min_dim(-1, false).0.add_(1.0);
+    assert_eq!(z.to_vec::<f32>().unwrap(), vec![5.0]);
+    let b = Tensor::from_vec(vec![true, false], [2]);
+    b.sign().fill_(true);
+    assert_eq!(b.to_vec::<bool>().unwrap(), vec![true, false]);
+    // As in PyTorch, `cast`/`to` to what the tensor already is return the tensor itself:
+    // an update through them is an update of it.
+    let x = source();
+    x.cast(DType::F32).add_(1.0);
+    x.to(kiln::Device::Cpu).add_(1.0);
+    assert_eq!(x.to_vec::<f32>().unwrap(), vec![3.0, 4.0, 5.0]);
+    // `copy()` (PyTorch's `clone()`) keeps the value it had, whether it is realized before
+    // the update or after; Rust's `clone()` is the same tensor and sees the update.
+    let x = source();
+    let (early, late, same) = (x.copy(), x.copy(), x.clone());
+    early.realize().unwrap();
+    x.mul_(2.0);
+    late.add_(1.0);
+    assert_eq!(early.to_vec::<f32>().unwrap(), vec![1.0, 2.0, 3.0]);
+    assert_eq!(late.to_vec::<f32>().unwrap(), vec![2.0, 3.0, 4.0]);
+    assert_eq!(same.to_vec::<f32>().unwrap(), vec![2.0, 4.0, 6.0]);
+    // An update of a copy leaves the source alone.
+    early.zero_();
+    assert_eq!(x.to_vec::<f32>().unwrap(), vec![2.0, 4.0, 6.0]);
+}
+
+#[test]
 fn two_in_place_updates_that_each_read_the_others_old_value_both_apply() {
     // `x += z_old` and `z += x_old`, both recorded before either runs: fused, each write's
     // kernel would read what the other overwrites (a cycle); the planner stores the reads.

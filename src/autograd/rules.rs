@@ -302,7 +302,7 @@ fn reduce(
 ) -> Result<Option<Tensor>> {
     let shape = x.shape().to_vec();
     Ok(match op {
-        ReduceOp::Sum => Some(g.try_broadcast_to(&shape)?),
+        ReduceOp::Sum => Some(g.expand_view(&shape)?),
         // ∂/∂x_i Π x = Π_{j≠i} x_j, exact with zeros (PyTorch's rule): a group without
         // zeros gives Π x / x_i; one with a single zero gives the product of the others at
         // the zero and 0 elsewhere; one with more zeros gives 0.
@@ -312,23 +312,21 @@ fn reduce(
             let zeros = is_zero.try_cast(DType::I64)?.try_sum_keepdim(&axes)?;
             let safe_x = Tensor::try_where(&is_zero, 1, x)?;
             let nonzero_prod = safe_x.try_prod_keepdim(&axes)?;
-            let no_zero = nonzero_prod.try_broadcast_to(&shape)?.try_div(&safe_x)?;
+            let no_zero = nonzero_prod.expand_view(&shape)?.try_div(&safe_x)?;
             let one_zero = Tensor::try_where(&is_zero, &nonzero_prod, 0)?;
             let d = Tensor::try_where(
                 &zeros.try_eq(0)?,
                 &no_zero,
                 &Tensor::try_where(&zeros.try_eq(1)?, &one_zero, 0)?,
             )?;
-            Some(g.try_broadcast_to(&shape)?.try_mul(&d)?)
+            Some(g.expand_view(&shape)?.try_mul(&d)?)
         }
         // PyTorch's amax/amin rule: the gradient is split evenly among the maxima.
         ReduceOp::Max | ReduceOp::Min => {
-            let hit = x
-                .try_eq(&out.try_broadcast_to(&shape)?)?
-                .try_cast(g.dtype())?;
+            let hit = x.try_eq(&out.expand_view(&shape)?)?.try_cast(g.dtype())?;
             let axes: Vec<isize> = axes.iter().map(|&a| a as isize).collect();
             let count = hit.try_sum_keepdim(&axes)?;
-            Some(g.try_div(&count)?.try_broadcast_to(&shape)?.try_mul(&hit)?)
+            Some(g.try_div(&count)?.expand_view(&shape)?.try_mul(&hit)?)
         }
         ReduceOp::ArgMax | ReduceOp::ArgMin => None,
     })

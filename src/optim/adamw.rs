@@ -105,7 +105,7 @@ impl Optimizer for AdamW {
                     .try_to(p.device())?
                     .try_reshape(&rows)?
                     .try_eq(1)?;
-                let g2 = g.try_unsqueeze(0)?.try_broadcast_to(s.shape())?;
+                let g2 = g.try_unsqueeze(0)?.expand_view(s.shape())?;
                 let beta = |b: f64| Tensor::try_full_on((), b, s.dtype(), s.device());
                 let decay = Tensor::try_where(&second, &beta(b2)?, &beta(b1)?)?;
                 let fresh = Tensor::try_where(

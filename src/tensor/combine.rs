@@ -62,7 +62,8 @@ impl Tensor {
                     })?;
         }
         if tensors.len() == 1 {
-            return first.try_cast(dtype);
+            // A new tensor, as PyTorch's `cat` gives, even where no cast is needed.
+            return first.try_cast(dtype)?.unchanged();
         }
         let nd = first.ndim();
         let mut starts = Vec::with_capacity(tensors.len());

@@ -118,7 +118,7 @@ fn align<'o>(op: &'static str, a: &'o Operand<'_>, b: &'o Operand<'_>) -> Result
                 if t.dtype == dtype && t.shape == shape {
                     Ok(Cow::Borrowed(t))
                 } else {
-                    t.try_cast(dtype)?.try_broadcast_to(&shape).map(Cow::Owned)
+                    t.try_cast(dtype)?.expand_view(&shape).map(Cow::Owned)
                 }
             }
         }
@@ -169,7 +169,7 @@ impl Tensor {
         if self.dtype == DType::Bool {
             match op {
                 // PyTorch: the sign of a bool is itself; its square is an i64.
-                UnaryOp::Sign => return Ok(self.clone()),
+                UnaryOp::Sign => return self.unchanged(),
                 UnaryOp::Square => return self.try_cast(DType::I64)?.unary(op),
                 _ => {}
             }
@@ -287,9 +287,9 @@ impl Tensor {
         }
         let shape = broadcast_shapes("where", &c.shape, &shape)?;
         let (c, x, y) = (
-            c.try_broadcast_to(&shape)?,
-            x.try_broadcast_to(&shape)?,
-            y.try_broadcast_to(&shape)?,
+            c.expand_view(&shape)?,
+            x.expand_view(&shape)?,
+            y.expand_view(&shape)?,
         );
         let device = x.device;
         Tensor::record(Op::Where, &[&c, &x, &y], shape, dtype, device)

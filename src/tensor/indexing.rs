@@ -119,7 +119,7 @@ impl Tensor {
         let mut along: Vec<isize> = vec![1; self.ndim()];
         along[axis] = n as isize;
         // The index broadcast over the other dimensions (stride 0: no copy).
-        let expanded = index.try_reshape(&along)?.try_broadcast_to(&out)?;
+        let expanded = index.try_reshape(&along)?.expand_view(&out)?;
         self.try_gather(dim, &expanded)
     }
 

@@ -8,6 +8,12 @@
 //! PyTorch's autograd does. Other tensors that share the buffer (`x.detach()`, a realized
 //! reshape) are not updated with it, unlike PyTorch's views: they keep the old value, their
 //! pending readers run before the write, and reading them after it fails the same way.
+//!
+//! Which handles are "the tensor": its Rust clones, and what `cast`/`to` return when the
+//! tensor already has that dtype and device (the tensor itself, as in PyTorch). Every other
+//! op returns a new tensor, also where it changes nothing (a reshape to the same shape, a
+//! flip over size-1 dimensions), so whether an update reaches another handle never depends
+//! on shapes. [`Tensor::copy`] is PyTorch's `clone()`.
 
 use super::{Operand, Tensor, unwrap_or_panic};
 use crate::dtype::{DType, Scalar};
@@ -217,7 +223,7 @@ impl Tensor {
                     rhs: src.device,
                 });
             }
-            let value = src.try_cast(x.dtype)?.try_broadcast_to(&x.shape)?;
+            let value = src.try_cast(x.dtype)?.expand_view(&x.shape)?;
             if x.is_realized() {
                 return Ok(value);
             }

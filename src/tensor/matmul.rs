@@ -79,8 +79,8 @@ impl Tensor {
             s.extend(extra);
             s
         };
-        let a = a.try_cast(dtype)?.try_broadcast_to(with([m, k]))?;
-        let b = b.try_cast(dtype)?.try_broadcast_to(with([k, n]))?;
+        let a = a.try_cast(dtype)?.expand_view(&with([m, k]))?;
+        let b = b.try_cast(dtype)?.expand_view(&with([k, n]))?;
         let out_shape = with([m, n]);
         let out = Tensor::record(Op::Matmul, &[&a, &b], out_shape, dtype, a.device)?;
         // 1-D operands lose their inserted dimension again.

@@ -16,6 +16,15 @@ impl Tensor {
         self.movement(m)
     }
 
+    /// A new tensor with this one's value (an identity view): what an op that changes
+    /// nothing returns, so that an in-place update of its result never updates `self`, nor
+    /// the other way round, whatever the shapes (PyTorch's movement ops return new tensors
+    /// too; only `cast`/`to` to what a tensor already is return the tensor itself, as
+    /// PyTorch's do).
+    pub(crate) fn unchanged(&self) -> Result<Tensor> {
+        self.movement(Movement::Reshape(self.shape.clone()))
+    }
+
     fn movement(&self, m: Movement) -> Result<Tensor> {
         let shape =
             m.checked_output_shape(&self.shape)
@@ -81,7 +90,7 @@ impl Tensor {
             )));
         }
         if out == self.shape {
-            return Ok(self.clone());
+            return self.unchanged();
         }
         self.movement(Movement::Reshape(out))
     }
@@ -119,7 +128,7 @@ impl Tensor {
             p.push(d);
         }
         if p.iter().enumerate().all(|(i, &d)| i == d) {
-            return Ok(self.clone());
+            return self.unchanged();
         }
         self.movement(Movement::Permute(p))
     }
@@ -142,7 +151,7 @@ impl Tensor {
     /// Transposes the last two dimensions (a no-op below 2-D).
     pub fn t(&self) -> Tensor {
         if self.ndim() < 2 {
-            self.clone()
+            unwrap_or_panic(self.unchanged())
         } else {
             unwrap_or_panic(self.try_transpose(-2, -1))
         }
@@ -164,6 +173,15 @@ impl Tensor {
     /// Fallible [`Tensor::broadcast_to`].
     pub fn try_broadcast_to(&self, shape: impl ShapeLike) -> Result<Tensor> {
         let shape = &shape.dims()[..];
+        if shape == self.shape.as_slice() {
+            return self.unchanged();
+        }
+        self.expand_view(shape)
+    }
+
+    /// [`Tensor::try_broadcast_to`] for kiln's own ops, which need no new tensor where the
+    /// shape is already `shape`: then it is `self`.
+    pub(crate) fn expand_view(&self, shape: &[usize]) -> Result<Tensor> {
         if shape == self.shape.as_slice() {
             return Ok(self.clone());
         }
@@ -254,7 +272,7 @@ impl Tensor {
             .zip(&self.shape)
             .all(|(r, &n)| r.start == 0 && r.end == n && r.step == 1)
         {
-            return Ok(self.clone());
+            return self.unchanged();
         }
         self.movement(Movement::Slice(out))
     }
@@ -338,7 +356,7 @@ impl Tensor {
             step: 1,
         };
         if ranges[d].start == 0 && ranges[d].end == self.shape[d] {
-            return Ok(self.clone());
+            return self.unchanged();
         }
         self.movement(Movement::Slice(ranges))
     }
@@ -366,7 +384,7 @@ impl Tensor {
         let mut p = pads.to_vec();
         p.resize(self.ndim(), (0, 0));
         if p.iter().all(|&(b, a)| b == 0 && a == 0) {
-            return Ok(self.clone());
+            return self.unchanged();
         }
         let value = value.into().cast(self.dtype);
         self.movement(Movement::Pad { pads: p, value })
@@ -384,7 +402,7 @@ impl Tensor {
         let a = normalize_axes("flip", &axes, &self.shape)?;
         let a: Vec<usize> = a.into_iter().filter(|&d| self.shape[d] > 1).collect();
         if a.is_empty() {
-            return Ok(self.clone());
+            return self.unchanged();
         }
         self.movement(Movement::Flip(a))
     }
@@ -411,7 +429,7 @@ impl Tensor {
     pub fn try_squeeze_dim(&self, dim: isize) -> Result<Tensor> {
         let d = normalize_axis("squeeze", dim, &self.shape)?;
         if self.shape[d] != 1 {
-            return Ok(self.clone());
+            return self.unchanged();
         }
         let s: Vec<isize> = self
             .shape
@@ -477,7 +495,10 @@ impl Tensor {
     }
 
     /// A tensor that will be stored in its own row-major buffer when realized (a fusion
-    /// boundary). Free for a realized tensor that is already contiguous.
+    /// boundary). Free for a realized tensor, which is already stored so: the result then
+    /// shares its buffer (a new tensor all the same, as every op's result is; unlike
+    /// PyTorch's, it never returns `self`, so an in-place update of it is never an update
+    /// of `self`).
     pub fn contiguous(&self) -> Tensor {
         unwrap_or_panic(self.try_contiguous())
     }
@@ -485,8 +506,31 @@ impl Tensor {
     /// Fallible [`Tensor::contiguous`].
     pub fn try_contiguous(&self) -> Result<Tensor> {
         if self.is_realized() {
-            return Ok(self.clone());
+            return self.unchanged();
         }
+        self.try_copy()
+    }
+
+    /// A copy of this tensor's value in a buffer of its own (PyTorch's `x.clone()`): later
+    /// in-place updates of either tensor leave the other alone. Rust's `clone()` is not
+    /// that: it gives another handle to the same tensor, which sees every update.
+    ///
+    /// ```
+    /// let x = kiln::Tensor::from_vec(vec![1.0f32, 2.0], [2]);
+    /// x.realize().unwrap();
+    /// let old = x.copy();
+    /// let same = x.clone();
+    /// x.add_(1.0);
+    /// assert_eq!(old.to_vec::<f32>().unwrap(), vec![1.0, 2.0]);
+    /// assert_eq!(same.to_vec::<f32>().unwrap(), vec![2.0, 3.0]);
+    /// ```
+    #[track_caller]
+    pub fn copy(&self) -> Tensor {
+        unwrap_or_panic(self.try_copy())
+    }
+
+    /// Fallible [`Tensor::copy`].
+    pub fn try_copy(&self) -> Result<Tensor> {
         Tensor::record(
             Op::Contiguous,
             &[self],

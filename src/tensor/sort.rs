@@ -66,7 +66,7 @@ impl Tensor {
     pub fn try_sort(&self, dim: isize, descending: bool) -> Result<(Tensor, Tensor)> {
         let idx = self.try_argsort(dim, descending)?;
         let values = if self.ndim() == 0 {
-            self.clone()
+            self.unchanged()?
         } else {
             self.try_gather(dim, &idx)?
         };
@@ -106,7 +106,7 @@ impl Tensor {
         }
         let idx = self.try_argsort(dim, largest)?;
         if self.ndim() == 0 {
-            return Ok((self.clone(), idx));
+            return Ok((self.unchanged()?, idx));
         }
         let idx = idx.try_narrow(dim, 0, k)?;
         Ok((self.try_gather(dim, &idx)?, idx))
@@ -148,7 +148,7 @@ impl Tensor {
     fn value_and_index(&self, op: ReduceOp, dim: isize, keepdim: bool) -> Result<(Tensor, Tensor)> {
         let idx = self.arg_reduce(op, Some(dim), true)?;
         let values = if self.ndim() == 0 {
-            self.clone()
+            self.unchanged()?
         } else {
             self.try_gather(dim, &idx)?
         };
