@@ -113,7 +113,7 @@ pub enum KilnError {
     /// it was recorded or realized: an update of that tensor, or of another tensor holding
     /// the same buffer (`x.detach()`, a realized reshape of `x`).
     #[error(
-        "a tensor of shape {shape:?} ({dtype}) read here was overwritten in place (buffer version {recorded} -> {now}), by an update of it or of a tensor sharing its buffer such as x.detach(); realize what reads it before updating in place, or clone the value first"
+        "a tensor of shape {shape:?} ({dtype}) read here was overwritten in place (buffer version {recorded} -> {now}), by an update of it or of a tensor sharing its buffer such as x.detach(); realize what reads it before updating in place, or keep a copy first (x.copy())"
     )]
     Overwritten {
         /// Shape of the overwritten tensor.

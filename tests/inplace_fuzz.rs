@@ -17,6 +17,13 @@
 //! dtype, and it counts what it exercised so that a generator that stopped reaching a kind
 //! of handle fails.
 //!
+//! A third mode (`values_saved_for_backward_...`) records the terms of a loss over a weight
+//! that requires grad and data tensors that are aliased, combined, updated in place and
+//! realized in between; after `backward`, the loss and the weight's gradient must be what
+//! the values had when each term was recorded, or fail with `Overwritten` where a value a
+//! term read was destroyed by a write recorded after it (PyTorch's "modified by an inplace
+//! operation" error).
+//!
 //! `KILN_INPLACE_FUZZ_SEED` and `KILN_INPLACE_FUZZ_CASES` pick other programs.
 
 mod common;
@@ -837,4 +844,286 @@ fn random_updates_through_views_in_every_dtype_agree_with_value_semantics() {
     let checked: usize = cov.checked.iter().sum();
     eprintln!("{} reads refused (overwritten)", cov.refused);
     assert!(checked > cov.refused, "most reads should be compared");
+}
+
+// ---------------------------------------------------------------------------
+// Values saved for backward: data tensors used by a loss are updated in place before
+// `backward` (or before its gradients are realized), as a training loop's inputs might be.
+// ---------------------------------------------------------------------------
+
+/// A data tensor of the autograd mode: a value in the model, and the values it reads.
+struct DataHandle {
+    t: Tensor,
+    name: String,
+    value: Vec<f32>,
+    /// The family whose buffer an update of this tensor writes (aliases share it).
+    family: usize,
+    /// The values this one reads, as `(family, writes to it when the value was made)`: its
+    /// own first, then those of what it was computed from. A write to a family recorded
+    /// after a value of it was made destroys that value when it runs (the write's own
+    /// handle takes the new value; every other holder of the old one loses it).
+    reads: Vec<(usize, usize)>,
+}
+
+/// `[2, 2]` values, row-major.
+fn transpose2(v: &[f32]) -> Vec<f32> {
+    vec![v[0], v[2], v[1], v[3]]
+}
+
+/// One program: a weight that requires grad, data tensors that are aliased, combined,
+/// updated in place and realized at random points, and terms of a loss recorded among
+/// them. The loss and the weight's gradient must be what the values had when each term
+/// was recorded, or fail with `Overwritten` where a value a term read was overwritten
+/// since (PyTorch's "modified by an inplace operation" error); never a wrong value.
+/// Returns `(compared, refused)` for the gradient.
+fn run_saved(seed: u64, steps: usize) -> (usize, usize) {
+    let trace = std::env::var_os("KILN_INPLACE_FUZZ_TRACE").is_some();
+    let say = |line: String| {
+        if trace {
+            eprintln!("{line}");
+        }
+    };
+    let mut rng = Rng(seed ^ 0x6772_6164);
+    let w_val: Vec<f32> = (0..4).map(|_| small(&mut rng)).collect();
+    let w = Tensor::from_vec(w_val.clone(), [2, 2]).requires_grad_(true);
+    w.realize().unwrap();
+    say(format!(
+        "let w = Tensor::from_vec(vec!{w_val:?}, [2, 2]).requires_grad_(true);"
+    ));
+    // Updates so far per family.
+    let mut writes: Vec<usize> = vec![];
+    let mut ds: Vec<DataHandle> = vec![];
+    // Terms: (loss term, its value, its gradient for w, the values it reads).
+    type Term = (Tensor, f32, Vec<f32>, Vec<(usize, usize)>);
+    let mut terms: Vec<Term> = vec![];
+    let mut made = 0;
+    let mut fresh = || {
+        made += 1;
+        format!("d{}", made - 1)
+    };
+    for step in 0..steps {
+        let action = if ds.is_empty() { 0 } else { rng.below(8) };
+        match action {
+            0 => {
+                let value: Vec<f32> = (0..4).map(|_| small(&mut rng)).collect();
+                let t = Tensor::from_vec(value.clone(), [2, 2]);
+                let name = fresh();
+                say(format!(
+                    "let {name} = Tensor::from_vec(vec!{value:?}, [2, 2]);"
+                ));
+                if rng.below(2) == 0 {
+                    t.realize().unwrap();
+                    say(format!("{name}.realize().unwrap();"));
+                }
+                writes.push(0);
+                let family = writes.len() - 1;
+                ds.push(DataHandle {
+                    t,
+                    name,
+                    value,
+                    family,
+                    reads: vec![(family, 0)],
+                });
+            }
+            // An alias: shares the buffer once realized.
+            1 => {
+                let i = rng.below(ds.len());
+                let transpose = rng.below(2) == 0;
+                let (t, value) = if transpose {
+                    (ds[i].t.t(), transpose2(&ds[i].value))
+                } else {
+                    (ds[i].t.detach(), ds[i].value.clone())
+                };
+                let name = fresh();
+                say(format!(
+                    "let {name} = {}.{}();",
+                    ds[i].name,
+                    if transpose { "t" } else { "detach" }
+                ));
+                let (family, reads) = (ds[i].family, ds[i].reads.clone());
+                ds.push(DataHandle {
+                    t,
+                    name,
+                    value,
+                    family,
+                    reads,
+                });
+            }
+            // A combination of two: a buffer of its own, reading both.
+            2 => {
+                let (i, j) = (rng.below(ds.len()), rng.below(ds.len()));
+                let t = &ds[i].t + &ds[j].t;
+                let value = ds[i]
+                    .value
+                    .iter()
+                    .zip(&ds[j].value)
+                    .map(|(a, b)| a + b)
+                    .collect();
+                let name = fresh();
+                say(format!("let {name} = &{} + &{};", ds[i].name, ds[j].name));
+                writes.push(0);
+                let family = writes.len() - 1;
+                let mut reads = vec![(family, 0)];
+                reads.extend(&ds[i].reads);
+                reads.extend(&ds[j].reads);
+                ds.push(DataHandle {
+                    t,
+                    name,
+                    value,
+                    family,
+                    reads,
+                });
+            }
+            // A term of the loss.
+            3 | 4 => {
+                let i = rng.below(ds.len());
+                let d = &ds[i];
+                let (term, value, grad, expr) = match rng.below(3) {
+                    0 => {
+                        let v: f32 = w_val.iter().zip(&d.value).map(|(a, b)| a * b).sum();
+                        (
+                            (&w * &d.t).sum(..),
+                            v,
+                            d.value.clone(),
+                            format!("(&w * &{})", d.name),
+                        )
+                    }
+                    1 => {
+                        let wt = transpose2(&w_val);
+                        let v: f32 = wt.iter().zip(&d.value).map(|(a, b)| a * b).sum();
+                        let g = transpose2(&d.value);
+                        (
+                            (&w.t() * &d.t).sum(..),
+                            v,
+                            g,
+                            format!("(&w.t() * &{})", d.name),
+                        )
+                    }
+                    _ => {
+                        let sq: Vec<f32> = d.value.iter().map(|x| x * x).collect();
+                        let v: f32 = w_val.iter().zip(&sq).map(|(a, b)| a * b).sum();
+                        let t = (&w * &d.t * &d.t).sum(..);
+                        (t, v, sq, format!("(&w * &{0} * &{0})", d.name))
+                    }
+                };
+                say(format!("terms.push({expr}.sum(..));"));
+                terms.push((term, value, grad, d.reads.clone()));
+            }
+            // An in-place update of a data tensor (never of `w`).
+            5 => {
+                let i = rng.below(ds.len());
+                let c = small(&mut rng);
+                let name = ds[i].name.clone();
+                match rng.below(4) {
+                    0 => {
+                        say(format!("{name}.add_({c:?});"));
+                        ds[i].t.add_(c);
+                        ds[i].value.iter_mut().for_each(|v| *v += c);
+                    }
+                    1 => {
+                        say(format!("{name}.mul_({c:?});"));
+                        ds[i].t.mul_(c);
+                        ds[i].value.iter_mut().for_each(|v| *v *= c);
+                    }
+                    2 => {
+                        say(format!("{name}.fill_({c:?});"));
+                        ds[i].t.fill_(c);
+                        ds[i].value.iter_mut().for_each(|v| *v = c);
+                    }
+                    _ => {
+                        let j = rng.below(ds.len());
+                        say(format!("{name}.copy_(&{});", ds[j].name));
+                        ds[i].t.copy_(&ds[j].t);
+                        ds[i].value = ds[j].value.clone();
+                        let more = ds[j].reads.clone();
+                        ds[i].reads.extend(more);
+                    }
+                }
+                let f = ds[i].family;
+                writes[f] += 1;
+                ds[i].reads[0] = (f, writes[f]);
+            }
+            6 => {
+                let n = 1 + rng.below(2);
+                let chosen: Vec<usize> = (0..n).map(|_| rng.below(ds.len())).collect();
+                let ts: Vec<&Tensor> = chosen.iter().map(|&i| &ds[i].t).collect();
+                let names: Vec<String> =
+                    chosen.iter().map(|&i| format!("&{}", ds[i].name)).collect();
+                say(format!(
+                    "let _ = kiln::realize_all(&[{}]);",
+                    names.join(", ")
+                ));
+                match kiln::realize_all(&ts) {
+                    Ok(()) | Err(KilnError::Overwritten { .. }) => {}
+                    Err(e) => panic!("seed {seed}, step {step}: realize: {e}"),
+                }
+            }
+            _ => {
+                if ds.len() > 6 {
+                    let k = rng.below(ds.len());
+                    say(format!("drop({});", ds[k].name));
+                    ds.remove(k);
+                }
+            }
+        }
+    }
+    if terms.is_empty() {
+        return (0, 0);
+    }
+    let stale = terms
+        .iter()
+        .any(|(_, _, _, reads)| reads.iter().any(|&(f, n)| writes[f] != n));
+    let mut loss = terms[0].0.clone();
+    for (t, ..) in &terms[1..] {
+        loss = &loss + t;
+    }
+    let want_loss: f32 = terms.iter().map(|(_, v, ..)| v).sum();
+    let mut want_grad = vec![0f32; 4];
+    for (_, _, g, _) in &terms {
+        for (a, b) in want_grad.iter_mut().zip(g) {
+            *a += b;
+        }
+    }
+    say("let loss = terms.iter().skip(1).fold(terms[0].clone(), |a, t| &a + t);".into());
+    say(format!(
+        "loss.backward().unwrap(); // loss {want_loss}, grad {want_grad:?}, refusal allowed: {stale}"
+    ));
+    loss.backward().unwrap();
+    let grad = w.grad().expect("w has a gradient after backward");
+    // Realize the loss and the gradient together, or the gradient alone.
+    let together = rng.below(2) == 0;
+    let got = if together {
+        kiln::realize_all(&[&loss, &grad])
+            .and_then(|()| Ok((loss.to_vec::<f32>()?, grad.to_vec::<f32>()?)))
+    } else {
+        grad.to_vec::<f32>()
+            .and_then(|g| Ok((loss.to_vec::<f32>()?, g)))
+    };
+    match got {
+        Ok((l, g)) => {
+            assert_eq!(l, vec![want_loss], "seed {seed}: the loss");
+            assert_eq!(g, want_grad, "seed {seed}: the weight's gradient");
+            (1, 0)
+        }
+        Err(KilnError::Overwritten { .. }) if stale => (0, 1),
+        Err(e) => panic!("seed {seed}: reading the loss and gradient: unexpected error {e}"),
+    }
+}
+
+#[test]
+fn values_saved_for_backward_and_updated_in_place_give_the_recorded_gradients_or_fail() {
+    let (seed0, cases) = seed_and_cases();
+    let (mut compared, mut refused) = (0, 0);
+    for case in 0..cases {
+        let (c, r) = run_saved(seed0.wrapping_add(case), 30);
+        compared += c;
+        refused += r;
+    }
+    eprintln!("gradients compared {compared}, refused (overwritten) {refused}");
+    if cases >= 1000 {
+        assert!(
+            compared > refused && refused > 0,
+            "{compared} compared, {refused} refused"
+        );
+    }
 }
