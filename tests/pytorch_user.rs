@@ -7,7 +7,7 @@
 
 use kiln::nn::functional::{cross_entropy, mse_loss};
 use kiln::nn::{Linear, Module};
-use kiln::optim::{Optimizer, Sgd};
+use kiln::optim::{AdamW, Optimizer, Sgd};
 use kiln::{DType, Tensor, f16};
 
 /// `torch.arange(24).reshape(2, 3, 4).float()`
@@ -449,4 +449,63 @@ fn three_steps_of_sgd_with_momentum_on_a_linear_layer() {
         1e-4,
     );
     close(&[last], &[4.530_114_7], 1e-5);
+}
+
+#[test]
+fn half_reductions_accumulate_in_f32_like_pytorchs() {
+    // torch.full([4096], 16.0, dtype=torch.float16).mean() -> 16.0 (a half sum overflows).
+    let x = Tensor::full_dtype([4096], 16.0, DType::F16);
+    assert_eq!(x.mean(..).dtype(), DType::F16);
+    assert_eq!(x.mean(..).item::<f32>().unwrap(), 16.0);
+    // v = ±8 alternating, 1024 halves: v.var() -> 64.0625, v.std() -> 8.0078125,
+    // F.layer_norm(v.reshape(1, 1024), [1024])[0, :2] -> [1.0, -1.0].
+    let v: Vec<f32> = (0..1024)
+        .map(|i| if i % 2 == 0 { 8.0 } else { -8.0 })
+        .collect();
+    let v = Tensor::from_vec(v, [1, 1024]).cast(DType::F16);
+    assert_eq!(v.var(.., 1).item::<f32>().unwrap(), 64.0625);
+    assert_eq!(v.std(.., 1).item::<f32>().unwrap(), 8.007_812_5);
+    let ln = v.layer_norm(&[1024], None, None, 1e-5);
+    assert_eq!(ln.dtype(), DType::F16);
+    assert_eq!(ln.to_vec::<f32>().unwrap()[..2], [1.0, -1.0]);
+    // torch.zeros(1, 70000, dtype=torch.float16).softmax(-1)[0, 0] -> 1.430511474609375e-05
+    let z = Tensor::zeros_dtype([1, 70000], DType::F16);
+    assert_eq!(z.softmax(-1).to_vec::<f32>().unwrap()[0], 1.430_511_5e-5);
+    // F.mse_loss(torch.full([80000], 2.0, dtype=torch.bfloat16), zeros) -> 4.0
+    let p = Tensor::full_dtype([80000], 2.0, DType::BF16);
+    let loss = mse_loss(&p, &Tensor::zeros_dtype([80000], DType::BF16)).unwrap();
+    assert_eq!(loss.item::<f32>().unwrap(), 4.0);
+}
+
+#[test]
+fn empty_chunks_and_logsumexp_and_adamw_steps_per_parameter() {
+    // torch.zeros(0, 4).chunk(3, 0) -> three [0, 4] pieces.
+    let pieces = Tensor::zeros([0, 4]).chunk(3, 0);
+    assert_eq!(pieces.len(), 3);
+    assert!(pieces.iter().all(|p| p.shape() == [0, 4]));
+    // torch.zeros(2, 0).logsumexp(1) -> tensor([-inf, -inf])
+    assert_eq!(
+        Tensor::zeros([2, 0]).logsumexp(1).to_vec::<f32>().unwrap(),
+        vec![f32::NEG_INFINITY; 2]
+    );
+    // AdamW([a, b], lr=0.1): a step with a gradient for `a` only, then one for `b` only,
+    // then one for both (b's gradient 3) -> a = 0.9, b = 0.9, then a = 0.8, b = 0.8082219
+    // (each parameter's bias correction counts its own steps).
+    let a = Tensor::from_vec(vec![1.0f32], [1]).requires_grad_(true);
+    let b = Tensor::from_vec(vec![1.0f32], [1]).requires_grad_(true);
+    kiln::realize_all(&[&a, &b]).unwrap();
+    let mut opt = AdamW::new(vec![a.clone(), b.clone()], 0.1, (0.9, 0.999), 1e-8, 0.0).unwrap();
+    a.sum(..).backward().unwrap();
+    opt.step().unwrap();
+    opt.zero_grad();
+    b.sum(..).backward().unwrap();
+    opt.step().unwrap();
+    opt.zero_grad();
+    close(&a.to_vec::<f32>().unwrap(), &[0.9], 1e-6);
+    close(&b.to_vec::<f32>().unwrap(), &[0.9], 1e-6);
+    (&a.sum(..) + &(&b.sum(..) * 3.0)).backward().unwrap();
+    opt.step().unwrap();
+    close(&a.to_vec::<f32>().unwrap(), &[0.8], 1e-6);
+    close(&b.to_vec::<f32>().unwrap(), &[0.808_221_9], 1e-6);
+    assert_eq!((opt.param_steps(0), opt.param_steps(1)), (Some(2), Some(2)));
 }

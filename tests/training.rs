@@ -426,6 +426,7 @@ fn ops_that_change_nothing_still_return_new_tensors() {
         ("squeeze_dim", |t| t.squeeze_dim(1)),
         ("cat", |t| Tensor::cat(&[t], 0)),
         ("contiguous", |t| t.contiguous()),
+        ("pow 1", |t| t.pow(1)),
     ];
     for (name, f) in no_ops {
         // `flatten` and `t` of 1-D start from a reshape: the source is that reshape.
@@ -469,6 +470,8 @@ fn ops_that_change_nothing_still_return_new_tensors() {
     z.topk(1, -1, true).0.add_(1.0);
     z.max_dim(-1, false).0.add_(1.0);
     z.min_dim(-1, false).0.add_(1.0);
+    z.sum_keepdim(..).add_(1.0);
+    z.max_keepdim(..).add_(1.0);
     assert_eq!(z.to_vec::<f32>().unwrap(), vec![5.0]);
     let b = Tensor::from_vec(vec![true, false], [2]);
     b.sign().fill_(true);

@@ -25,6 +25,9 @@ pub struct AdamW {
     eps: f64,
     weight_decay: f64,
     steps: u64,
+    /// Per parameter: the steps that updated it (those where it had a gradient), which its
+    /// bias correction counts, as PyTorch's per-parameter `state["step"]` does.
+    param_steps: Vec<u64>,
     options: RealizeOptions,
 }
 
@@ -57,6 +60,7 @@ impl AdamW {
             })
             .collect::<Result<Vec<_>>>()?;
         let (m, v) = moment_views(&state)?;
+        let n = params.len();
         Ok(AdamW {
             params,
             state,
@@ -67,6 +71,7 @@ impl AdamW {
             eps,
             weight_decay,
             steps: 0,
+            param_steps: vec![0; n],
             options: RealizeOptions::default(),
         })
     }
@@ -74,6 +79,12 @@ impl AdamW {
     /// Steps taken.
     pub fn steps(&self) -> u64 {
         self.steps
+    }
+
+    /// Steps that updated parameter `i` (those where it had a gradient): the count its
+    /// bias correction uses.
+    pub fn param_steps(&self, i: usize) -> Option<u64> {
+        self.param_steps.get(i).copied()
     }
 
     /// The first and second moment of parameter `i`.
@@ -85,18 +96,24 @@ impl AdamW {
 impl Optimizer for AdamW {
     fn step_report(&mut self) -> Result<RealizeReport> {
         self.steps += 1;
-        let t = self.steps as i32;
         let (b1, b2) = self.betas;
-        let (bc1, bc2) = (1.0 - b1.powi(t), 1.0 - b2.powi(t));
         let (lr, eps, wd) = (self.lr, self.eps, self.weight_decay);
         // The views of the old moments go first: nothing may read them after the update.
         self.m.clear();
         self.v.clear();
         let recorded = no_grad(|| -> Result<()> {
-            for (p, s) in self.params.iter().zip(&self.state) {
+            for ((p, s), steps) in self
+                .params
+                .iter()
+                .zip(&self.state)
+                .zip(&mut self.param_steps)
+            {
                 let Some(g) = p.grad() else {
                     continue;
                 };
+                *steps += 1;
+                let t = i32::try_from(*steps).unwrap_or(i32::MAX);
+                let (bc1, bc2) = (1.0 - b1.powi(t), 1.0 - b2.powi(t));
                 // Both moments in one kernel over `[2, ..]`: row 0 `β₁m + (1-β₁)g`, row 1
                 // `β₂v + (1-β₂)g²`, the gradient read through one broadcast view.
                 let mut rows = vec![2isize];

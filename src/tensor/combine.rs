@@ -210,6 +210,10 @@ impl Tensor {
             });
         }
         let n = self.shape()[axis];
-        self.try_split(n.div_ceil(chunks).max(1), dim)
+        if n == 0 {
+            // PyTorch: `chunks` empty pieces of a size-0 dimension.
+            return self.try_split_sizes(&vec![0; chunks], dim);
+        }
+        self.try_split(n.div_ceil(chunks), dim)
     }
 }

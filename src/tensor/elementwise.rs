@@ -429,7 +429,12 @@ impl Tensor {
                 self.clone()
             };
             if f == 1.0 {
-                return Ok(base);
+                // A new tensor even where no cast was needed (PyTorch's `pow` writes one).
+                return if base.key == self.key {
+                    self.unchanged()
+                } else {
+                    Ok(base)
+                };
             }
             if f == 2.0 && base.dtype != DType::Bool {
                 return base.try_mul(&base);

@@ -47,6 +47,9 @@ impl Tensor {
         let r = if axes.is_empty() {
             if op.is_arg() {
                 Tensor::try_full_on(&x.shape, 0, DType::I64, x.device)?
+            } else if x.key == self.key {
+                // A reduction over no axes (of a 0-d tensor) is still a new tensor.
+                self.unchanged()?
             } else {
                 x
             }
@@ -286,6 +289,14 @@ impl Tensor {
     fn mean_impl(&self, axes: &[isize], keepdim: bool) -> Result<Tensor> {
         self.float_only("mean")?;
         let n = self.reduced_count("mean", axes)?;
+        if self.dtype.is_half() {
+            // Summed and divided in f32, rounded once (PyTorch's CPU mean of half types):
+            // a sum rounded to the half type overflows past 65504.
+            return self
+                .float_input("mean")?
+                .mean_impl(axes, keepdim)?
+                .try_cast(self.dtype);
+        }
         // The mean of no elements is 0 / 0 = NaN, as in PyTorch.
         self.sum_impl(axes, keepdim)?.try_div(n as f64)
     }
@@ -348,20 +359,35 @@ impl Tensor {
 
     /// Fallible [`Tensor::std`].
     pub fn try_std(&self, axes: impl Axes, correction: usize) -> Result<Tensor> {
-        self.float_only("std")?;
-        self.var_impl(&axis_list(&axes).unwrap_or_default(), false, correction)?
-            .try_sqrt()
+        self.std_impl(&axis_list(&axes).unwrap_or_default(), false, correction)
     }
 
     /// Fallible [`Tensor::std_keepdim`].
     pub fn try_std_keepdim(&self, axes: impl Axes, correction: usize) -> Result<Tensor> {
+        self.std_impl(&axis_list(&axes).unwrap_or_default(), true, correction)
+    }
+
+    fn std_impl(&self, axes: &[isize], keepdim: bool, correction: usize) -> Result<Tensor> {
         self.float_only("std")?;
-        self.var_impl(&axis_list(&axes).unwrap_or_default(), true, correction)?
-            .try_sqrt()
+        if self.dtype.is_half() {
+            // In f32, rounded once (as `mean_impl`).
+            return self
+                .float_input("std")?
+                .std_impl(axes, keepdim, correction)?
+                .try_cast(self.dtype);
+        }
+        self.var_impl(axes, keepdim, correction)?.try_sqrt()
     }
 
     fn var_impl(&self, axes: &[isize], keepdim: bool, correction: usize) -> Result<Tensor> {
         self.float_only("var")?;
+        if self.dtype.is_half() {
+            // In f32, rounded once (as `mean_impl`).
+            return self
+                .float_input("var")?
+                .var_impl(axes, keepdim, correction)?
+                .try_cast(self.dtype);
+        }
         let n = self.reduced_count("var", axes)?;
         let centered = self.try_sub(&self.mean_impl(axes, true)?)?;
         let denom = n.saturating_sub(correction) as f64;
@@ -386,26 +412,26 @@ impl Tensor {
         let x = self.float_input("softmax")?;
         let d = normalize_axis("softmax", dim, &x.shape)? as isize;
         if x.shape[d as usize] == 0 {
-            return Ok(x);
+            return self.back_from_float(x);
         }
         // The shift by the row's maximum leaves the value unchanged, so its gradient is
         // zero: detached, the backward does not differentiate through the max.
         let e = x.try_sub(x.try_max_keepdim(d)?.detach())?.try_exp()?;
         let s = e.try_sum_keepdim(d)?;
-        if x.dtype.is_half() {
-            // A reciprocal rounded to a half type would add a rounding as large as the
-            // division's own.
-            e.try_div(&s)
-        } else {
-            // One reciprocal per row and a multiply per element (as PyTorch's CPU kernel):
-            // a division per element costs several multiplies; the result stays within
-            // an ulp of the quotient.
-            e.try_mul(&s.try_recip()?)
-        }
+        // One reciprocal per row and a multiply per element (as PyTorch's CPU kernel): a
+        // division per element costs several multiplies; the result stays within an ulp of
+        // the quotient.
+        self.back_from_float(e.try_mul(&s.try_recip()?)?)
     }
 
     fn logsumexp_impl(&self, axes: &[isize], keepdim: bool) -> Result<Tensor> {
         let x = self.float_input("logsumexp")?;
+        if x.numel() == 0 {
+            // No maximum to shift by (and nothing to overflow): log Σ exp over no elements
+            // is log 0 = -inf, as in PyTorch.
+            let lse = x.try_exp()?.sum_impl(axes, keepdim)?.try_log()?;
+            return self.back_from_float(lse);
+        }
         let m = x.max_impl(axes, true)?;
         // An infinite maximum would make `x - m` NaN: shift by 0 there instead.
         let finite = m.try_abs()?.try_lt(f64::INFINITY)?;
@@ -417,10 +443,12 @@ impl Tensor {
             .sum_impl(axes, true)?
             .try_log()?
             .try_add(&shift)?;
-        if keepdim {
-            return Ok(lse);
-        }
-        lse.sum_impl(axes, false)
+        let lse = if keepdim {
+            lse
+        } else {
+            lse.sum_impl(axes, false)?
+        };
+        self.back_from_float(lse)
     }
 
     /// Log-softmax along `dim`: `x - max - log Σ exp(x - max)`.
@@ -438,12 +466,12 @@ impl Tensor {
         let x = self.float_input("log_softmax")?;
         let d = normalize_axis("log_softmax", dim, &x.shape)? as isize;
         if x.shape[d as usize] == 0 {
-            return Ok(x);
+            return self.back_from_float(x);
         }
         // (The shift's gradient is zero: detached, as in `softmax`.)
         let shifted = x.try_sub(x.try_max_keepdim(d)?.detach())?;
         let lse = shifted.try_exp()?.try_sum_keepdim(d)?.try_log()?;
-        shifted.try_sub(&lse)
+        self.back_from_float(shifted.try_sub(&lse)?)
     }
 
     fn float_input(&self, op: &'static str) -> Result<Tensor> {
@@ -455,10 +483,21 @@ impl Tensor {
             DType::F32
         };
         crate::shape::check_shape(op, &self.shape, wide)?;
-        if self.dtype.is_float() {
+        if self.dtype.is_float() && !self.dtype.is_half() {
             Ok(self.clone())
         } else {
-            self.try_cast(DType::default_float())
+            self.try_cast(DType::F32)
+        }
+    }
+
+    /// The result of an op computed through [`Tensor::float_input`] in this tensor's dtype:
+    /// rounded back to it once for half types (as PyTorch's CPU kernels accumulate half
+    /// inputs in f32 and round the output), as it is for other dtypes.
+    fn back_from_float(&self, r: Tensor) -> Result<Tensor> {
+        if self.dtype.is_half() {
+            r.try_cast(self.dtype)
+        } else {
+            Ok(r)
         }
     }
 
@@ -519,6 +558,15 @@ impl Tensor {
         }
         if let Some(b) = bias {
             y = y.try_add(b)?;
+        }
+        // The dtype the input promotes to with the weight and bias (computed in f32 for a
+        // half input, rounded back once where that dtype is a half type).
+        let out = [weight, bias]
+            .into_iter()
+            .flatten()
+            .fold(self.dtype, |d, t| DType::promote(d, t.dtype));
+        if out.is_half() {
+            y = y.try_cast(out)?;
         }
         Ok(y)
     }
