@@ -63,7 +63,7 @@ impl Tensor {
         }
         if tensors.len() == 1 {
             // A new tensor, as PyTorch's `cat` gives, even where no cast is needed.
-            return first.try_cast(dtype)?.unchanged();
+            return first.unless_self(first.try_cast(dtype)?);
         }
         let nd = first.ndim();
         let mut starts = Vec::with_capacity(tensors.len());

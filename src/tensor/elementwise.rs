@@ -430,11 +430,7 @@ impl Tensor {
             };
             if f == 1.0 {
                 // A new tensor even where no cast was needed (PyTorch's `pow` writes one).
-                return if base.key == self.key {
-                    self.unchanged()
-                } else {
-                    Ok(base)
-                };
+                return self.unless_self(base);
             }
             if f == 2.0 && base.dtype != DType::Bool {
                 return base.try_mul(&base);

@@ -25,6 +25,16 @@ impl Tensor {
         self.movement(Movement::Reshape(self.shape.clone()))
     }
 
+    /// `r`, or a new tensor with its value where `r` is this tensor itself (an op that
+    /// found nothing to do): see [`Tensor::unchanged`].
+    pub(crate) fn unless_self(&self, r: Tensor) -> Result<Tensor> {
+        if r.key == self.key {
+            self.unchanged()
+        } else {
+            Ok(r)
+        }
+    }
+
     fn movement(&self, m: Movement) -> Result<Tensor> {
         let shape =
             m.checked_output_shape(&self.shape)

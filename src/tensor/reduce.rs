@@ -47,11 +47,9 @@ impl Tensor {
         let r = if axes.is_empty() {
             if op.is_arg() {
                 Tensor::try_full_on(&x.shape, 0, DType::I64, x.device)?
-            } else if x.key == self.key {
-                // A reduction over no axes (of a 0-d tensor) is still a new tensor.
-                self.unchanged()?
             } else {
-                x
+                // A reduction over no axes (of a 0-d tensor) is still a new tensor.
+                self.unless_self(x)?
             }
         } else {
             Tensor::record(
@@ -292,10 +290,7 @@ impl Tensor {
         if self.dtype.is_half() {
             // Summed and divided in f32, rounded once (PyTorch's CPU mean of half types):
             // a sum rounded to the half type overflows past 65504.
-            return self
-                .float_input("mean")?
-                .mean_impl(axes, keepdim)?
-                .try_cast(self.dtype);
+            return self.back_from_float(self.float_input("mean")?.mean_impl(axes, keepdim)?);
         }
         // The mean of no elements is 0 / 0 = NaN, as in PyTorch.
         self.sum_impl(axes, keepdim)?.try_div(n as f64)
@@ -371,10 +366,8 @@ impl Tensor {
         self.float_only("std")?;
         if self.dtype.is_half() {
             // In f32, rounded once (as `mean_impl`).
-            return self
-                .float_input("std")?
-                .std_impl(axes, keepdim, correction)?
-                .try_cast(self.dtype);
+            let x = self.float_input("std")?;
+            return self.back_from_float(x.std_impl(axes, keepdim, correction)?);
         }
         self.var_impl(axes, keepdim, correction)?.try_sqrt()
     }
@@ -383,10 +376,8 @@ impl Tensor {
         self.float_only("var")?;
         if self.dtype.is_half() {
             // In f32, rounded once (as `mean_impl`).
-            return self
-                .float_input("var")?
-                .var_impl(axes, keepdim, correction)?
-                .try_cast(self.dtype);
+            let x = self.float_input("var")?;
+            return self.back_from_float(x.var_impl(axes, keepdim, correction)?);
         }
         let n = self.reduced_count("var", axes)?;
         let centered = self.try_sub(&self.mean_impl(axes, true)?)?;
@@ -483,10 +474,10 @@ impl Tensor {
             DType::F32
         };
         crate::shape::check_shape(op, &self.shape, wide)?;
-        if self.dtype.is_float() && !self.dtype.is_half() {
+        if wide == self.dtype {
             Ok(self.clone())
         } else {
-            self.try_cast(DType::F32)
+            self.try_cast(wide)
         }
     }
 
