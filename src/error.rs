@@ -126,7 +126,8 @@ pub enum KilnError {
         now: u64,
     },
     /// An index tensor held a value outside the indexed dimension (found when the kernel
-    /// ran).
+    /// ran). A kernel's indexed load does not know which op recorded it: its `op` is
+    /// [`INDEXED_LOAD`], which names every op that loads through one.
     #[error("{op}: index {index} is out of range for a dimension of size {size}")]
     IndexOutOfRange {
         /// The op the user called (e.g. `gather`, `scatter_add`).
@@ -212,3 +213,8 @@ impl KilnError {
         KilnError::Internal(msg.into())
     }
 }
+
+/// The `op` of an [`KilnError::IndexOutOfRange`] found by a kernel's indexed load: the ops
+/// that record one.
+pub const INDEXED_LOAD: &str =
+    "indexed load (gather, index_select, embedding, one_hot or cross_entropy targets)";

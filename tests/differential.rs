@@ -76,7 +76,7 @@
 //!   value, and that broadcasts either way (the result has the broadcast shape, as
 //!   PyTorch's out-of-place `masked_fill`); a causal masked softmax
 //!   (`masked_fill(triu(k >= 1), -inf).softmax(-1)`: every row keeps column 0); `one_hot`
-//!   of exact integers (out-of-range ones give rows of zeros) or of in-range indices.
+//!   of exact integers known to be in range or of new in-range indices.
 //! - `logsumexp` (all axes or some, keepdim or not; integers are converted to f32) with the
 //!   softmax denominator's error model; `any`/`all` of exact values.
 //! - `cumsum`/`cumprod` along one axis: floats accumulate in f64 in lane order in every
@@ -4734,12 +4734,13 @@ impl Res<'_> {
         self.push(Step::MaskedSoftmax(a, mask), meta);
     }
 
-    /// `one_hot` of an exact integer value (anything outside `[0, num_classes)` gives a row
-    /// of zeros) or of indices in range.
+    /// `one_hot` of an earlier exact integer value known to lie in `[0, num_classes)` or of
+    /// new indices in range (a class outside fails when realized, as in PyTorch: tested
+    /// apart).
     fn one_hot_op(&mut self, j: &Index) {
         let nc = 1 + self.rng.below(8);
         let max = self.max_numel();
-        let ints = self.candidates(|_, m| m.dtype.is_int() && m.exact && m.numel() * nc <= max);
+        let ints = self.candidates(|_, m| in_range(m, nc) && m.numel() * nc <= max);
         let ids = match Self::pick_from(&ints, j) {
             Some(x) if self.rng.chance(1, 2) => x,
             _ => {

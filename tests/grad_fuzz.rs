@@ -44,6 +44,7 @@
 
 mod common;
 
+use kiln::nn::functional::{CrossEntropyOptions, Reduction};
 use kiln::ops::{BinaryOp, UnaryOp};
 use kiln::reference::{self, RefData, RefTensor, grad};
 use kiln::{DType, RealizeOptions, Tensor, no_grad, realize_all_with};
@@ -191,6 +192,7 @@ enum Step {
     CrossEntropy {
         x: usize,
         targets: usize,
+        opts: CrossEntropyOptions,
     },
     Cat(Vec<usize>, isize),
     /// Realizes `x` (with the run's options) before the loss is built: the identity.
@@ -225,7 +227,7 @@ impl Step {
                 v.extend(w.iter().chain(b.iter()));
                 v
             }
-            Step::CrossEntropy { x, targets } => vec![*x, *targets],
+            Step::CrossEntropy { x, targets, .. } => vec![*x, *targets],
             Step::Cat(xs, _) => xs.clone(),
         }
     }
@@ -336,8 +338,8 @@ fn apply(step: &Step, t: &[Tensor], realize: Option<&RealizeOptions>) -> kiln::R
             let norm = s[s.len() - dims..].to_vec();
             t[*x].try_layer_norm(&norm, w.map(|i| &t[i]), b.map(|i| &t[i]), 1e-5)?
         }
-        Step::CrossEntropy { x, targets } => {
-            kiln::nn::functional::cross_entropy(&t[*x], &t[*targets])?
+        Step::CrossEntropy { x, targets, opts } => {
+            kiln::nn::functional::cross_entropy_with(&t[*x], &t[*targets], opts)?
         }
         Step::Cat(xs, d) => {
             let refs: Vec<&Tensor> = xs.iter().map(|&i| &t[i]).collect();
@@ -503,10 +505,13 @@ fn step_rust(s: &Step, shape_of: &dyn Fn(usize) -> Vec<usize>) -> String {
                 opt(b)
             )
         }
-        Step::CrossEntropy { x, targets } => format!(
-            "kiln::nn::functional::cross_entropy(&{}, &{}).unwrap()",
+        Step::CrossEntropy { x, targets, opts } => format!(
+            "kiln::nn::functional::cross_entropy_with(&{}, &{}, &kiln::nn::functional::CrossEntropyOptions {{ ignore_index: {:?}, reduction: kiln::nn::functional::Reduction::{:?}, label_smoothing: {:?} }}).unwrap()",
             v(x),
-            v(targets)
+            v(targets),
+            opts.ignore_index,
+            opts.reduction,
+            opts.label_smoothing
         ),
         Step::Cat(xs, d) => format!(
             "Tensor::cat(&[{}], {d})",
@@ -1296,9 +1301,29 @@ fn propose(rng: &mut Rng, b: &mut Builder) -> Option<()> {
             }
             let ts = xs[..rank - 1].to_vec();
             let count: usize = ts.iter().product();
-            let data = (0..count).map(|_| rng.below(xs[rank - 1]) as i64).collect();
+            let classes = xs[rank - 1];
+            // Options: PyTorch's defaults, an in-range ignored class (a padding token) or
+            // none; each reduction; label smoothing or not.
+            let ignore = match rng.below(3) {
+                0 => Some(-100),
+                1 => Some(rng.below(classes) as i64),
+                _ => None,
+            };
+            let reduction = [Reduction::Mean, Reduction::Sum, Reduction::None][rng.below(3)];
+            let label_smoothing = if rng.chance(0.3) { 0.2 } else { 0.0 };
+            let data = (0..count)
+                .map(|_| match ignore {
+                    Some(-100) if rng.chance(0.25) => -100,
+                    _ => rng.below(classes) as i64,
+                })
+                .collect();
             let targets = b.push(Node::Index { data, shape: ts })?;
-            Step::CrossEntropy { x, targets }
+            let opts = CrossEntropyOptions {
+                ignore_index: ignore,
+                reduction,
+                label_smoothing,
+            };
+            Step::CrossEntropy { x, targets, opts }
         }
         96..=97 => {
             if rank == 0 {

@@ -7,6 +7,7 @@
 //! `loss.backward()`, and compares every input's gradient element with
 //! `(loss(x + h) - loss(x - h)) / 2h`, `h = 1e-6`.
 
+use kiln::nn::functional::{CrossEntropyOptions, Reduction};
 use kiln::ops::{BinaryOp, Domain, UnaryOp};
 use kiln::{DType, Tensor, no_grad};
 
@@ -414,6 +415,20 @@ fn losses_and_dropout() {
         &[(values(12, 35, -2.0, 2.0), vec![3, 4])],
         |t| kiln::nn::functional::cross_entropy(&t[0], &targets).unwrap(),
     );
+    // An ignored target, label smoothing and each reduction.
+    let skipping = Tensor::from_vec(vec![2i64, -100, 1], [3]);
+    for reduction in [Reduction::Mean, Reduction::Sum, Reduction::None] {
+        let opts = CrossEntropyOptions {
+            reduction,
+            label_smoothing: 0.1,
+            ..Default::default()
+        };
+        check(
+            "cross_entropy_with",
+            &[(values(12, 38, -2.0, 2.0), vec![3, 4])],
+            |t| kiln::nn::functional::cross_entropy_with(&t[0], &skipping, &opts).unwrap(),
+        );
+    }
     check(
         "mse_loss",
         &[

@@ -5,7 +5,9 @@
 //! translates is in its comment; the expected values were produced by running those lines
 //! and are copied here, not recomputed by kiln.
 
-use kiln::nn::functional::{cross_entropy, mse_loss};
+use kiln::nn::functional::{
+    CrossEntropyOptions, Reduction, cross_entropy, cross_entropy_with, mse_loss,
+};
 use kiln::nn::{Linear, Module};
 use kiln::optim::{AdamW, Optimizer, Sgd};
 use kiln::{DType, Tensor, f16};
@@ -508,4 +510,247 @@ fn empty_chunks_and_logsumexp_and_adamw_steps_per_parameter() {
     close(&a.to_vec::<f32>().unwrap(), &[0.8], 1e-6);
     close(&b.to_vec::<f32>().unwrap(), &[0.808_221_9], 1e-6);
     assert_eq!((opt.param_steps(0), opt.param_steps(1)), (Some(2), Some(2)));
+}
+
+/// `x = torch.tensor([[1, 2, .5], [.1, -1, 3], [2, 2, 2], [-.5, .25, 1.5]], requires_grad=True)`;
+/// `l = F.cross_entropy(x, torch.tensor(t), **kw)`; `(l * w).sum().backward()` with
+/// `w = [1, 2, 3, 4]` for `reduction='none'`, else 1. Returns the loss and `x.grad`.
+fn ce_case(targets: [i64; 4], opts: CrossEntropyOptions) -> (Vec<f32>, Vec<f32>) {
+    let x = Tensor::from_vec(
+        vec![
+            1.0f32, 2.0, 0.5, 0.1, -1.0, 3.0, 2.0, 2.0, 2.0, -0.5, 0.25, 1.5,
+        ],
+        [4, 3],
+    )
+    .requires_grad_(true);
+    let t = Tensor::from_vec(targets.to_vec(), [4]);
+    let l = cross_entropy_with(&x, &t, &opts).unwrap();
+    let w = if l.ndim() == 1 {
+        Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], [4])
+    } else {
+        Tensor::scalar(1.0f32)
+    };
+    l.mul(&w).sum(..).backward().unwrap();
+    let grad = x.grad().unwrap().to_vec::<f32>().unwrap();
+    (l.to_vec::<f32>().unwrap(), grad)
+}
+
+#[test]
+fn cross_entropy_ignore_index_reduction_and_label_smoothing() {
+    let d = CrossEntropyOptions::default();
+    let skip = [2, -100, 0, 1];
+    let zero = [0.0; 3];
+    // F.cross_entropy(x, t): -100 is skipped by default and the mean is over three rows
+    let (l, g) = ce_case(skip, d);
+    close(&l, &[1.554_977_8], 1e-6);
+    let rows = [
+        [0.077_074_63, 0.209_510_56, -0.286_585_2],
+        [-0.222_222_24, 0.111_111_1, 0.111_111_1],
+        [0.031_727_735, -0.266_165_73, 0.234_437_99],
+    ];
+    close(&g, &[rows[0], zero, rows[1], rows[2]].concat(), 1e-5);
+    // The default `cross_entropy` is this call.
+    let x = Tensor::from_vec(vec![0.5f32, 1.0, -1.0, 2.0], [2, 2]);
+    let t = Tensor::from_vec(vec![-100i64, 1], [2]);
+    close(
+        &cross_entropy(&x, &t).unwrap().to_vec::<f32>().unwrap(),
+        &cross_entropy_with(&x, &t, &d)
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap(),
+        0.0,
+    );
+    // ignore_index=1: an in-range class (a padding token)
+    let (l, g) = ce_case(
+        [1, 1, 0, 2],
+        CrossEntropyOptions {
+            ignore_index: Some(1),
+            ..d
+        },
+    );
+    close(&l, &[0.725_282_1], 1e-6);
+    close(
+        &g,
+        &[
+            zero,
+            zero,
+            [-0.333_333_34, 0.166_666_66, 0.166_666_66],
+            [0.047_591_6, 0.100_751_415, -0.148_343_03],
+        ]
+        .concat(),
+        1e-5,
+    );
+    // reduction='sum'
+    let sum = CrossEntropyOptions {
+        reduction: Reduction::Sum,
+        ..d
+    };
+    let (l, g) = ce_case(skip, sum);
+    close(&l, &[4.664_933], 1e-6);
+    close(
+        &g,
+        &[
+            [0.231_223_88, 0.628_531_7, -0.859_755_6],
+            zero,
+            [-0.666_666_9, 0.333_333_3, 0.333_333_3],
+            [0.095_183_2, -0.798_497_2, 0.703_313_95],
+        ]
+        .concat(),
+        1e-5,
+    );
+    // reduction='none', weighted by [1, 2, 3, 4] in the backward
+    let none = CrossEntropyOptions {
+        reduction: Reduction::None,
+        ..d
+    };
+    let (l, g) = ce_case(skip, none);
+    close(&l, &[1.964_368_8, 0.0, 1.098_612_3, 1.601_951_8], 1e-6);
+    close(
+        &g,
+        &[
+            [0.231_223_88, 0.628_531_7, -0.859_755_6],
+            zero,
+            [-2.0, 1.0, 1.0],
+            [0.380_732_8, -3.193_988_8, 2.813_255_8],
+        ]
+        .concat(),
+        1e-5,
+    );
+    // label_smoothing=0.1
+    let (l, g) = ce_case(
+        skip,
+        CrossEntropyOptions {
+            label_smoothing: 0.1,
+            ..d
+        },
+    );
+    close(&l, &[1.527_2], 1e-6);
+    close(
+        &g,
+        &[
+            [0.065_963_514, 0.198_399_44, -0.264_362_96],
+            zero,
+            [-0.2, 0.1, 0.1],
+            [0.020_616_62, -0.243_943_48, 0.223_326_86],
+        ]
+        .concat(),
+        1e-5,
+    );
+    // label_smoothing=0.25, reduction='none'
+    let (l, g) = ce_case(
+        skip,
+        CrossEntropyOptions {
+            label_smoothing: 0.25,
+            ..none
+        },
+    );
+    close(&l, &[1.797_702_2, 0.0, 1.098_612_3, 1.560_285_3], 1e-6);
+    close(
+        &g,
+        &[
+            [0.147_890_54, 0.545_198_4, -0.693_088_95],
+            zero,
+            [-1.5, 0.75, 0.75],
+            [0.047_399_44, -2.527_322, 2.479_922_3],
+        ]
+        .concat(),
+        1e-5,
+    );
+    // Every target ignored: the mean is NaN and the gradient zero; the sum is 0.
+    let (l, g) = ce_case([-100; 4], d);
+    assert!(l[0].is_nan(), "{l:?}");
+    close(&g, &[0.0; 12], 0.0);
+    let (l, g) = ce_case([-100; 4], sum);
+    close(&l, &[0.0], 0.0);
+    close(&g, &[0.0; 12], 0.0);
+    // With no ignore_index a target of -100 is out of range: an error when realized.
+    let no_ignore = CrossEntropyOptions {
+        ignore_index: None,
+        ..d
+    };
+    let x = Tensor::from_vec(vec![0.5f32, 1.0, -1.0, 2.0], [2, 2]);
+    assert!(
+        cross_entropy_with(&x, &Tensor::from_vec(vec![-100i64, 1], [2]), &no_ignore)
+            .unwrap()
+            .realize()
+            .is_err()
+    );
+    // A label smoothing outside [0, 1] is refused when recorded.
+    let bad = CrossEntropyOptions {
+        label_smoothing: 1.5,
+        ..d
+    };
+    let err = cross_entropy_with(&x, &Tensor::from_vec(vec![0i64, 1], [2]), &bad).unwrap_err();
+    assert!(err.to_string().contains("label_smoothing"), "{err}");
+}
+
+#[test]
+fn half_cross_entropy_with_an_ignored_target() {
+    // h = x.half(); F.cross_entropy(h, tensor([2, -100, 0, 1])).backward()
+    let x = Tensor::from_vec(
+        vec![
+            1.0f32, 2.0, 0.5, 0.1, -1.0, 3.0, 2.0, 2.0, 2.0, -0.5, 0.25, 1.5,
+        ],
+        [4, 3],
+    )
+    .cast(DType::F16)
+    .requires_grad_(true);
+    let t = Tensor::from_vec(vec![2i64, -100, 0, 1], [4]);
+    let l = cross_entropy(&x, &t).unwrap();
+    assert_eq!(l.dtype(), DType::F16);
+    l.backward().unwrap();
+    close(&[l.item::<f32>().unwrap()], &[1.554_687_5], 1e-3);
+    let g = x.grad().unwrap();
+    assert_eq!(g.dtype(), DType::F16);
+    close(
+        &g.to_vec::<f32>().unwrap(),
+        &[
+            0.077_026_37,
+            0.209_472_66,
+            -0.286_621_1,
+            0.0,
+            0.0,
+            0.0,
+            -0.222_167_97,
+            0.111_083_984,
+            0.111_083_984,
+            0.031_738_28,
+            -0.266_113_28,
+            0.234_375,
+        ],
+        2e-3,
+    );
+}
+
+#[test]
+fn one_hot_refuses_a_class_out_of_range() {
+    // F.one_hot(tensor([[2, 0], [1, 2]]), 3)
+    let t = Tensor::from_vec(vec![2i64, 0, 1, 2], [2, 2]);
+    let h = t.one_hot(3);
+    assert_eq!(h.shape(), &[2, 2, 3]);
+    assert_eq!(h.dtype(), DType::I64);
+    assert_eq!(
+        h.to_vec::<i64>().unwrap(),
+        vec![0, 0, 1, 1, 0, 0, 0, 1, 0, 0, 0, 1]
+    );
+    // F.one_hot(tensor([0, -1]), 3): "Class values must be non-negative."
+    // F.one_hot(tensor([0, 3]), 3): "Class values must be smaller than num_classes."
+    for (bad, index) in [(vec![0i32, -1], -1i64), (vec![0, 3], 3)] {
+        let e = Tensor::from_vec(bad, [2]).one_hot(3).realize().unwrap_err();
+        assert!(
+            matches!(e, kiln::KilnError::IndexOutOfRange { index: i, size: 3, .. } if i == index),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("one_hot"), "{e}");
+    }
+    // F.one_hot(torch.zeros(0, dtype=torch.long), 3) has shape (0, 3)
+    let empty = Tensor::from_vec(Vec::<i64>::new(), [0]).one_hot(3);
+    assert_eq!(empty.shape(), &[0, 3]);
+    assert!(empty.to_vec::<i64>().unwrap().is_empty());
+    // F.one_hot(tensor([0]), 0): "Class values must be smaller than num_classes."
+    // (kiln knows that when the op is recorded)
+    let e = Tensor::from_vec(vec![0i64], [1])
+        .try_one_hot(0)
+        .unwrap_err();
+    assert!(e.to_string().contains("num_classes is 0"), "{e}");
 }

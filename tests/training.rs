@@ -1,6 +1,6 @@
 //! Training: modules, optimizers and the training loop on the lazy graph.
 
-use kiln::nn::functional::cross_entropy;
+use kiln::nn::functional::{CrossEntropyOptions, cross_entropy, cross_entropy_with};
 use kiln::nn::{Block, Embedding, Linear, Module};
 use kiln::optim::{AdamW, Optimizer, Sgd, clip_grad_norm};
 use kiln::{DType, KilnError, Tensor, no_grad};
@@ -141,15 +141,42 @@ fn cross_entropy_matches_its_definition_and_gradient() {
             assert!((g[r * 3 + c] - want).abs() < 1e-12);
         }
     }
-    // The backward is one kernel.
+    // The backward is one kernel: alone where no target can be ignored, and added to the
+    // forward's kernels where the mean counts the targets not ignored (the count is a
+    // forward kernel the backward reads).
     let logits2 = Tensor::randn_seeded([8, 5], 1).requires_grad_(true);
     logits2.realize().unwrap();
-    cross_entropy(&logits2, &Tensor::from_vec(vec![0i64; 8], [8]))
+    let t2 = Tensor::from_vec(vec![0i64, -100, 1, 2, 3, 4, -100, 0], [8]);
+    let no_ignore = CrossEntropyOptions {
+        ignore_index: None,
+        ..Default::default()
+    };
+    cross_entropy_with(&logits2, &t2.clamp(0, 4), &no_ignore)
         .unwrap()
         .backward()
         .unwrap();
     let plan = logits2.grad().unwrap().plan(&Default::default()).unwrap();
     assert_eq!(plan.kernel_count(), 1, "{}", plan.dump_text());
+    let logits3 = Tensor::randn_seeded([8, 5], 1).requires_grad_(true);
+    logits3.realize().unwrap();
+    let loss = cross_entropy(&logits3, &t2).unwrap();
+    let forward = kiln::plan_all(&[&loss], &Default::default()).unwrap();
+    loss.backward().unwrap();
+    let grad = logits3.grad().unwrap();
+    let both = kiln::plan_all(&[&loss, &grad], &Default::default()).unwrap();
+    // Realized together, the forward keeps `lse` and the count for the backward (so its
+    // reductions no longer share one kernel): every kernel but one is a reduction, and
+    // that one is the whole backward.
+    let elementwise = both
+        .kernels()
+        .filter(|k| k.kernel().reduce_axes.is_empty())
+        .count();
+    assert_eq!(elementwise, 1, "{}", both.dump_text());
+    assert!(both.kernel_count() <= forward.kernel_count() + 2);
+    // Rows with an ignored target get no gradient.
+    let g = grad.to_vec::<f32>().unwrap();
+    assert!(g[5..10].iter().chain(&g[30..35]).all(|&v| v == 0.0));
+    assert!(g[..5].iter().any(|&v| v != 0.0));
 }
 
 #[test]

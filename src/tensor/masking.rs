@@ -94,7 +94,9 @@ impl Tensor {
 
     /// One-hot encoding of integer class indices: a new last dimension of `num_classes`,
     /// 1 at the index and 0 elsewhere, as i64 (PyTorch's dtype). `num_classes` must be
-    /// given: kiln never reads data to plan (PyTorch's `-1` would).
+    /// given: kiln never reads data to plan (PyTorch's `-1` would). A class outside
+    /// `0..num_classes` fails when realized ([`KilnError::IndexOutOfRange`]), as PyTorch
+    /// raises.
     ///
     /// ```
     /// let t = kiln::Tensor::from_vec(vec![2i64, 0], &[2]);
@@ -114,11 +116,23 @@ impl Tensor {
                 detail: ": class indices must be integers".into(),
             });
         }
+        if num_classes == 0 && self.numel() > 0 {
+            // Every class is out of range, and the empty result would run no kernel.
+            return Err(KilnError::InvalidArgument {
+                op: "one_hot",
+                shape: self.shape().to_vec(),
+                reason: "num_classes is 0: every class value is out of range".into(),
+            });
+        }
         let classes =
             Tensor::try_arange(0, num_classes as i64, 1, DType::I64)?.try_to(self.device())?;
-        self.try_cast(DType::I64)?
-            .try_unsqueeze(-1)?
-            .try_eq(&classes)?
-            .try_cast(DType::I64)
+        let t = self.try_cast(DType::I64)?.try_unsqueeze(-1)?;
+        let hot = t.try_eq(&classes)?.try_cast(DType::I64)?;
+        // The range check: a gather of ones at every index, which fails when realized for
+        // a class outside `0..num_classes` (PyTorch raises there; a comparison alone
+        // would give a row of zeros).
+        let ones = Tensor::try_full_on([num_classes], 1i64, DType::I64, self.device())?;
+        let checked = ones.try_gather(0, &t.try_reshape([-1])?)?;
+        hot.try_mul(&checked.try_reshape(t.shape())?)
     }
 }

@@ -387,7 +387,7 @@ fn bad_index(env: exec::Env<'_>) -> Result<()> {
         .unwrap_or_else(|e| e.into_inner())
     {
         Some((index, size)) => Err(KilnError::IndexOutOfRange {
-            op: "gather",
+            op: crate::error::INDEXED_LOAD,
             index,
             size,
         }),

@@ -199,7 +199,7 @@ impl CudaDevice {
         };
         if w(0) != 0 {
             return Err(KilnError::IndexOutOfRange {
-                op: "gather",
+                op: crate::error::INDEXED_LOAD,
                 index: w(1) as i64,
                 size: w(2) as usize,
             });
