@@ -101,6 +101,12 @@ impl Module for Gpt {
         visit_child_mut("ln_f", &mut self.ln_f, f);
         visit_child_mut("head", &mut self.head, f);
     }
+
+    fn set_training(&mut self, training: bool) {
+        for b in &mut self.blocks {
+            b.set_training(training);
+        }
+    }
 }
 
 /// A deterministic xorshift generator (batches and sampling).

@@ -429,6 +429,66 @@ fn losses_and_dropout() {
             |t| kiln::nn::functional::cross_entropy_with(&t[0], &skipping, &opts).unwrap(),
         );
     }
+    let nll_targets = Tensor::from_vec(vec![2i64, -100, 1], [3]);
+    check(
+        "nll_loss",
+        &[(values(12, 39, -2.0, 2.0), vec![3, 4])],
+        |t| kiln::nn::functional::nll_loss(&t[0], &nll_targets).unwrap(),
+    );
+    for reduction in [Reduction::Mean, Reduction::Sum, Reduction::None] {
+        check(
+            "binary_cross_entropy",
+            &[
+                (values(6, 40, 0.05, 0.95), vec![2, 3]),
+                (values(6, 41, 0.0, 1.0), vec![2, 3]),
+            ],
+            |t| kiln::nn::functional::binary_cross_entropy(&t[0], &t[1], reduction).unwrap(),
+        );
+        check(
+            "binary_cross_entropy_with_logits",
+            &[
+                (values(6, 42, -3.0, 3.0), vec![2, 3]),
+                (values(6, 43, 0.0, 1.0), vec![2, 3]),
+            ],
+            |t| {
+                kiln::nn::functional::binary_cross_entropy_with_logits(
+                    &t[0], &t[1], None, reduction,
+                )
+                .unwrap()
+            },
+        );
+        // pos_weight broadcast over the rows: its gradient sums over them.
+        check(
+            "binary_cross_entropy_with_logits pos_weight",
+            &[
+                (values(6, 44, -3.0, 3.0), vec![2, 3]),
+                (values(6, 45, 0.0, 1.0), vec![2, 3]),
+                (values(3, 46, 0.5, 3.0), vec![3]),
+            ],
+            |t| {
+                kiln::nn::functional::binary_cross_entropy_with_logits(
+                    &t[0],
+                    &t[1],
+                    Some(&t[2]),
+                    reduction,
+                )
+                .unwrap()
+            },
+        );
+        // Differences away from the kinks at |d| = width (values in ±2, targets 0).
+        let zeros = Tensor::zeros([8]).cast(DType::F64);
+        for (name, f) in [
+            ("l1_loss", 0usize),
+            ("smooth_l1_loss", 1),
+            ("huber_loss", 2),
+        ] {
+            check(name, &[(kink_free(8, 47, 0.7), vec![8])], |t| match f {
+                0 => kiln::nn::functional::l1_loss(&t[0], &zeros, reduction).unwrap(),
+                1 => kiln::nn::functional::smooth_l1_loss(&t[0], &zeros, reduction, 0.7).unwrap(),
+                _ => kiln::nn::functional::huber_loss(&t[0], &zeros, reduction, 0.7).unwrap(),
+            });
+        }
+    }
     check(
         "mse_loss",
         &[
@@ -541,4 +601,14 @@ fn rounding_division_and_repeat_ops() {
         &[(values(12, 57, -4.0, 4.0), vec![3, 4])],
         |t| t[0].softplus() * t[0].silu() + (&t[0] * 0.5).expm1() + t[0].exp2().log1p(),
     );
+}
+
+/// `n` values in `[-2, 2]` at least 0.05 away from 0 and from `±width` (the kinks of the
+/// L1, smooth L1 and Huber losses).
+fn kink_free(n: usize, seed: u64, width: f64) -> Vec<f64> {
+    values(n * 4, seed, -2.0, 2.0)
+        .into_iter()
+        .filter(|v| v.abs() > 0.05 && (v.abs() - width).abs() > 0.05)
+        .take(n)
+        .collect()
 }

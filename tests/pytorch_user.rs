@@ -5,6 +5,9 @@
 //! translates is in its comment; the expected values were produced by running those lines
 //! and are copied here, not recomputed by kiln.
 
+// Expected values are PyTorch's printed digits, kept as printed (some are ln 2 or ln 10).
+#![allow(clippy::approx_constant, clippy::excessive_precision)]
+
 use kiln::nn::functional::{
     CrossEntropyOptions, Reduction, cross_entropy, cross_entropy_with, mse_loss,
 };
@@ -753,4 +756,323 @@ fn one_hot_refuses_a_class_out_of_range() {
         .try_one_hot(0)
         .unwrap_err();
     assert!(e.to_string().contains("num_classes is 0"), "{e}");
+}
+
+/// Runs `f` over leaves built from `xs` (each `(data, shape)`) the way `/tmp`'s PyTorch
+/// script did: `l = f(*xs)`; `(l * w).sum().backward()` with `w = arange(1, numel + 1)`
+/// shaped like `l` (1 for a scalar). Returns the loss and every leaf's gradient.
+fn loss_case(
+    xs: &[(Vec<f32>, Vec<usize>)],
+    f: impl Fn(&[Tensor]) -> Tensor,
+) -> (Vec<f32>, Vec<Vec<f32>>) {
+    let leaves: Vec<Tensor> = xs
+        .iter()
+        .map(|(d, s)| Tensor::from_vec(d.clone(), s.as_slice()).requires_grad_(true))
+        .collect();
+    let l = f(&leaves);
+    let w = Tensor::arange(1, l.numel() as i64 + 1, 1)
+        .cast(DType::F32)
+        .reshape(l.shape());
+    l.mul(&w).sum(..).backward().unwrap();
+    let grads = leaves
+        .iter()
+        .map(|t| t.grad().unwrap().to_vec::<f32>().unwrap())
+        .collect();
+    (l.to_vec::<f32>().unwrap(), grads)
+}
+
+#[test]
+fn nll_loss_with_ignored_targets_and_each_reduction() {
+    use kiln::nn::functional::{nll_loss, nll_loss_with};
+    let lp = (
+        vec![
+            -0.5f32, -1.0, -2.0, -0.25, -3.0, -0.1, -1.5, -0.2, -4.0, -0.7, -0.9, -1.1,
+        ],
+        vec![4, 3],
+    );
+    let t = Tensor::from_vec(vec![1i64, -100, 0, 2], [4]);
+    let hot = |v: [f32; 3]| {
+        let mut g = vec![0.0f32; 12];
+        g[1] = v[0];
+        g[6] = v[1];
+        g[11] = v[2];
+        g
+    };
+    let third = 1.0 / 3.0;
+    // F.nll_loss(lp, t)
+    let (l, g) = loss_case(std::slice::from_ref(&lp), |x| nll_loss(&x[0], &t).unwrap());
+    close(&l, &[1.2], 1e-6);
+    close(&g[0], &hot([-third, -third, -third]), 1e-6);
+    // F.nll_loss(lp, [1, 1, 0, 2], ignore_index=1)
+    let t1 = Tensor::from_vec(vec![1i64, 1, 0, 2], [4]);
+    let (l, g) = loss_case(std::slice::from_ref(&lp), |x| {
+        nll_loss_with(&x[0], &t1, Some(1), Reduction::Mean).unwrap()
+    });
+    close(&l, &[1.3], 1e-6);
+    let mut want = vec![0.0f32; 12];
+    want[6] = -0.5;
+    want[11] = -0.5;
+    close(&g[0], &want, 1e-6);
+    // reduction='sum' and 'none'
+    let (l, g) = loss_case(std::slice::from_ref(&lp), |x| {
+        nll_loss_with(&x[0], &t, Some(-100), Reduction::Sum).unwrap()
+    });
+    close(&l, &[3.6], 1e-6);
+    close(&g[0], &hot([-1.0, -1.0, -1.0]), 1e-6);
+    let (l, g) = loss_case(std::slice::from_ref(&lp), |x| {
+        nll_loss_with(&x[0], &t, Some(-100), Reduction::None).unwrap()
+    });
+    close(&l, &[1.0, 0.0, 1.5, 1.1], 1e-6);
+    close(&g[0], &hot([-1.0, -3.0, -4.0]), 1e-6);
+    // nll_loss(log_softmax(x)) is cross_entropy
+    let x = Tensor::from_vec(vec![0.5f32, -1.0, 2.0, 0.0, 0.25, 1.0], [2, 3]);
+    let t2 = Tensor::from_vec(vec![2i64, 0], [2]);
+    close(
+        &nll_loss(&x.log_softmax(-1), &t2)
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap(),
+        &cross_entropy(&x, &t2).unwrap().to_vec::<f32>().unwrap(),
+        1e-6,
+    );
+}
+
+#[test]
+fn binary_cross_entropy_on_probabilities_and_on_logits() {
+    use kiln::nn::functional::{binary_cross_entropy, binary_cross_entropy_with_logits};
+    let y = (vec![1.0f32, 0.0, 1.0, 0.5, 0.0, 1.0], vec![2, 3]);
+    // p = 0 and p = 1: the logs are clamped at -100 in the loss, not in the gradient
+    let p = (vec![0.2f32, 0.9, 0.5, 1.0, 0.0, 0.7], vec![2, 3]);
+    let (l, g) = loss_case(&[p.clone(), y.clone()], |x| {
+        binary_cross_entropy(&x[0], &x[1], Reduction::Mean).unwrap()
+    });
+    close(&l, &[9.160_308], 1e-6);
+    close(
+        &g[0],
+        &[
+            -0.833_333_3,
+            1.666_666_4,
+            -0.333_333_3,
+            83_333_333_000.0,
+            0.0,
+            -0.238_095_2,
+        ],
+        1e-5,
+    );
+    close(&g[1][..3], &[0.231_049_1, -0.366_204_1, 0.0], 1e-5);
+    assert_eq!(g[1][3], f32::NEG_INFINITY);
+    assert_eq!(g[1][4], f32::INFINITY);
+    let (l, _) = loss_case(&[p, y.clone()], |x| {
+        binary_cross_entropy(&x[0], &x[1], Reduction::None).unwrap()
+    });
+    close(
+        &l,
+        &[1.609_438, 2.302_585, 0.693_147_2, 50.0, 0.0, 0.356_675],
+        1e-6,
+    );
+    let p2 = (vec![0.2f32, 0.9, 0.5, 0.3, 0.01, 0.7], vec![2, 3]);
+    let (l, g) = loss_case(&[p2, y.clone()], |x| {
+        binary_cross_entropy(&x[0], &x[1], Reduction::Sum).unwrap()
+    });
+    close(&l, &[5.752_219], 1e-6);
+    close(
+        &g[0],
+        &[
+            -4.999_999_5,
+            9.999_998,
+            -2.0,
+            -0.952_380_8,
+            1.010_101,
+            -1.428_571_5,
+        ],
+        1e-5,
+    );
+    close(
+        &g[1],
+        &[
+            1.386_294_4,
+            -2.197_224_4,
+            0.0,
+            0.847_297_8,
+            4.595_12,
+            -0.847_297_8,
+        ],
+        1e-5,
+    );
+    // Logits, one of them 40 (exp(-40) underflows nothing here)
+    let x = (vec![0.3f32, -1.2, 2.5, 0.0, 40.0, -0.7], vec![2, 3]);
+    let (l, g) = loss_case(&[x.clone(), y.clone()], |t| {
+        binary_cross_entropy_with_logits(&t[0], &t[1], None, Reduction::Mean).unwrap()
+    });
+    close(&l, &[7.115_476_6], 1e-6);
+    close(
+        &g[0],
+        &[
+            -0.070_926_2,
+            0.038_579_2,
+            -0.012_643,
+            0.0,
+            0.166_666_7,
+            -0.111_364_6,
+        ],
+        1e-5,
+    );
+    close(
+        &g[1],
+        &[-0.05, 0.2, -0.416_666_7, 0.0, -6.666_666_5, 0.116_666_7],
+        1e-5,
+    );
+    let (l, g) = loss_case(&[x.clone(), y.clone()], |t| {
+        binary_cross_entropy_with_logits(&t[0], &t[1], None, Reduction::None).unwrap()
+    });
+    close(
+        &l,
+        &[
+            0.554_355_2,
+            0.263_282_4,
+            0.078_889_7,
+            0.693_147_2,
+            40.0,
+            1.103_186,
+        ],
+        1e-6,
+    );
+    close(
+        &g[0],
+        &[
+            -0.425_557_5,
+            0.462_950_4,
+            -0.227_574_5,
+            0.0,
+            5.0,
+            -4.009_126_7,
+        ],
+        1e-5,
+    );
+    // pos_weight per class (last dimension), reduction='sum'
+    let pw = Tensor::from_vec(vec![1.0f32, 2.0, 0.5], [3]);
+    let (l, g) = loss_case(&[x, y], |t| {
+        binary_cross_entropy_with_logits(&t[0], &t[1], Some(&pw), Reduction::Sum).unwrap()
+    });
+    close(&l, &[42.101_82], 1e-6);
+    close(
+        &g[0],
+        &[
+            -0.425_557_5,
+            0.231_475_2,
+            -0.037_929_1,
+            0.0,
+            1.0,
+            -0.334_093_9,
+        ],
+        1e-5,
+    );
+    close(
+        &g[1],
+        &[-0.3, 2.663_282_4, -2.539_444_9, 0.0, -40.0, 0.148_407],
+        1e-5,
+    );
+    // The target must have the input's shape.
+    let e = binary_cross_entropy(&Tensor::ones([2, 3]), &Tensor::ones([3]), Reduction::Mean)
+        .unwrap_err();
+    assert!(e.to_string().contains("binary_cross_entropy"), "{e}");
+}
+
+#[test]
+fn l1_smooth_l1_and_huber_losses() {
+    use kiln::nn::functional::{huber_loss, l1_loss, smooth_l1_loss};
+    let pr = (vec![0.5f32, -2.0, 1.0, 3.0, 0.0], vec![5]);
+    let tg = (vec![0.0f32, 0.0, 0.5, 2.0, 0.0], vec![5]);
+    let both = [pr, tg];
+    let neg = |v: &[f32]| v.iter().map(|x| -x).collect::<Vec<f32>>();
+    let check = |l: Vec<f32>, g: Vec<Vec<f32>>, loss: &[f32], grad: &[f32]| {
+        close(&l, loss, 1e-6);
+        close(&g[0], grad, 1e-6);
+        close(&g[1], &neg(grad), 1e-6);
+    };
+    // F.l1_loss(pr, tg): the gradient at a zero difference is 0
+    let (l, g) = loss_case(&both, |x| l1_loss(&x[0], &x[1], Reduction::Mean).unwrap());
+    check(l, g, &[0.8], &[0.2, -0.2, 0.2, 0.2, 0.0]);
+    // F.smooth_l1_loss(pr, tg, reduction='none', beta=1.0)
+    let (l, g) = loss_case(&both, |x| {
+        smooth_l1_loss(&x[0], &x[1], Reduction::None, 1.0).unwrap()
+    });
+    check(
+        l,
+        g,
+        &[0.125, 1.5, 0.125, 0.5, 0.0],
+        &[0.5, -2.0, 1.5, 4.0, 0.0],
+    );
+    // beta=0.5: |d| = 0.5 is on the linear side
+    let (l, g) = loss_case(&both, |x| {
+        smooth_l1_loss(&x[0], &x[1], Reduction::Mean, 0.5).unwrap()
+    });
+    check(l, g, &[0.6], &[0.2, -0.2, 0.2, 0.2, 0.0]);
+    // beta=0 is the L1 loss
+    let (l, g) = loss_case(&both, |x| {
+        smooth_l1_loss(&x[0], &x[1], Reduction::Sum, 0.0).unwrap()
+    });
+    check(l, g, &[4.0], &[1.0, -1.0, 1.0, 1.0, 0.0]);
+    // F.huber_loss(pr, tg, reduction='none', delta=2.0) and delta=0.5
+    let (l, g) = loss_case(&both, |x| {
+        huber_loss(&x[0], &x[1], Reduction::None, 2.0).unwrap()
+    });
+    check(
+        l,
+        g,
+        &[0.125, 2.0, 0.125, 0.5, 0.0],
+        &[0.5, -4.0, 1.5, 4.0, 0.0],
+    );
+    let (l, g) = loss_case(&both, |x| {
+        huber_loss(&x[0], &x[1], Reduction::Mean, 0.5).unwrap()
+    });
+    check(l, g, &[0.3], &[0.1, -0.1, 0.1, 0.1, 0.0]);
+    // "huber_loss does not support non-positive values for delta." and the same for a
+    // negative beta
+    let (a, b) = (Tensor::ones([2]), Tensor::zeros([2]));
+    assert!(huber_loss(&a, &b, Reduction::Mean, 0.0).is_err());
+    assert!(smooth_l1_loss(&a, &b, Reduction::Mean, -1.0).is_err());
+}
+
+#[test]
+fn clipping_half_and_double_gradients() {
+    use kiln::optim::clip_grad_norm;
+    // a.grad = tensor([300., 10., -200., 1.], dtype=float16); clip_grad_norm_([a], 1.0)
+    // gives 360.75 and [0.83154296875, 0.0277099609375, -0.55419921875, 0.00277137756]
+    let a = Tensor::zeros([4]).cast(DType::F16).requires_grad_(true);
+    let g = Tensor::from_vec(vec![300.0f32, 10.0, -200.0, 1.0], [4]).cast(DType::F16);
+    a.set_grad(Some(&g)).unwrap();
+    let n = clip_grad_norm(std::slice::from_ref(&a), 1.0).unwrap();
+    close(&[n.item::<f32>().unwrap()], &[360.75], 1e-3);
+    let got = a.grad().unwrap();
+    assert_eq!(got.dtype(), DType::F16);
+    close(
+        &got.to_vec::<f32>().unwrap(),
+        &[0.831_543, 0.027_709_96, -0.554_199_2, 0.002_771_377_6],
+        2e-3,
+    );
+    // 4096 gradients of 5.0 in f16: the norm 320 (the f16 sum of squares would overflow)
+    let b = Tensor::zeros([4096]).cast(DType::F16).requires_grad_(true);
+    b.set_grad(Some(&Tensor::full([4096], 5.0).cast(DType::F16)))
+        .unwrap();
+    let n = clip_grad_norm(std::slice::from_ref(&b), 1.0).unwrap();
+    close(&[n.item::<f32>().unwrap()], &[320.0], 1e-6);
+    assert!(
+        b.grad()
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap()
+            .iter()
+            .all(|&v| v == 0.015_625)
+    );
+    // f64 gradients: an f64 norm, and f64 scaling: [3, 4] -> 5, [0.59999988, 0.79999984]
+    let c = Tensor::zeros([2]).cast(DType::F64).requires_grad_(true);
+    c.set_grad(Some(&Tensor::from_vec(vec![3.0f64, 4.0], [2])))
+        .unwrap();
+    let n = clip_grad_norm(std::slice::from_ref(&c), 1.0).unwrap();
+    assert_eq!(n.dtype(), DType::F64);
+    assert_eq!(n.item::<f64>().unwrap(), 5.0);
+    let got = c.grad().unwrap().to_vec::<f64>().unwrap();
+    assert!((got[0] - 0.599_999_880_000_024).abs() < 1e-15, "{got:?}");
+    assert!((got[1] - 0.799_999_840_000_032).abs() < 1e-15, "{got:?}");
 }

@@ -589,3 +589,127 @@ fn an_in_place_update_that_fails_part_way_leaves_no_reader_of_a_half_written_val
         "a reader of the old value read {old:?}"
     );
 }
+
+#[test]
+fn modules_from_nearby_or_equal_seeds_draw_unrelated_parameters() {
+    // Seeds made by small offsets used to collide: layer i + 1's weight began with layer
+    // i's bias, and blocks[2].attn.qkv.weight equalled blocks[0].attn.proj.weight.
+    let mut prefixes: Vec<(String, Vec<f32>)> = vec![];
+    let mut add = |name: String, t: &Tensor| {
+        let v = t.to_vec::<f32>().unwrap();
+        prefixes.push((name, v[..8].to_vec()));
+    };
+    for i in 0..13u64 {
+        for (n, p) in Block::new(8, 2, 0.0, i).unwrap().named_parameters() {
+            if n.ends_with("weight") && n.starts_with("ln") {
+                continue; // LayerNorm: ones and zeros
+            }
+            if !n.starts_with("ln") {
+                add(format!("block{i}.{n}"), &p);
+            }
+        }
+        for (n, p) in Linear::new(16, 16, true, i).unwrap().named_parameters() {
+            add(format!("linear{i}.{n}"), &p);
+        }
+        for (n, p) in Embedding::new(16, 16, i).unwrap().named_parameters() {
+            add(format!("embedding{i}.{n}"), &p);
+        }
+    }
+    assert!(prefixes.len() > 13 * 10);
+    for (a, (na, va)) in prefixes.iter().enumerate() {
+        for (nb, vb) in &prefixes[a + 1..] {
+            // Neither equal nor a scaled copy (the same stream under another bound).
+            let ratio = va[0] / vb[0];
+            let scaled = va.iter().zip(vb).all(|(x, y)| (x - ratio * y).abs() < 1e-6);
+            assert!(
+                !scaled,
+                "{na} and {nb} share their values: {va:?} vs {vb:?}"
+            );
+        }
+    }
+    // The same seed still gives the same model.
+    let a = Block::new(8, 2, 0.0, 5).unwrap().parameters();
+    let b = Block::new(8, 2, 0.0, 5).unwrap().parameters();
+    for (x, y) in a.iter().zip(&b) {
+        assert_eq!(x.to_vec::<f32>().unwrap(), y.to_vec::<f32>().unwrap());
+    }
+}
+
+#[test]
+fn evaluation_mode_reaches_dropout_inside_nested_modules() {
+    use kiln::nn::Sequential;
+    let mut model = Sequential::new()
+        .push(Block::new(8, 2, 0.5, 1).unwrap())
+        .push(Block::new(8, 2, 0.5, 2).unwrap());
+    let x = Tensor::randn_seeded([2, 4, 8], 3);
+    let run = |m: &Sequential| m.forward(&x).unwrap().to_vec::<f32>().unwrap();
+    // Training: each forward draws new masks.
+    assert_ne!(run(&model), run(&model));
+    model.set_training(false);
+    let (a, b) = (run(&model), run(&model));
+    assert_eq!(a, b);
+    // And evaluation equals a model built without dropout from the same seeds.
+    let plain = Sequential::new()
+        .push(Block::new(8, 2, 0.0, 1).unwrap())
+        .push(Block::new(8, 2, 0.0, 2).unwrap());
+    assert_eq!(a, run(&plain));
+}
+
+#[test]
+fn optimizers_refuse_hyperparameters_pytorch_refuses() {
+    let w = Tensor::zeros([2]).requires_grad_(true);
+    let p = || vec![w.clone()];
+    // torch.optim.SGD([w], lr=-1) raises "Invalid learning rate: -1", and so on.
+    for (lr, mu, wd, nesterov) in [
+        (-1.0, 0.0, 0.0, false),
+        (f64::NAN, 0.0, 0.0, false),
+        (0.1, -0.5, 0.0, false),
+        (0.1, 0.0, -1e-4, false),
+        (0.1, 0.0, 0.0, true),
+    ] {
+        let e = Sgd::with_momentum(p(), lr, mu, wd, nesterov).unwrap_err();
+        assert!(
+            matches!(e, KilnError::InvalidArgument { op: "Sgd", .. }),
+            "{e}"
+        );
+    }
+    assert!(Sgd::with_momentum(p(), 0.1, 0.9, 1e-4, true).is_ok());
+    for (lr, betas, eps, wd) in [
+        (-1e-3, (0.9, 0.999), 1e-8, 0.0),
+        (1e-3, (1.0, 0.999), 1e-8, 0.0),
+        (1e-3, (0.9, -0.1), 1e-8, 0.0),
+        (1e-3, (0.9, 0.999), -1e-8, 0.0),
+        (1e-3, (0.9, 0.999), 1e-8, -0.1),
+        (1e-3, (0.9, f64::NAN), 1e-8, 0.0),
+    ] {
+        let e = AdamW::new(p(), lr, betas, eps, wd).unwrap_err();
+        assert!(
+            matches!(e, KilnError::InvalidArgument { op: "AdamW", .. }),
+            "{e}"
+        );
+    }
+    assert!(AdamW::new(p(), 0.0, (0.0, 0.0), 0.0, 0.0).is_ok());
+}
+
+#[test]
+fn dropout_keeps_a_non_finite_input_non_finite() {
+    // F.dropout(tensor([inf] * 64), 0.5): dropped elements are inf * 0 = nan, kept ones inf
+    let x = Tensor::full([64], f64::INFINITY).cast(DType::F32);
+    let y = kiln::nn::functional::dropout(&x, 0.5, true, 7)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    let dropped = y.iter().filter(|v| v.is_nan()).count();
+    assert!(dropped > 0 && dropped < 64, "{y:?}");
+    assert!(y.iter().all(|v| v.is_nan() || *v == f32::INFINITY));
+    // Finite inputs: dropped ones are exactly 0 (-0 for negative inputs), kept ones x / (1 - p)
+    let x = Tensor::from_vec((0..64).map(|i| i as f32 - 32.0).collect::<Vec<_>>(), [64]);
+    let y = kiln::nn::functional::dropout(&x, 0.5, true, 7)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    for (i, v) in y.iter().enumerate() {
+        let xi = i as f32 - 32.0;
+        assert!(*v == 0.0 || *v == 2.0 * xi, "{i}: {v}");
+    }
+}

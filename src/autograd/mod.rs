@@ -64,6 +64,7 @@ pub fn no_grad<R>(f: impl FnOnce() -> R) -> R {
 }
 
 /// Turns gradient tracking off on this thread until dropped.
+#[derive(Debug)]
 pub struct NoGradGuard {
     previous: bool,
 }

@@ -1,5 +1,6 @@
 //! Multi-head causal self-attention and the pre-LayerNorm transformer block.
 
+use super::init::derive_seed;
 use super::{Dropout, Gelu, LayerNorm, Linear, Module, visit_child, visit_child_mut};
 use crate::error::{KilnError, Result};
 use crate::tensor::Tensor;
@@ -7,6 +8,7 @@ use crate::tensor::Tensor;
 /// Multi-head causal self-attention over `[batch, time, dim]`: one fused `qkv` projection,
 /// scaled dot products with a causal mask (generated positions: no mask tensor is stored),
 /// softmax, the weighted sum of values, an output projection.
+#[derive(Debug)]
 pub struct CausalSelfAttention {
     /// Projection `dim → 3·dim`: queries, keys and values, in that order along the last axis.
     pub qkv: Linear,
@@ -29,10 +31,10 @@ impl CausalSelfAttention {
             });
         }
         Ok(CausalSelfAttention {
-            qkv: Linear::new(dim, 3 * dim, true, seed)?,
-            proj: Linear::new(dim, dim, true, seed.wrapping_add(2))?,
+            qkv: Linear::new(dim, 3 * dim, true, derive_seed(seed, "attn.qkv"))?,
+            proj: Linear::new(dim, dim, true, derive_seed(seed, "attn.proj"))?,
             heads,
-            dropout: Dropout::new(dropout, seed.wrapping_add(4)),
+            dropout: Dropout::new(dropout, derive_seed(seed, "attn.dropout")),
         })
     }
 }
@@ -91,6 +93,7 @@ impl Module for CausalSelfAttention {
 
 /// A pre-LayerNorm transformer block: `x + attn(ln1(x))`, then `x + mlp(ln2(x))` with a
 /// GELU MLP four times as wide.
+#[derive(Debug)]
 pub struct Block {
     /// LayerNorm before the attention.
     pub ln1: LayerNorm,
@@ -111,11 +114,11 @@ impl Block {
     pub fn new(dim: usize, heads: usize, dropout: f64, seed: u64) -> Result<Block> {
         Ok(Block {
             ln1: LayerNorm::new(dim)?,
-            attn: CausalSelfAttention::new(dim, heads, dropout, seed)?,
+            attn: CausalSelfAttention::new(dim, heads, dropout, derive_seed(seed, "block.attn"))?,
             ln2: LayerNorm::new(dim)?,
-            fc: Linear::new(dim, 4 * dim, true, seed.wrapping_add(10))?,
-            proj: Linear::new(4 * dim, dim, true, seed.wrapping_add(12))?,
-            dropout: Dropout::new(dropout, seed.wrapping_add(14)),
+            fc: Linear::new(dim, 4 * dim, true, derive_seed(seed, "block.fc"))?,
+            proj: Linear::new(4 * dim, dim, true, derive_seed(seed, "block.proj"))?,
+            dropout: Dropout::new(dropout, derive_seed(seed, "block.dropout")),
         })
     }
 }

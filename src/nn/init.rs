@@ -6,6 +6,34 @@ use crate::dtype::DType;
 use crate::error::Result;
 use crate::tensor::Tensor;
 
+/// A seed for the part `label` of something seeded with `seed`: a 64-bit mix of both, so
+/// that the parts of one module, and modules built from nearby seeds (`Block::new(.., i)`
+/// in a loop) or from the same seed (`Embedding` and `Linear` both from 0), draw unrelated
+/// values. (Adding small offsets instead made layer `i + 1`'s weight equal layer `i`'s
+/// bias: each seed is one stream of values.) kiln's modules seed each parameter and
+/// dropout mask this way, labelled with the field's name; a module of yours can too.
+///
+/// ```
+/// use kiln::nn::init::derive_seed;
+/// assert_ne!(derive_seed(0, "weight"), derive_seed(0, "bias"));
+/// assert_ne!(derive_seed(0, "weight"), derive_seed(1, "weight"));
+/// assert_eq!(derive_seed(7, "qkv"), derive_seed(7, "qkv"));
+/// ```
+pub fn derive_seed(seed: u64, label: &str) -> u64 {
+    // FNV-1a of the label, then a splitmix64 finalizer over it and the seed.
+    let mut h: u64 = 0xCBF2_9CE4_8422_2325;
+    for b in label.bytes() {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01B3);
+    }
+    let mut z = seed
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        .wrapping_add(h)
+        .wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
 fn leaf(t: Tensor) -> Result<Tensor> {
     let t = crate::autograd::no_grad(|| t.try_cast(DType::F32))?;
     t.realize()?;

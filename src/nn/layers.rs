@@ -20,9 +20,19 @@ impl Linear {
     pub fn new(inputs: usize, outputs: usize, bias: bool, seed: u64) -> Result<Linear> {
         let b = 1.0 / (inputs.max(1) as f64).sqrt();
         Ok(Linear {
-            weight: init::uniform(&[outputs, inputs], -b, b, seed)?,
+            weight: init::uniform(
+                &[outputs, inputs],
+                -b,
+                b,
+                init::derive_seed(seed, "linear.weight"),
+            )?,
             bias: if bias {
-                Some(init::uniform(&[outputs], -b, b, seed.wrapping_add(1))?)
+                Some(init::uniform(
+                    &[outputs],
+                    -b,
+                    b,
+                    init::derive_seed(seed, "linear.bias"),
+                )?)
             } else {
                 None
             },
@@ -48,6 +58,9 @@ impl Module for Linear {
             f("bias", b);
         }
     }
+
+    /// No mode: the same in training and evaluation.
+    fn set_training(&mut self, _training: bool) {}
 }
 
 /// A lookup table: rows of `weight` (`[vocabulary, dim]`, standard normal) by integer id.
@@ -61,7 +74,12 @@ impl Embedding {
     /// A table of `count` vectors of `dim` features, initialized from `seed`.
     pub fn new(count: usize, dim: usize, seed: u64) -> Result<Embedding> {
         Ok(Embedding {
-            weight: init::normal(&[count, dim], 0.0, 1.0, seed)?,
+            weight: init::normal(
+                &[count, dim],
+                0.0,
+                1.0,
+                init::derive_seed(seed, "embedding.weight"),
+            )?,
         })
     }
 }
@@ -79,6 +97,9 @@ impl Module for Embedding {
     fn visit_parameters_mut(&mut self, f: &mut dyn FnMut(&str, &mut Tensor)) {
         f("weight", &mut self.weight);
     }
+
+    /// No mode: the same in training and evaluation.
+    fn set_training(&mut self, _training: bool) {}
 }
 
 /// Layer normalization over the last dimension with a learned scale and shift.
@@ -118,6 +139,9 @@ impl Module for LayerNorm {
         f("weight", &mut self.weight);
         f("bias", &mut self.bias);
     }
+
+    /// No mode: the same in training and evaluation.
+    fn set_training(&mut self, _training: bool) {}
 }
 
 /// Dropout with probability `p` while training; each forward draws a new mask (the seed
@@ -169,6 +193,9 @@ impl Module for Gelu {
     fn visit_parameters(&self, _: &mut dyn FnMut(&str, &Tensor)) {}
 
     fn visit_parameters_mut(&mut self, _: &mut dyn FnMut(&str, &mut Tensor)) {}
+
+    /// No mode: the same in training and evaluation.
+    fn set_training(&mut self, _training: bool) {}
 }
 
 /// Modules applied in order; parameters are named by position (`0.weight`, `2.bias`).
@@ -188,6 +215,14 @@ impl Sequential {
     pub fn push(mut self, layer: impl Module + 'static) -> Sequential {
         self.layers.push(Box::new(layer));
         self
+    }
+}
+
+impl std::fmt::Debug for Sequential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sequential")
+            .field("layers", &self.layers.len())
+            .finish_non_exhaustive()
     }
 }
 
@@ -220,6 +255,7 @@ impl Module for Sequential {
 }
 
 /// A multi-layer perceptron: `Linear` layers with ReLU between them (none after the last).
+#[derive(Debug)]
 pub struct Mlp {
     /// The linear layers, in the order they are applied.
     pub layers: Vec<Linear>,
@@ -231,7 +267,14 @@ impl Mlp {
         let layers = widths
             .windows(2)
             .enumerate()
-            .map(|(i, w)| Linear::new(w[0], w[1], true, seed.wrapping_add(2 * i as u64)))
+            .map(|(i, w)| {
+                Linear::new(
+                    w[0],
+                    w[1],
+                    true,
+                    init::derive_seed(seed, &format!("mlp.layers.{i}")),
+                )
+            })
             .collect::<Result<_>>()?;
         Ok(Mlp { layers })
     }
@@ -259,6 +302,12 @@ impl Module for Mlp {
     fn visit_parameters_mut(&mut self, f: &mut dyn FnMut(&str, &mut Tensor)) {
         for (i, l) in self.layers.iter_mut().enumerate() {
             visit_child_mut(&format!("layers.{i}"), l, f);
+        }
+    }
+
+    fn set_training(&mut self, training: bool) {
+        for l in &mut self.layers {
+            l.set_training(training);
         }
     }
 }

@@ -1,7 +1,7 @@
 //! Neural-network building blocks on kiln's lazy tensors: the [`Module`] trait (named,
 //! nested parameters; train/eval mode), layers ([`Linear`], [`Embedding`], [`LayerNorm`],
-//! [`Dropout`], [`Gelu`], [`Sequential`], [`CausalSelfAttention`], [`Block`]), losses and
-//! functional forms ([`functional`]) and seeded initializers ([`init`]).
+//! [`Dropout`], [`Gelu`], [`Sequential`], [`CausalSelfAttention`], [`Block`]), losses
+//! ([`loss`]), functional forms ([`functional`], which re-exports the losses) and seeded initializers ([`init`]).
 //!
 //! A module's parameters are realized leaves that require grad. Everything a forward pass
 //! records is lazy; a training step (forward, `backward`, an optimizer step) is realized as
@@ -21,6 +21,7 @@ mod attention;
 pub mod functional;
 pub mod init;
 mod layers;
+pub mod loss;
 
 pub use attention::{Block, CausalSelfAttention};
 pub use layers::{Dropout, Embedding, Gelu, LayerNorm, Linear, Mlp, Sequential};
@@ -61,10 +62,12 @@ pub trait Module {
         err.map_or(Ok(()), Err)
     }
 
-    /// Switches training behaviour (dropout) on or off, in this module and its children.
-    fn set_training(&mut self, training: bool) {
-        let _ = training;
-    }
+    /// Switches training behaviour (dropout) on or off, in this module and its children
+    /// (PyTorch's `train()`/`eval()`). Required, with no default: PyTorch recurses into
+    /// registered children by itself, and a default here that did nothing would leave a
+    /// wrapped model's dropout on in evaluation with no sign of it. A module forwards it to
+    /// each child; one with neither children nor a mode writes `{}`.
+    fn set_training(&mut self, training: bool);
 
     /// `(name, parameter)` pairs, depth-first.
     fn named_parameters(&self) -> Vec<(String, Tensor)> {

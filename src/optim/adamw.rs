@@ -12,6 +12,7 @@ use crate::tensor::{RealizeReport, Tensor};
 /// `torch.optim.AdamW` update. Each parameter's update is two fused kernels, each writing
 /// in place: both moments (kept in one `[2, ..]` buffer per parameter, so the gradient is
 /// read, and a clipped gradient computed, once), then the parameter.
+#[derive(Debug)]
 pub struct AdamW {
     params: Vec<Tensor>,
     /// Per parameter: the first and second moment stacked, `[2, ..shape]`.
@@ -40,6 +41,13 @@ impl AdamW {
         eps: f64,
         weight_decay: f64,
     ) -> Result<AdamW> {
+        let nonneg = |v: f64| v >= 0.0;
+        let unit = |v: f64| (0.0..1.0).contains(&v);
+        super::check_hyper("AdamW", "the learning rate", lr, nonneg, "at least 0")?;
+        super::check_hyper("AdamW", "eps", eps, nonneg, "at least 0")?;
+        super::check_hyper("AdamW", "beta1", betas.0, unit, "in [0, 1)")?;
+        super::check_hyper("AdamW", "beta2", betas.1, unit, "in [0, 1)")?;
+        super::check_hyper("AdamW", "weight_decay", weight_decay, nonneg, "at least 0")?;
         for p in &params {
             if !p.dtype().is_float() {
                 return Err(KilnError::UnsupportedDType {

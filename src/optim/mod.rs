@@ -84,3 +84,22 @@ fn realize_step(groups: &[&[Tensor]], options: &RealizeOptions) -> Result<Realiz
     let all: Vec<&Tensor> = groups.iter().flat_map(|g| g.iter()).collect();
     crate::tensor::realize_all_with(&all, options)
 }
+
+/// Refuses a hyperparameter outside its range as PyTorch's optimizers do (`op` the
+/// optimizer, `what` the argument); NaN is outside every range.
+pub(crate) fn check_hyper(
+    op: &'static str,
+    what: &str,
+    value: f64,
+    ok: impl Fn(f64) -> bool,
+    range: &str,
+) -> crate::error::Result<()> {
+    if value.is_nan() || !ok(value) {
+        return Err(crate::error::KilnError::InvalidArgument {
+            op,
+            shape: vec![],
+            reason: format!("{what} {value} is not {range}"),
+        });
+    }
+    Ok(())
+}

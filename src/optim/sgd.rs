@@ -2,13 +2,14 @@
 
 use super::{Optimizer, realize_step, zeros_like_all};
 use crate::autograd::no_grad;
-use crate::error::Result;
+use crate::error::{KilnError, Result};
 use crate::plan::RealizeOptions;
 use crate::tensor::{RealizeReport, Tensor};
 
 /// SGD as PyTorch's `torch.optim.SGD`: `g ← g + wd·p`; with momentum `μ`,
 /// `b ← μb + g` (the first step takes `b = g`), then `p ← p - lr·b` (Nesterov:
 /// `p ← p - lr·(g + μb)`).
+#[derive(Debug)]
 pub struct Sgd {
     params: Vec<Tensor>,
     buffers: Vec<Tensor>,
@@ -34,6 +35,18 @@ impl Sgd {
         weight_decay: f64,
         nesterov: bool,
     ) -> Result<Sgd> {
+        let nonneg = |v: f64| v >= 0.0;
+        super::check_hyper("Sgd", "the learning rate", lr, nonneg, "at least 0")?;
+        super::check_hyper("Sgd", "momentum", momentum, nonneg, "at least 0")?;
+        super::check_hyper("Sgd", "weight_decay", weight_decay, nonneg, "at least 0")?;
+        if nesterov && momentum == 0.0 {
+            // PyTorch: "Nesterov momentum requires a momentum and zero dampening".
+            return Err(KilnError::InvalidArgument {
+                op: "Sgd",
+                shape: vec![],
+                reason: "Nesterov momentum requires a momentum above 0".into(),
+            });
+        }
         let buffers = if momentum != 0.0 {
             zeros_like_all(&params)?
         } else {

@@ -8,6 +8,7 @@ use crate::shape::broadcast_shapes;
 use std::borrow::Cow;
 
 /// The right-hand side of a binary op: a tensor or a plain number.
+#[derive(Debug)]
 pub enum Operand<'a> {
     /// A borrowed tensor.
     Ref(&'a Tensor),
@@ -304,6 +305,38 @@ impl Tensor {
     /// Fallible [`Tensor::clamp`].
     pub fn try_clamp(&self, min: impl Into<Scalar>, max: impl Into<Scalar>) -> Result<Tensor> {
         self.try_maximum(min.into())?.try_minimum(max.into())
+    }
+
+    /// Clamps from below only: PyTorch's `clamp_min` (`clamp(min=m)`), `maximum(self, m)`.
+    ///
+    /// ```
+    /// let x = kiln::Tensor::from_vec(vec![-2.0f32, 0.5], [2]);
+    /// assert_eq!(x.clamp_min(0.0).to_vec::<f32>().unwrap(), vec![0.0, 0.5]);
+    /// ```
+    #[track_caller]
+    pub fn clamp_min(&self, min: impl Into<Scalar>) -> Tensor {
+        unwrap_or_panic(self.try_clamp_min(min))
+    }
+
+    /// Fallible [`Tensor::clamp_min`].
+    pub fn try_clamp_min(&self, min: impl Into<Scalar>) -> Result<Tensor> {
+        self.try_maximum(min.into())
+    }
+
+    /// Clamps from above only: PyTorch's `clamp_max` (`clamp(max=m)`), `minimum(self, m)`.
+    ///
+    /// ```
+    /// let x = kiln::Tensor::from_vec(vec![-2.0f32, 0.5], [2]);
+    /// assert_eq!(x.clamp_max(0.0).to_vec::<f32>().unwrap(), vec![-2.0, 0.0]);
+    /// ```
+    #[track_caller]
+    pub fn clamp_max(&self, max: impl Into<Scalar>) -> Tensor {
+        unwrap_or_panic(self.try_clamp_max(max))
+    }
+
+    /// Fallible [`Tensor::clamp_max`].
+    pub fn try_clamp_max(&self, max: impl Into<Scalar>) -> Result<Tensor> {
+        self.try_minimum(max.into())
     }
 
     /// Clamps into `[min, max]` with bounds that are tensors (or numbers), all three

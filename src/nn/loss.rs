@@ -1,0 +1,625 @@
+//! Losses, each a function of tensors returning a (lazy) loss tensor: the classification
+//! losses ([`cross_entropy`], [`nll_loss`], [`binary_cross_entropy`],
+//! [`binary_cross_entropy_with_logits`]) and the regression losses ([`mse_loss`],
+//! [`l1_loss`], [`smooth_l1_loss`], [`huber_loss`]), with PyTorch's semantics and
+//! `reduction=` ([`Reduction`]). Where a loss has a custom backward rule its doc says so;
+//! the others are differentiated op by op. Re-exported from [`super::functional`].
+
+use crate::autograd::composite;
+use crate::dtype::DType;
+use crate::error::{KilnError, Result};
+use crate::tensor::Tensor;
+
+/// How a loss reduces its per-element values, PyTorch's `reduction=` argument.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Reduction {
+    /// The mean over the elements (for [`cross_entropy_with`]: over the targets that are
+    /// not ignored), PyTorch's `'mean'`, the default.
+    #[default]
+    Mean,
+    /// The sum, PyTorch's `'sum'`.
+    Sum,
+    /// No reduction: one loss per element (per target), PyTorch's `'none'`.
+    None,
+}
+
+/// The options of [`cross_entropy_with`]; the default is PyTorch's
+/// (`ignore_index=-100`, `reduction='mean'`, `label_smoothing=0.0`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CrossEntropyOptions {
+    /// Targets equal to this class are skipped: they add nothing to the loss or the
+    /// gradient and the mean does not count them (a padding token). `None` skips none.
+    pub ignore_index: Option<i64>,
+    /// How the per-target losses reduce.
+    pub reduction: Reduction,
+    /// `ε` in `[0, 1]`: the target distribution is `(1 - ε)·one_hot + ε / C`.
+    pub label_smoothing: f64,
+}
+
+impl Default for CrossEntropyOptions {
+    fn default() -> Self {
+        CrossEntropyOptions {
+            ignore_index: Some(-100),
+            reduction: Reduction::Mean,
+            label_smoothing: 0.0,
+        }
+    }
+}
+
+/// Cross entropy of `logits` (`[..., C]`) against integer class `targets` (`[...]`),
+/// averaged over the targets — PyTorch's `cross_entropy` with its defaults: targets of
+/// -100 are skipped (`ignore_index=-100`) and the mean is over the others
+/// (`reduction='mean'`). [`cross_entropy_with`] takes the options.
+///
+/// ```
+/// use kiln::Tensor;
+/// let logits = Tensor::from_vec(vec![0.0f32, 0.0, 0.0, 0.0], &[2, 2]);
+/// let t = Tensor::from_vec(vec![0i64, 1], &[2]);
+/// let l = kiln::nn::functional::cross_entropy(&logits, &t).unwrap();
+/// assert!((l.item::<f32>().unwrap() - 2f32.ln()).abs() < 1e-6);
+/// ```
+pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
+    cross_entropy_with(logits, targets, &CrossEntropyOptions::default())
+}
+
+/// Cross entropy with PyTorch's `ignore_index`, `reduction` and `label_smoothing`
+/// ([`CrossEntropyOptions`]); classes are on the **last** dimension of `logits`.
+///
+/// Per target `t` that is not ignored the loss is
+/// `logsumexp(x) - (1 - ε)·x[t] - ε·mean(x)`; an ignored target's is 0. The mean divides
+/// by the number of targets not ignored (`NaN` when every target is ignored, as in
+/// PyTorch). Forward: one fused row kernel (`logsumexp` and the gathered logit), then the
+/// reduction. Backward: one elementwise kernel,
+/// `(exp(x - lse) - (1 - ε)·one_hot(t) - ε / C) · g'` with `g'` the incoming gradient
+/// scaled for the reduction and zero on ignored rows, from the `lse` the forward kept (a
+/// custom rule, not the derivative of each step). A target outside `0..C` that is not
+/// ignored fails when realized.
+///
+/// ```
+/// use kiln::Tensor;
+/// use kiln::nn::functional::{cross_entropy_with, CrossEntropyOptions, Reduction};
+/// let logits = Tensor::from_vec(vec![0.0f32, 0.0, 5.0, 1.0], &[2, 2]);
+/// let t = Tensor::from_vec(vec![0i64, -100], &[2]);
+/// // The second row is skipped: the loss is the first row's alone.
+/// let mean = kiln::nn::functional::cross_entropy(&logits, &t).unwrap();
+/// assert!((mean.item::<f32>().unwrap() - 2f32.ln()).abs() < 1e-6);
+/// let opts = CrossEntropyOptions { reduction: Reduction::None, ..Default::default() };
+/// let each = cross_entropy_with(&logits, &t, &opts).unwrap();
+/// assert_eq!(each.shape(), &[2]);
+/// assert_eq!(each.to_vec::<f32>().unwrap()[1], 0.0);
+/// ```
+pub fn cross_entropy_with(
+    logits: &Tensor,
+    targets: &Tensor,
+    options: &CrossEntropyOptions,
+) -> Result<Tensor> {
+    check_class_targets("cross_entropy", logits, targets)?;
+    let nd = logits.ndim();
+    let eps = options.label_smoothing;
+    if !(0.0..=1.0).contains(&eps) {
+        return Err(KilnError::InvalidArgument {
+            op: "cross_entropy",
+            shape: logits.shape().to_vec(),
+            reason: format!("label_smoothing {eps} is not in [0, 1]"),
+        });
+    }
+    let c = logits.shape()[nd - 1];
+    let n = targets.numel();
+    let dtype = if logits.dtype().is_float() {
+        logits.dtype()
+    } else {
+        DType::F32
+    };
+    let wide = if dtype.is_half() { DType::F32 } else { dtype };
+    let reduction = options.reduction;
+    let ignore = options.ignore_index;
+    // The forward records no history: the rule below is the whole backward. `valid` is
+    // `None` when no target can be ignored; `count` is the divisor of the mean.
+    struct Parts {
+        x: Tensor,
+        t: Tensor,
+        lse: Tensor,
+        valid: Option<Tensor>,
+        count: Option<Tensor>,
+        rows: Tensor,
+    }
+    let p = crate::autograd::no_grad(|| -> Result<Parts> {
+        let x = logits
+            .try_reshape([n as isize, c as isize])?
+            .try_cast(dtype)?;
+        let t = targets.try_reshape([n as isize, 1])?.try_cast(DType::I64)?;
+        let lse = x.try_logsumexp_keepdim(1)?;
+        let valid = ignore.map(|i| t.try_ne(i)).transpose()?;
+        // Ignored targets gather class 0 (any in-range class would do; the row is masked).
+        let picked = match &valid {
+            Some(v) => x.try_gather(1, &Tensor::try_where(v, &t, 0i64)?)?,
+            None => x.try_gather(1, &t)?,
+        };
+        let mut rows = if eps == 0.0 {
+            lse.try_sub(&picked)?
+        } else {
+            let smooth = x.try_mean_keepdim(1)?.try_mul(eps)?;
+            lse.try_sub(&picked.try_mul(1.0 - eps)?)?.try_sub(&smooth)?
+        };
+        if let Some(v) = &valid {
+            rows = Tensor::try_where(v, &rows, 0.0)?;
+        }
+        let count = match (reduction, &valid) {
+            // Counted in f32 for half logits: a count past 65504 is not an f16.
+            (Reduction::Mean, Some(v)) => Some(v.try_cast(wide)?.try_sum(..)?),
+            _ => None,
+        };
+        Ok(Parts {
+            x,
+            t,
+            lse,
+            valid,
+            count,
+            rows,
+        })
+    })?;
+    let Parts {
+        x,
+        t,
+        lse,
+        valid,
+        count,
+        rows,
+    } = p;
+    let shape = logits.shape().to_vec();
+    let target_shape: Vec<isize> = targets.shape().iter().map(|&d| d as isize).collect();
+    let in_dtype = logits.dtype();
+    let forward = {
+        let count = count.clone();
+        move || -> Result<Tensor> {
+            match reduction {
+                Reduction::None => rows.try_reshape(target_shape.as_slice()),
+                Reduction::Sum => rows.try_sum(..),
+                Reduction::Mean => match &count {
+                    // Summed in f32 for half logits, rounded once (as `mean` does).
+                    Some(k) => rows
+                        .try_cast(wide)?
+                        .try_sum(..)?
+                        .try_div(k)?
+                        .try_cast(dtype),
+                    None => rows.try_mean(..),
+                },
+            }
+        }
+    };
+    composite(&[logits], forward, move |_, _, g| {
+        let classes = Tensor::try_arange(0, c as i64, 1, DType::I64)?
+            .try_to(x.device())?
+            .try_reshape([1, c as isize])?;
+        let hot = classes.try_eq(&t)?.try_cast(dtype)?;
+        // The incoming gradient per row, `[n, 1]` or a scalar, scaled for the reduction.
+        let mut scale = match reduction {
+            Reduction::None => g.try_reshape([n as isize, 1])?,
+            Reduction::Sum => g.clone(),
+            Reduction::Mean => match &count {
+                Some(k) => g.try_div(k)?,
+                None => g.try_div(n as f64)?,
+            },
+        };
+        if let Some(v) = &valid {
+            scale = Tensor::try_where(v, &scale, 0.0)?;
+        }
+        let target = if eps == 0.0 {
+            hot
+        } else {
+            hot.try_mul(1.0 - eps)?.try_add(eps / c as f64)?
+        };
+        let dx = x
+            .try_sub(&lse)?
+            .try_exp()?
+            .try_sub(&target)?
+            .try_mul(&scale)?;
+        let dims: Vec<isize> = shape.iter().map(|&d| d as isize).collect();
+        Ok(vec![Some(dx.try_reshape(&dims)?.try_cast(in_dtype)?)])
+    })
+}
+
+/// Mean squared error, `mean((prediction - target)²)` — PyTorch's `mse_loss` with its
+/// default `reduction='mean'`.
+pub fn mse_loss(prediction: &Tensor, target: &Tensor) -> Result<Tensor> {
+    mse_loss_with(prediction, target, Reduction::Mean)
+}
+
+/// Squared error `(prediction - target)²` reduced by `reduction` (PyTorch's `mse_loss`
+/// with `reduction=`; `Reduction::None` keeps the broadcast shape).
+///
+/// ```
+/// use kiln::Tensor;
+/// use kiln::nn::functional::{mse_loss_with, Reduction};
+/// let p = Tensor::from_vec(vec![1.0f32, 2.0], &[2]);
+/// let t = Tensor::from_vec(vec![0.0f32, 4.0], &[2]);
+/// assert_eq!(mse_loss_with(&p, &t, Reduction::Sum).unwrap().item::<f32>().unwrap(), 5.0);
+/// assert_eq!(
+///     mse_loss_with(&p, &t, Reduction::None).unwrap().to_vec::<f32>().unwrap(),
+///     vec![1.0, 4.0]
+/// );
+/// ```
+pub fn mse_loss_with(prediction: &Tensor, target: &Tensor, reduction: Reduction) -> Result<Tensor> {
+    let d = prediction.try_sub(target)?;
+    let sq = d.try_mul(&d)?;
+    match reduction {
+        Reduction::Mean => sq.try_mean(..),
+        Reduction::Sum => sq.try_sum(..),
+        Reduction::None => Ok(sq),
+    }
+}
+
+/// Checks that `targets` are integer class indices with `input`'s shape less its last
+/// (class) dimension.
+fn check_class_targets(op: &'static str, input: &Tensor, targets: &Tensor) -> Result<()> {
+    let nd = input.ndim();
+    if nd == 0 || targets.shape() != &input.shape()[..nd - 1] {
+        return Err(KilnError::ShapeMismatch {
+            op,
+            lhs: input.shape().to_vec(),
+            rhs: targets.shape().to_vec(),
+            detail: ": targets must have the input's shape without the class dimension".into(),
+        });
+    }
+    if !targets.dtype().is_int() {
+        return Err(KilnError::UnsupportedDType {
+            op,
+            dtype: targets.dtype(),
+            detail:
+                ": targets must be integer class indices (class probabilities are not supported)"
+                    .into(),
+        });
+    }
+    Ok(())
+}
+
+/// Reduces elementwise losses: the mean (in f32 for half types, as [`Tensor::mean`]), the
+/// sum, or the losses themselves.
+fn reduce(losses: Tensor, reduction: Reduction) -> Result<Tensor> {
+    match reduction {
+        Reduction::Mean => losses.try_mean(..),
+        Reduction::Sum => losses.try_sum(..),
+        Reduction::None => Ok(losses),
+    }
+}
+
+/// Negative log likelihood of log-probabilities `input` (`[..., C]`, classes on the last
+/// dimension) at integer class `targets` (`[...]`), PyTorch's `nll_loss` with its defaults
+/// (`ignore_index=-100`, `reduction='mean'`): `-input[target]`, averaged over the targets
+/// that are not ignored. `nll_loss(log_softmax(x))` is [`cross_entropy`] (which is one
+/// kernel each way).
+///
+/// ```
+/// use kiln::Tensor;
+/// let lp = Tensor::from_vec(vec![-0.5f32, -1.0, -2.0, -0.25], &[2, 2]);
+/// let t = Tensor::from_vec(vec![1i64, 0], &[2]);
+/// let l = kiln::nn::functional::nll_loss(&lp, &t).unwrap();
+/// assert_eq!(l.item::<f32>().unwrap(), 1.5);
+/// ```
+pub fn nll_loss(input: &Tensor, targets: &Tensor) -> Result<Tensor> {
+    nll_loss_with(input, targets, Some(-100), Reduction::Mean)
+}
+
+/// [`nll_loss`] with PyTorch's `ignore_index` (`None` ignores nothing) and `reduction`.
+/// Differentiated op by op: the gradient is a scatter of `-g` into the target classes.
+pub fn nll_loss_with(
+    input: &Tensor,
+    targets: &Tensor,
+    ignore_index: Option<i64>,
+    reduction: Reduction,
+) -> Result<Tensor> {
+    check_class_targets("nll_loss", input, targets)?;
+    if !input.dtype().is_float() {
+        return Err(KilnError::UnsupportedDType {
+            op: "nll_loss",
+            dtype: input.dtype(),
+            detail: ": the input must be floating-point log-probabilities".into(),
+        });
+    }
+    let c = input.shape()[input.ndim() - 1];
+    let n = targets.numel();
+    let x = input.try_reshape([n as isize, c as isize])?;
+    let t = targets.try_reshape([n as isize, 1])?.try_cast(DType::I64)?;
+    let (picked, valid) = match ignore_index {
+        Some(i) => {
+            let valid = t.try_ne(i)?;
+            (
+                x.try_gather(1, &Tensor::try_where(&valid, &t, 0i64)?)?,
+                Some(valid),
+            )
+        }
+        None => (x.try_gather(1, &t)?, None),
+    };
+    let mut rows = picked.try_neg()?;
+    if let Some(v) = &valid {
+        rows = Tensor::try_where(v, &rows, 0.0)?;
+    }
+    let target_shape: Vec<isize> = targets.shape().iter().map(|&d| d as isize).collect();
+    match (reduction, &valid) {
+        (Reduction::Mean, Some(v)) => {
+            let wide = if x.dtype().is_half() {
+                DType::F32
+            } else {
+                x.dtype()
+            };
+            let count = v.try_cast(wide)?.try_sum(..)?;
+            rows.try_cast(wide)?
+                .try_sum(..)?
+                .try_div(&count)?
+                .try_cast(x.dtype())
+        }
+        _ => reduce(rows.try_reshape(target_shape.as_slice())?, reduction),
+    }
+}
+
+/// Binary cross entropy of probabilities `input` in `[0, 1]` against `target` of the same
+/// shape, PyTorch's `binary_cross_entropy`: `-(y·ln p + (1 - y)·ln(1 - p))` with each
+/// logarithm clamped to at least -100 (so `p = 0` or `1` gives a finite loss), reduced by
+/// `reduction`. One backward rule, PyTorch's: `dp = g·(p - y) / max(p·(1 - p), 1e-12)`
+/// and `dy = g·(ln(1 - p) - ln p)` (not clamped: ±inf at `p = 0` or `1`, as PyTorch). An input outside `[0, 1]` is not
+/// checked (PyTorch raises; kiln never reads data when recording): its loss is NaN.
+/// Prefer [`binary_cross_entropy_with_logits`], which is stable for any logit.
+///
+/// ```
+/// use kiln::Tensor;
+/// use kiln::nn::functional::{binary_cross_entropy, Reduction};
+/// let p = Tensor::from_vec(vec![0.5f32, 1.0], &[2]);
+/// let y = Tensor::from_vec(vec![1.0f32, 0.0], &[2]);
+/// let l = binary_cross_entropy(&p, &y, Reduction::None).unwrap();
+/// assert_eq!(l.to_vec::<f32>().unwrap(), vec![2f32.ln(), 100.0]);
+/// ```
+pub fn binary_cross_entropy(
+    input: &Tensor,
+    target: &Tensor,
+    reduction: Reduction,
+) -> Result<Tensor> {
+    same_float_shapes("binary_cross_entropy", input, target)?;
+    let dtype = input.dtype();
+    let losses = composite(
+        &[input, target],
+        || {
+            let lp = input.try_log()?.try_clamp_min(-100.0)?;
+            let lq = input.try_neg()?.try_log1p()?.try_clamp_min(-100.0)?;
+            // -(y·lp + (1 - y)·lq) = -(lq + y·(lp - lq))
+            target.try_mul(&lp.try_sub(&lq)?)?.try_add(&lq)?.try_neg()
+        },
+        move |inputs, _, g| {
+            let (p, y) = (&inputs[0], &inputs[1]);
+            let q = p.try_neg()?.try_add(1.0)?;
+            let denom = p.try_mul(&q)?.try_clamp_min(1e-12)?;
+            let dp = g.try_mul(&p.try_sub(y)?)?.try_div(&denom)?;
+            // Unclamped, as PyTorch's: ±inf where p is 0 or 1.
+            let dy = g.try_mul(&p.try_neg()?.try_log1p()?.try_sub(&p.try_log()?)?)?;
+            Ok(vec![Some(dp.try_cast(dtype)?), Some(dy)])
+        },
+    )?;
+    reduce(losses, reduction)
+}
+
+/// Binary cross entropy of logits `input` against `target` of the same shape, PyTorch's
+/// `binary_cross_entropy_with_logits`: `(1 - y)·x + (1 + (w - 1)·y)·softplus(-x)` with
+/// `w` the optional `pos_weight` (broadcast to the input, e.g. one per class on the last
+/// dimension; 1 when `None`), reduced by `reduction`. `softplus(-x)` is computed as
+/// `ln(1 + e^-|x|) + max(-x, 0)`, exact for any `x`. One backward rule:
+/// `dx = g·((1 - y) - (1 + (w - 1)·y)·σ(-x))` (`σ(x) - y` when `w = 1`),
+/// `dy = g·((w - 1)·softplus(-x) - x)` and `dw = g·y·softplus(-x)`.
+///
+/// ```
+/// use kiln::Tensor;
+/// use kiln::nn::functional::{binary_cross_entropy_with_logits, Reduction};
+/// let x = Tensor::from_vec(vec![0.0f32, 100.0], &[2]);
+/// let y = Tensor::from_vec(vec![1.0f32, 0.0], &[2]);
+/// let l = binary_cross_entropy_with_logits(&x, &y, None, Reduction::None).unwrap();
+/// assert_eq!(l.to_vec::<f32>().unwrap(), vec![2f32.ln(), 100.0]);
+/// ```
+pub fn binary_cross_entropy_with_logits(
+    input: &Tensor,
+    target: &Tensor,
+    pos_weight: Option<&Tensor>,
+    reduction: Reduction,
+) -> Result<Tensor> {
+    const OP: &str = "binary_cross_entropy_with_logits";
+    same_float_shapes(OP, input, target)?;
+    let shape = input.shape().to_vec();
+    let weight = match pos_weight {
+        Some(w) => {
+            crate::shape::broadcast_shapes(OP, w.shape(), &shape).and_then(|b| {
+                if b == shape {
+                    Ok(())
+                } else {
+                    Err(KilnError::ShapeMismatch {
+                        op: OP,
+                        lhs: shape.clone(),
+                        rhs: w.shape().to_vec(),
+                        detail: ": pos_weight must broadcast to the input's shape".into(),
+                    })
+                }
+            })?;
+            // Broadcast here, recorded: the expand's rule sums `dw` back to `w`'s shape.
+            Some(w.expand_view(&shape)?)
+        }
+        None => None,
+    };
+    let mut inputs = vec![input, target];
+    inputs.extend(weight.as_ref());
+    let dtype = input.dtype();
+    // softplus(-x) = ln(1 + e^-|x|) + max(-x, 0)
+    let softplus_neg = |x: &Tensor| -> Result<Tensor> {
+        x.try_abs()?
+            .try_neg()?
+            .try_exp()?
+            .try_log1p()?
+            .try_add(&x.try_neg()?.try_relu()?)
+    };
+    let losses = composite(
+        &inputs,
+        || {
+            let sp = softplus_neg(input)?;
+            let lin = target.try_neg()?.try_add(1.0)?.try_mul(input)?;
+            match &weight {
+                None => lin.try_add(&sp),
+                Some(w) => {
+                    let lw = w.try_sub(1.0)?.try_mul(target)?.try_add(1.0)?;
+                    lin.try_add(&lw.try_mul(&sp)?)
+                }
+            }
+        },
+        move |inputs, _, g| {
+            let (x, y) = (&inputs[0], &inputs[1]);
+            let one_m_y = y.try_neg()?.try_add(1.0)?;
+            let sig_neg = x.try_neg()?.try_sigmoid()?;
+            let sp = softplus_neg(x)?;
+            let mut grads = Vec::with_capacity(3);
+            match inputs.get(2) {
+                None => {
+                    grads.push(Some(
+                        g.try_mul(&one_m_y.try_sub(&sig_neg)?)?.try_cast(dtype)?,
+                    ));
+                    grads.push(Some(g.try_mul(&x.try_neg()?)?));
+                }
+                Some(w) => {
+                    let wm1 = w.try_sub(1.0)?;
+                    let lw = wm1.try_mul(y)?.try_add(1.0)?;
+                    let dx = one_m_y.try_sub(&lw.try_mul(&sig_neg)?)?;
+                    grads.push(Some(g.try_mul(&dx)?.try_cast(dtype)?));
+                    grads.push(Some(g.try_mul(&wm1.try_mul(&sp)?.try_sub(x)?)?));
+                    grads.push(Some(g.try_mul(&y.try_mul(&sp)?)?));
+                }
+            }
+            Ok(grads)
+        },
+    )?;
+    reduce(losses, reduction)
+}
+
+/// Checks that a binary loss's input and target are floating-point of one shape.
+fn same_float_shapes(op: &'static str, input: &Tensor, target: &Tensor) -> Result<()> {
+    if input.shape() != target.shape() {
+        return Err(KilnError::ShapeMismatch {
+            op,
+            lhs: input.shape().to_vec(),
+            rhs: target.shape().to_vec(),
+            detail: ": the target must have the input's shape".into(),
+        });
+    }
+    for t in [input, target] {
+        if !t.dtype().is_float() {
+            return Err(KilnError::UnsupportedDType {
+                op,
+                dtype: t.dtype(),
+                detail: ": input and target must be floating-point".into(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Mean absolute error `|prediction - target|` reduced by `reduction`, PyTorch's
+/// `l1_loss` (the gradient at a zero difference is 0, as `abs`'s).
+///
+/// ```
+/// use kiln::Tensor;
+/// use kiln::nn::functional::{l1_loss, Reduction};
+/// let p = Tensor::from_vec(vec![1.0f32, 2.0], &[2]);
+/// let t = Tensor::from_vec(vec![0.0f32, 4.0], &[2]);
+/// assert_eq!(l1_loss(&p, &t, Reduction::Mean).unwrap().item::<f32>().unwrap(), 1.5);
+/// ```
+pub fn l1_loss(prediction: &Tensor, target: &Tensor, reduction: Reduction) -> Result<Tensor> {
+    reduce(prediction.try_sub(target)?.try_abs()?, reduction)
+}
+
+/// PyTorch's `smooth_l1_loss`: with `d = prediction - target`, `0.5·d²/β` where
+/// `|d| < β` and `|d| - 0.5·β` elsewhere (`β = 0` is [`l1_loss`]); `β` must not be
+/// negative.
+///
+/// ```
+/// use kiln::Tensor;
+/// use kiln::nn::functional::{smooth_l1_loss, Reduction};
+/// let p = Tensor::from_vec(vec![0.5f32, 3.0], &[2]);
+/// let t = Tensor::from_vec(vec![0.0f32, 0.0], &[2]);
+/// let l = smooth_l1_loss(&p, &t, Reduction::None, 1.0).unwrap();
+/// assert_eq!(l.to_vec::<f32>().unwrap(), vec![0.125, 2.5]);
+/// ```
+pub fn smooth_l1_loss(
+    prediction: &Tensor,
+    target: &Tensor,
+    reduction: Reduction,
+    beta: f64,
+) -> Result<Tensor> {
+    robust_loss(
+        "smooth_l1_loss",
+        prediction,
+        target,
+        reduction,
+        beta,
+        1.0 / beta.max(f64::MIN_POSITIVE),
+        1.0,
+    )
+}
+
+/// PyTorch's `huber_loss`: with `d = prediction - target`, `0.5·d²` where `|d| < δ` and
+/// `δ·(|d| - 0.5·δ)` elsewhere; `δ` must be positive. It is `δ ·`
+/// [`smooth_l1_loss`] with `β = δ`.
+///
+/// ```
+/// use kiln::Tensor;
+/// use kiln::nn::functional::{huber_loss, Reduction};
+/// let p = Tensor::from_vec(vec![0.5f32, 3.0], &[2]);
+/// let t = Tensor::from_vec(vec![0.0f32, 0.0], &[2]);
+/// let l = huber_loss(&p, &t, Reduction::None, 2.0).unwrap();
+/// assert_eq!(l.to_vec::<f32>().unwrap(), vec![0.125, 4.0]);
+/// ```
+pub fn huber_loss(
+    prediction: &Tensor,
+    target: &Tensor,
+    reduction: Reduction,
+    delta: f64,
+) -> Result<Tensor> {
+    if delta <= 0.0 || delta.is_nan() {
+        return Err(KilnError::InvalidArgument {
+            op: "huber_loss",
+            shape: prediction.shape().to_vec(),
+            reason: format!("delta {delta} is not positive"),
+        });
+    }
+    robust_loss(
+        "huber_loss",
+        prediction,
+        target,
+        reduction,
+        delta,
+        1.0,
+        delta,
+    )
+}
+
+/// `0.5·d²·quad` where `|d| < width`, else `lin·(|d| - 0.5·width)`: smooth L1
+/// (`quad = 1/β`, `lin = 1`) and Huber (`quad = 1`, `lin = δ`).
+fn robust_loss(
+    op: &'static str,
+    prediction: &Tensor,
+    target: &Tensor,
+    reduction: Reduction,
+    width: f64,
+    quad: f64,
+    lin: f64,
+) -> Result<Tensor> {
+    if width < 0.0 || width.is_nan() {
+        return Err(KilnError::InvalidArgument {
+            op,
+            shape: prediction.shape().to_vec(),
+            reason: format!("the width {width} of the quadratic zone is negative"),
+        });
+    }
+    let d = prediction.try_sub(target)?;
+    let ad = d.try_abs()?;
+    if width == 0.0 {
+        return reduce(ad, reduction);
+    }
+    let quadratic = d.try_mul(&d)?.try_mul(0.5 * quad)?;
+    let linear = ad.try_sub(0.5 * width)?.try_mul(lin)?;
+    reduce(
+        Tensor::try_where(&ad.try_lt(width)?, &quadratic, &linear)?,
+        reduction,
+    )
+}
