@@ -9,6 +9,7 @@
 //! `cargo run --release --example char_gpt -- [--steps N] [--device cuda] [--checkpoint PATH] [--resume PATH]`
 
 use kiln::nn::functional::cross_entropy;
+use kiln::nn::init::derive_seed;
 use kiln::nn::{Block, Embedding, LayerNorm, Linear, Module, visit_child, visit_child_mut};
 use kiln::optim::{AdamW, Optimizer, WarmupCosine, clip_grad_norm};
 use kiln::{DType, Device, RealizeOptions, Tensor, memory, no_grad};
@@ -30,16 +31,20 @@ struct Gpt {
 
 impl Gpt {
     fn new(vocab: usize, seed: u64) -> kiln::Result<Gpt> {
-        // GPT-2 style initialization: N(0, 0.02) for matrices and embeddings.
-        let normal = |shape: &[usize], s: u64| kiln::nn::init::normal(shape, 0.0, 0.02, s);
+        // GPT-2 style initialization: N(0, 0.02) for matrices and embeddings, each
+        // parameter seeded by its name (seeds made by small offsets would give two
+        // parameters the same values: `nn::init::derive_seed`).
+        let normal = |shape: &[usize], name: &str| {
+            kiln::nn::init::normal(shape, 0.0, 0.02, derive_seed(seed, name))
+        };
         let mut blocks = vec![];
         for l in 0..LAYERS {
-            let mut b = Block::new(WIDTH, HEADS, 0.0, seed + 100 * l as u64)?;
-            let s = seed + 100 * l as u64;
-            b.attn.qkv.weight = normal(&[3 * WIDTH, WIDTH], s + 1)?;
-            b.attn.proj.weight = normal(&[WIDTH, WIDTH], s + 2)?;
-            b.fc.weight = normal(&[4 * WIDTH, WIDTH], s + 3)?;
-            b.proj.weight = normal(&[WIDTH, 4 * WIDTH], s + 4)?;
+            let mut b = Block::new(WIDTH, HEADS, 0.0, derive_seed(seed, &format!("blocks.{l}")))?;
+            let name = |p: &str| format!("blocks.{l}.{p}.weight");
+            b.attn.qkv.weight = normal(&[3 * WIDTH, WIDTH], &name("attn.qkv"))?;
+            b.attn.proj.weight = normal(&[WIDTH, WIDTH], &name("attn.proj"))?;
+            b.fc.weight = normal(&[4 * WIDTH, WIDTH], &name("mlp.fc"))?;
+            b.proj.weight = normal(&[WIDTH, 4 * WIDTH], &name("mlp.proj"))?;
             for bias in [
                 &mut b.attn.qkv.bias,
                 &mut b.attn.proj.bias,
@@ -55,15 +60,15 @@ impl Gpt {
         }
         Ok(Gpt {
             tok: Embedding {
-                weight: normal(&[vocab, WIDTH], seed + 1)?,
+                weight: normal(&[vocab, WIDTH], "tok_emb.weight")?,
             },
             pos: Embedding {
-                weight: normal(&[CONTEXT, WIDTH], seed + 2)?,
+                weight: normal(&[CONTEXT, WIDTH], "pos_emb.weight")?,
             },
             blocks,
             ln_f: LayerNorm::new(WIDTH)?,
             head: Linear {
-                weight: normal(&[vocab, WIDTH], seed + 3)?,
+                weight: normal(&[vocab, WIDTH], "head.weight")?,
                 bias: None,
             },
         })
