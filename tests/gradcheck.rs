@@ -401,6 +401,11 @@ fn indexing_joining_and_masking_ops() {
         |t| t[0].masked_fill(&m, 2.0).exp(),
     );
     check(
+        "gelu_tanh",
+        &[(values(12, 48, -3.0, 3.0), vec![3, 4])],
+        |t| t[0].permute([1, 0]).gelu_tanh(),
+    );
+    check(
         "logsumexp",
         &[(values(12, 34, -2.0, 2.0), vec![3, 4])],
         |t| t[0].logsumexp(1),

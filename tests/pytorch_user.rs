@@ -1076,3 +1076,53 @@ fn clipping_half_and_double_gradients() {
     assert!((got[0] - 0.599_999_880_000_024).abs() < 1e-15, "{got:?}");
     assert!((got[1] - 0.799_999_840_000_032).abs() < 1e-15, "{got:?}");
 }
+
+#[test]
+fn gelu_tanh_approximation() {
+    // x = tensor([-3, -1, -.5, 0, .3, 1, 2.5, 10]); y = F.gelu(x, approximate='tanh');
+    // y.backward(ones_like(y))
+    let x = Tensor::from_vec(vec![-3.0f32, -1.0, -0.5, 0.0, 0.3, 1.0, 2.5, 10.0], [8])
+        .requires_grad_(true);
+    let y = x.gelu_tanh();
+    close(
+        &y.to_vec::<f32>().unwrap(),
+        &[
+            -0.003_637_4,
+            -0.158_808,
+            -0.154_286,
+            0.0,
+            0.185_370_9,
+            0.841_192,
+            2.484_915_7,
+            10.0,
+        ],
+        2e-6,
+    );
+    y.sum(..).backward().unwrap();
+    close(
+        &x.grad().unwrap().to_vec::<f32>().unwrap(),
+        &[
+            -0.011_584_3,
+            -0.082_964_1,
+            0.132_630_1,
+            0.5,
+            0.732_295_5,
+            1.082_964_1,
+            1.037_951_7,
+            1.0,
+        ],
+        2e-6,
+    );
+    // The module, and a bf16 input computed in f32 and rounded once.
+    use kiln::nn::{GeluTanh, Module};
+    let h = Tensor::from_vec(vec![1.0f32, -0.5], [2]).cast(DType::BF16);
+    let out = GeluTanh.forward(&h).unwrap();
+    assert_eq!(out.dtype(), DType::BF16);
+    assert_eq!(
+        out.to_vec::<f32>().unwrap(),
+        vec![
+            kiln::bf16::from_f32(0.841_192).to_f32(),
+            kiln::bf16::from_f32(-0.154_286).to_f32()
+        ]
+    );
+}

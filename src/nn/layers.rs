@@ -181,6 +181,24 @@ impl Module for Dropout {
     }
 }
 
+/// The GELU activation's tanh approximation ([`Tensor::gelu_tanh`]), PyTorch's
+/// `nn.GELU(approximate='tanh')`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct GeluTanh;
+
+impl Module for GeluTanh {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        x.try_gelu_tanh()
+    }
+
+    fn visit_parameters(&self, _f: &mut dyn FnMut(&str, &Tensor)) {}
+
+    fn visit_parameters_mut(&mut self, _f: &mut dyn FnMut(&str, &mut Tensor)) {}
+
+    /// No mode: the same in training and evaluation.
+    fn set_training(&mut self, _training: bool) {}
+}
+
 /// The GELU activation (exact erf form).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Gelu;

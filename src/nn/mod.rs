@@ -1,6 +1,6 @@
 //! Neural-network building blocks on kiln's lazy tensors: the [`Module`] trait (named,
 //! nested parameters; train/eval mode), layers ([`Linear`], [`Embedding`], [`LayerNorm`],
-//! [`Dropout`], [`Gelu`], [`Sequential`], [`CausalSelfAttention`], [`Block`]), losses
+//! [`Dropout`], [`Gelu`], [`GeluTanh`], [`Sequential`], [`CausalSelfAttention`], [`Block`]), losses
 //! ([`loss`]), functional forms ([`functional`], which re-exports the losses) and seeded initializers ([`init`]).
 //!
 //! A module's parameters are realized leaves that require grad. Everything a forward pass
@@ -24,7 +24,7 @@ mod layers;
 pub mod loss;
 
 pub use attention::{Block, CausalSelfAttention};
-pub use layers::{Dropout, Embedding, Gelu, LayerNorm, Linear, Mlp, Sequential};
+pub use layers::{Dropout, Embedding, Gelu, GeluTanh, LayerNorm, Linear, Mlp, Sequential};
 
 use crate::error::Result;
 use crate::tensor::Tensor;

@@ -607,3 +607,43 @@ unary_methods! {
     softplus, try_softplus, Softplus, "Elementwise `ln(1 + e^x)`, `x` itself above 20 (PyTorch's `softplus` with `beta = 1`, `threshold = 20`).";
     silu, try_silu, Silu, "Elementwise SiLU (swish) `x * sigmoid(x)`.";
 }
+
+impl Tensor {
+    /// GELU's tanh approximation, `0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))`: PyTorch's
+    /// `gelu(x, approximate='tanh')` (GPT-2's activation). Recorded as elementwise ops,
+    /// which fuse into one kernel and are differentiated op by op; half types compute in
+    /// f32 and round once, integers become f32. [`Tensor::gelu`] is the exact form.
+    ///
+    /// ```
+    /// let x = kiln::Tensor::from_vec(vec![0.0f32, 1.0], [2]);
+    /// let y = x.gelu_tanh().to_vec::<f32>().unwrap();
+    /// assert_eq!(y[0], 0.0);
+    /// assert!((y[1] - 0.841_192).abs() < 1e-6);
+    /// ```
+    #[track_caller]
+    pub fn gelu_tanh(&self) -> Tensor {
+        unwrap_or_panic(self.try_gelu_tanh())
+    }
+
+    /// Fallible [`Tensor::gelu_tanh`].
+    pub fn try_gelu_tanh(&self) -> Result<Tensor> {
+        const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
+        let x = if self.dtype.is_float() && !self.dtype.is_half() {
+            self.clone()
+        } else {
+            self.try_cast(DType::F32)?
+        };
+        let inner = x
+            .try_mul(&x)?
+            .try_mul(0.044_715)?
+            .try_add(1.0)?
+            .try_mul(&x)?
+            .try_mul(SQRT_2_OVER_PI)?;
+        let y = inner.try_tanh()?.try_add(1.0)?.try_mul(&x)?.try_mul(0.5)?;
+        if self.dtype.is_half() {
+            y.try_cast(self.dtype)
+        } else {
+            Ok(y)
+        }
+    }
+}
