@@ -1494,7 +1494,13 @@ fn run_kiln(
     } else {
         None
     };
-    loss.backward().map_err(|e| format!("backward: {e}"))?;
+    if loss.requires_grad() {
+        loss.backward().map_err(|e| format!("backward: {e}"))?;
+    } else if loss.backward().is_ok() {
+        // No leaf reaches the loss (`where(c, k, k)` of constants): PyTorch's backward
+        // refuses such a loss, and so must kiln's; every gradient is then zero.
+        return Err("backward of a loss that requires no grad succeeded".into());
+    }
     let grads: Vec<Option<Tensor>> = leaves.iter().map(|l| l.grad()).collect();
     let mut targets: Vec<&Tensor> = vec![&loss];
     targets.extend(grads.iter().flatten());
