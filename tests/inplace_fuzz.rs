@@ -1014,7 +1014,14 @@ fn run_saved(seed: u64, steps: usize) -> (usize, usize) {
                 let i = rng.below(ds.len());
                 let c = small(&mut rng);
                 let name = ds[i].name.clone();
-                match rng.below(4) {
+                let kind = rng.below(4);
+                // `add_` and `mul_` read the old value: if another handle's write already
+                // destroyed it, the new value is made from a destroyed one and stays so.
+                let old = ds[i].reads[0];
+                if kind < 2 && old.1 != writes[old.0] {
+                    ds[i].reads.push(old);
+                }
+                match kind {
                     0 => {
                         say(format!("{name}.add_({c:?});"));
                         ds[i].t.add_(c);
