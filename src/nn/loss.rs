@@ -110,7 +110,6 @@ pub fn cross_entropy_with(
     } else {
         DType::F32
     };
-    let wide = if dtype.is_half() { DType::F32 } else { dtype };
     let reduction = options.reduction;
     let ignore = options.ignore_index;
     // The forward records no history: the rule below is the whole backward. `valid` is
@@ -129,12 +128,7 @@ pub fn cross_entropy_with(
             .try_cast(dtype)?;
         let t = targets.try_reshape([n as isize, 1])?.try_cast(DType::I64)?;
         let lse = x.try_logsumexp_keepdim(1)?;
-        let valid = ignore.map(|i| t.try_ne(i)).transpose()?;
-        // Ignored targets gather class 0 (any in-range class would do; the row is masked).
-        let picked = match &valid {
-            Some(v) => x.try_gather(1, &Tensor::try_where(v, &t, 0i64)?)?,
-            None => x.try_gather(1, &t)?,
-        };
+        let (picked, valid) = pick_targets(&x, &t, ignore)?;
         let mut rows = if eps == 0.0 {
             lse.try_sub(&picked)?
         } else {
@@ -145,8 +139,7 @@ pub fn cross_entropy_with(
             rows = Tensor::try_where(v, &rows, 0.0)?;
         }
         let count = match (reduction, &valid) {
-            // Counted in f32 for half logits: a count past 65504 is not an f16.
-            (Reduction::Mean, Some(v)) => Some(v.try_cast(wide)?.try_sum(..)?),
+            (Reduction::Mean, Some(v)) => Some(kept_count(v, dtype)?),
             _ => None,
         };
         Ok(Parts {
@@ -176,12 +169,7 @@ pub fn cross_entropy_with(
                 Reduction::None => rows.try_reshape(target_shape.as_slice()),
                 Reduction::Sum => rows.try_sum(..),
                 Reduction::Mean => match &count {
-                    // Summed in f32 for half logits, rounded once (as `mean` does).
-                    Some(k) => rows
-                        .try_cast(wide)?
-                        .try_sum(..)?
-                        .try_div(k)?
-                        .try_cast(dtype),
+                    Some(k) => mean_over_kept(&rows, k, dtype),
                     None => rows.try_mean(..),
                 },
             }
@@ -241,12 +229,7 @@ pub fn mse_loss(prediction: &Tensor, target: &Tensor) -> Result<Tensor> {
 /// ```
 pub fn mse_loss_with(prediction: &Tensor, target: &Tensor, reduction: Reduction) -> Result<Tensor> {
     let d = prediction.try_sub(target)?;
-    let sq = d.try_mul(&d)?;
-    match reduction {
-        Reduction::Mean => sq.try_mean(..),
-        Reduction::Sum => sq.try_sum(..),
-        Reduction::None => Ok(sq),
-    }
+    reduce(d.try_mul(&d)?, reduction)
 }
 
 /// Checks that `targets` are integer class indices with `input`'s shape less its last
@@ -281,6 +264,40 @@ fn reduce(losses: Tensor, reduction: Reduction) -> Result<Tensor> {
         Reduction::Sum => losses.try_sum(..),
         Reduction::None => Ok(losses),
     }
+}
+
+/// `x[t]` per row of `x` (`[n, C]`) at class indices `t` (`[n, 1]`), and where
+/// `ignore` is given, the mask of targets kept (ignored ones gather class 0, any in-range
+/// class would do: their rows are masked by the caller).
+fn pick_targets(x: &Tensor, t: &Tensor, ignore: Option<i64>) -> Result<(Tensor, Option<Tensor>)> {
+    match ignore {
+        Some(i) => {
+            let valid = t.try_ne(i)?;
+            let picked = x.try_gather(1, &Tensor::try_where(&valid, t, 0i64)?)?;
+            Ok((picked, Some(valid)))
+        }
+        None => Ok((x.try_gather(1, t)?, None)),
+    }
+}
+
+/// The dtype a loss of `dtype` sums in: f32 for half types (a count or a sum past 65504 is
+/// not an f16), `dtype` otherwise.
+fn accumulator(dtype: DType) -> DType {
+    if dtype.is_half() { DType::F32 } else { dtype }
+}
+
+/// How many targets the mask `valid` keeps, in [`accumulator`]`(dtype)`.
+fn kept_count(valid: &Tensor, dtype: DType) -> Result<Tensor> {
+    valid.try_cast(accumulator(dtype))?.try_sum(..)
+}
+
+/// The mean of `rows` over the `count` targets kept: summed in [`accumulator`]`(dtype)` and
+/// rounded to `dtype` once, as [`Tensor::mean`] does.
+fn mean_over_kept(rows: &Tensor, count: &Tensor, dtype: DType) -> Result<Tensor> {
+    rows.try_cast(accumulator(dtype))?
+        .try_sum(..)?
+        .try_div(count)?
+        .try_cast(dtype)
 }
 
 /// Negative log likelihood of log-probabilities `input` (`[..., C]`, classes on the last
@@ -320,34 +337,14 @@ pub fn nll_loss_with(
     let n = targets.numel();
     let x = input.try_reshape([n as isize, c as isize])?;
     let t = targets.try_reshape([n as isize, 1])?.try_cast(DType::I64)?;
-    let (picked, valid) = match ignore_index {
-        Some(i) => {
-            let valid = t.try_ne(i)?;
-            (
-                x.try_gather(1, &Tensor::try_where(&valid, &t, 0i64)?)?,
-                Some(valid),
-            )
-        }
-        None => (x.try_gather(1, &t)?, None),
-    };
+    let (picked, valid) = pick_targets(&x, &t, ignore_index)?;
     let mut rows = picked.try_neg()?;
     if let Some(v) = &valid {
         rows = Tensor::try_where(v, &rows, 0.0)?;
     }
     let target_shape: Vec<isize> = targets.shape().iter().map(|&d| d as isize).collect();
     match (reduction, &valid) {
-        (Reduction::Mean, Some(v)) => {
-            let wide = if x.dtype().is_half() {
-                DType::F32
-            } else {
-                x.dtype()
-            };
-            let count = v.try_cast(wide)?.try_sum(..)?;
-            rows.try_cast(wide)?
-                .try_sum(..)?
-                .try_div(&count)?
-                .try_cast(x.dtype())
-        }
+        (Reduction::Mean, Some(v)) => mean_over_kept(&rows, &kept_count(v, x.dtype())?, x.dtype()),
         _ => reduce(rows.try_reshape(target_shape.as_slice())?, reduction),
     }
 }
@@ -356,8 +353,9 @@ pub fn nll_loss_with(
 /// shape, PyTorch's `binary_cross_entropy`: `-(y·ln p + (1 - y)·ln(1 - p))` with each
 /// logarithm clamped to at least -100 (so `p = 0` or `1` gives a finite loss), reduced by
 /// `reduction`. One backward rule, PyTorch's: `dp = g·(p - y) / max(p·(1 - p), 1e-12)`
-/// and `dy = g·(ln(1 - p) - ln p)` (not clamped: ±inf at `p = 0` or `1`, as PyTorch). An input outside `[0, 1]` is not
-/// checked (PyTorch raises; kiln never reads data when recording): its loss is NaN.
+/// and `dy = g·(ln(1 - p) - ln p)` (not clamped: ±inf at `p = 0` or `1`, as PyTorch). An
+/// input outside `[0, 1]` is not checked (PyTorch raises; kiln never reads data when
+/// recording): its loss is NaN.
 /// Prefer [`binary_cross_entropy_with_logits`], which is stable for any logit.
 ///
 /// ```
@@ -423,18 +421,14 @@ pub fn binary_cross_entropy_with_logits(
     let shape = input.shape().to_vec();
     let weight = match pos_weight {
         Some(w) => {
-            crate::shape::broadcast_shapes(OP, w.shape(), &shape).and_then(|b| {
-                if b == shape {
-                    Ok(())
-                } else {
-                    Err(KilnError::ShapeMismatch {
-                        op: OP,
-                        lhs: shape.clone(),
-                        rhs: w.shape().to_vec(),
-                        detail: ": pos_weight must broadcast to the input's shape".into(),
-                    })
-                }
-            })?;
+            if crate::shape::broadcast_shapes(OP, w.shape(), &shape)? != shape {
+                return Err(KilnError::ShapeMismatch {
+                    op: OP,
+                    lhs: shape,
+                    rhs: w.shape().to_vec(),
+                    detail: ": pos_weight must broadcast to the input's shape".into(),
+                });
+            }
             // Broadcast here, recorded: the expand's rule sums `dw` back to `w`'s shape.
             Some(w.expand_view(&shape)?)
         }

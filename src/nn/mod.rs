@@ -1,7 +1,8 @@
 //! Neural-network building blocks on kiln's lazy tensors: the [`Module`] trait (named,
 //! nested parameters; train/eval mode), layers ([`Linear`], [`Embedding`], [`LayerNorm`],
-//! [`Dropout`], [`Gelu`], [`GeluTanh`], [`Sequential`], [`CausalSelfAttention`], [`Block`]), losses
-//! ([`loss`]), functional forms ([`functional`], which re-exports the losses) and seeded initializers ([`init`]).
+//! [`Dropout`], [`Gelu`], [`GeluTanh`], [`Sequential`], [`CausalSelfAttention`],
+//! [`Block`]), losses ([`loss`]), functional forms ([`functional`], which re-exports the
+//! losses) and seeded initializers ([`init`]).
 //!
 //! A module's parameters are realized leaves that require grad. Everything a forward pass
 //! records is lazy; a training step (forward, `backward`, an optimizer step) is realized as
