@@ -61,9 +61,11 @@ impl Gpt {
         Ok(Gpt {
             tok: Embedding {
                 weight: normal(&[vocab, WIDTH], "tok_emb.weight")?,
+                padding_idx: None,
             },
             pos: Embedding {
                 weight: normal(&[CONTEXT, WIDTH], "pos_emb.weight")?,
+                padding_idx: None,
             },
             blocks,
             ln_f: LayerNorm::new(WIDTH)?,

@@ -192,6 +192,8 @@ enum Step {
     CrossEntropy {
         x: usize,
         targets: usize,
+        /// A constant node of class weights (`opts.weight` is left `None`).
+        weight: Option<usize>,
         opts: CrossEntropyOptions,
     },
     Cat(Vec<usize>, isize),
@@ -227,7 +229,9 @@ impl Step {
                 v.extend(w.iter().chain(b.iter()));
                 v
             }
-            Step::CrossEntropy { x, targets, .. } => vec![*x, *targets],
+            Step::CrossEntropy {
+                x, targets, weight, ..
+            } => [*x, *targets].into_iter().chain(*weight).collect(),
             Step::Cat(xs, _) => xs.clone(),
         }
     }
@@ -338,8 +342,17 @@ fn apply(step: &Step, t: &[Tensor], realize: Option<&RealizeOptions>) -> kiln::R
             let norm = s[s.len() - dims..].to_vec();
             t[*x].try_layer_norm(&norm, w.map(|i| &t[i]), b.map(|i| &t[i]), 1e-5)?
         }
-        Step::CrossEntropy { x, targets, opts } => {
-            kiln::nn::functional::cross_entropy_with(&t[*x], &t[*targets], opts)?
+        Step::CrossEntropy {
+            x,
+            targets,
+            weight,
+            opts,
+        } => {
+            let opts = CrossEntropyOptions {
+                weight: weight.map(|w| t[w].clone()),
+                ..opts.clone()
+            };
+            kiln::nn::functional::cross_entropy_with(&t[*x], &t[*targets], &opts)?
         }
         Step::Cat(xs, d) => {
             let refs: Vec<&Tensor> = xs.iter().map(|&i| &t[i]).collect();
@@ -505,10 +518,16 @@ fn step_rust(s: &Step, shape_of: &dyn Fn(usize) -> Vec<usize>) -> String {
                 opt(b)
             )
         }
-        Step::CrossEntropy { x, targets, opts } => format!(
-            "kiln::nn::functional::cross_entropy_with(&{}, &{}, &kiln::nn::functional::CrossEntropyOptions {{ ignore_index: {:?}, reduction: kiln::nn::functional::Reduction::{:?}, label_smoothing: {:?} }}).unwrap()",
+        Step::CrossEntropy {
+            x,
+            targets,
+            weight,
+            opts,
+        } => format!(
+            "kiln::nn::functional::cross_entropy_with(&{}, &{}, &kiln::nn::functional::CrossEntropyOptions {{ weight: {}, ignore_index: {:?}, reduction: kiln::nn::functional::Reduction::{:?}, label_smoothing: {:?} }}).unwrap()",
             v(x),
             v(targets),
+            weight.map_or("None".to_string(), |w| format!("Some({}.clone())", v(&w))),
             opts.ignore_index,
             opts.reduction,
             opts.label_smoothing
@@ -1318,12 +1337,30 @@ fn propose(rng: &mut Rng, b: &mut Builder) -> Option<()> {
                 })
                 .collect();
             let targets = b.push(Node::Index { data, shape: ts })?;
+            // Class weights (PyTorch's `weight=`), positive, in the logits' dtype.
+            let weight = if rng.chance(0.35) {
+                let data = (0..classes).map(|_| rng.range(0.25, 2.0)).collect();
+                let dtype = b.v[x].dtype;
+                Some(b.push(Node::Const {
+                    data,
+                    shape: vec![classes],
+                    dtype,
+                })?)
+            } else {
+                None
+            };
             let opts = CrossEntropyOptions {
+                weight: None,
                 ignore_index: ignore,
                 reduction,
                 label_smoothing,
             };
-            Step::CrossEntropy { x, targets, opts }
+            Step::CrossEntropy {
+                x,
+                targets,
+                weight,
+                opts,
+            }
         }
         96..=97 => {
             if rank == 0 {

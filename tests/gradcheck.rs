@@ -434,11 +434,45 @@ fn losses_and_dropout() {
             |t| kiln::nn::functional::cross_entropy_with(&t[0], &skipping, &opts).unwrap(),
         );
     }
+    // Class weights (PyTorch's `weight=`), with and without label smoothing.
+    let class_w = Tensor::from_vec(vec![0.5f64, 2.0, 1.25, 0.75], [4]);
+    for (reduction, label_smoothing) in [
+        (Reduction::Mean, 0.0),
+        (Reduction::Mean, 0.2),
+        (Reduction::Sum, 0.2),
+        (Reduction::None, 0.2),
+    ] {
+        let opts = CrossEntropyOptions {
+            weight: Some(class_w.clone()),
+            reduction,
+            label_smoothing,
+            ..Default::default()
+        };
+        check(
+            "cross_entropy_with weight",
+            &[(values(12, 37, -2.0, 2.0), vec![3, 4])],
+            |t| kiln::nn::functional::cross_entropy_with(&t[0], &skipping, &opts).unwrap(),
+        );
+    }
     let nll_targets = Tensor::from_vec(vec![2i64, -100, 1], [3]);
     check(
         "nll_loss",
         &[(values(12, 39, -2.0, 2.0), vec![3, 4])],
         |t| kiln::nn::functional::nll_loss(&t[0], &nll_targets).unwrap(),
+    );
+    check(
+        "nll_loss weight",
+        &[(values(12, 39, -2.0, 2.0), vec![3, 4])],
+        |t| {
+            kiln::nn::functional::nll_loss_with(
+                &t[0],
+                &nll_targets,
+                Some(&class_w),
+                Some(-100),
+                Reduction::Mean,
+            )
+            .unwrap()
+        },
     );
     for reduction in [Reduction::Mean, Reduction::Sum, Reduction::None] {
         check(

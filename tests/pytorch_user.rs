@@ -544,7 +544,7 @@ fn cross_entropy_ignore_index_reduction_and_label_smoothing() {
     let skip = [2, -100, 0, 1];
     let zero = [0.0; 3];
     // F.cross_entropy(x, t): -100 is skipped by default and the mean is over three rows
-    let (l, g) = ce_case(skip, d);
+    let (l, g) = ce_case(skip, d.clone());
     close(&l, &[1.554_977_8], 1e-6);
     let rows = [
         [0.077_074_63, 0.209_510_56, -0.286_585_2],
@@ -568,7 +568,7 @@ fn cross_entropy_ignore_index_reduction_and_label_smoothing() {
         [1, 1, 0, 2],
         CrossEntropyOptions {
             ignore_index: Some(1),
-            ..d
+            ..d.clone()
         },
     );
     close(&l, &[0.725_282_1], 1e-6);
@@ -586,9 +586,9 @@ fn cross_entropy_ignore_index_reduction_and_label_smoothing() {
     // reduction='sum'
     let sum = CrossEntropyOptions {
         reduction: Reduction::Sum,
-        ..d
+        ..d.clone()
     };
-    let (l, g) = ce_case(skip, sum);
+    let (l, g) = ce_case(skip, sum.clone());
     close(&l, &[4.664_933], 1e-6);
     close(
         &g,
@@ -604,9 +604,9 @@ fn cross_entropy_ignore_index_reduction_and_label_smoothing() {
     // reduction='none', weighted by [1, 2, 3, 4] in the backward
     let none = CrossEntropyOptions {
         reduction: Reduction::None,
-        ..d
+        ..d.clone()
     };
-    let (l, g) = ce_case(skip, none);
+    let (l, g) = ce_case(skip, none.clone());
     close(&l, &[1.964_368_8, 0.0, 1.098_612_3, 1.601_951_8], 1e-6);
     close(
         &g,
@@ -624,7 +624,7 @@ fn cross_entropy_ignore_index_reduction_and_label_smoothing() {
         skip,
         CrossEntropyOptions {
             label_smoothing: 0.1,
-            ..d
+            ..d.clone()
         },
     );
     close(&l, &[1.527_2], 1e-6);
@@ -644,7 +644,7 @@ fn cross_entropy_ignore_index_reduction_and_label_smoothing() {
         skip,
         CrossEntropyOptions {
             label_smoothing: 0.25,
-            ..none
+            ..none.clone()
         },
     );
     close(&l, &[1.797_702_2, 0.0, 1.098_612_3, 1.560_285_3], 1e-6);
@@ -660,16 +660,16 @@ fn cross_entropy_ignore_index_reduction_and_label_smoothing() {
         1e-5,
     );
     // Every target ignored: the mean is NaN and the gradient zero; the sum is 0.
-    let (l, g) = ce_case([-100; 4], d);
+    let (l, g) = ce_case([-100; 4], d.clone());
     assert!(l[0].is_nan(), "{l:?}");
     close(&g, &[0.0; 12], 0.0);
-    let (l, g) = ce_case([-100; 4], sum);
+    let (l, g) = ce_case([-100; 4], sum.clone());
     close(&l, &[0.0], 0.0);
     close(&g, &[0.0; 12], 0.0);
     // With no ignore_index a target of -100 is out of range: an error when realized.
     let no_ignore = CrossEntropyOptions {
         ignore_index: None,
-        ..d
+        ..d.clone()
     };
     let x = Tensor::from_vec(vec![0.5f32, 1.0, -1.0, 2.0], [2, 2]);
     assert!(
@@ -681,7 +681,7 @@ fn cross_entropy_ignore_index_reduction_and_label_smoothing() {
     // A label smoothing outside [0, 1] is refused when recorded.
     let bad = CrossEntropyOptions {
         label_smoothing: 1.5,
-        ..d
+        ..d.clone()
     };
     let err = cross_entropy_with(&x, &Tensor::from_vec(vec![0i64, 1], [2]), &bad).unwrap_err();
     assert!(err.to_string().contains("label_smoothing"), "{err}");
@@ -806,7 +806,7 @@ fn nll_loss_with_ignored_targets_and_each_reduction() {
     // F.nll_loss(lp, [1, 1, 0, 2], ignore_index=1)
     let t1 = Tensor::from_vec(vec![1i64, 1, 0, 2], [4]);
     let (l, g) = loss_case(std::slice::from_ref(&lp), |x| {
-        nll_loss_with(&x[0], &t1, Some(1), Reduction::Mean).unwrap()
+        nll_loss_with(&x[0], &t1, None, Some(1), Reduction::Mean).unwrap()
     });
     close(&l, &[1.3], 1e-6);
     let mut want = vec![0.0f32; 12];
@@ -815,12 +815,12 @@ fn nll_loss_with_ignored_targets_and_each_reduction() {
     close(&g[0], &want, 1e-6);
     // reduction='sum' and 'none'
     let (l, g) = loss_case(std::slice::from_ref(&lp), |x| {
-        nll_loss_with(&x[0], &t, Some(-100), Reduction::Sum).unwrap()
+        nll_loss_with(&x[0], &t, None, Some(-100), Reduction::Sum).unwrap()
     });
     close(&l, &[3.6], 1e-6);
     close(&g[0], &hot([-1.0, -1.0, -1.0]), 1e-6);
     let (l, g) = loss_case(std::slice::from_ref(&lp), |x| {
-        nll_loss_with(&x[0], &t, Some(-100), Reduction::None).unwrap()
+        nll_loss_with(&x[0], &t, None, Some(-100), Reduction::None).unwrap()
     });
     close(&l, &[1.0, 0.0, 1.5, 1.1], 1e-6);
     close(&g[0], &hot([-1.0, -3.0, -4.0]), 1e-6);
@@ -1125,4 +1125,550 @@ fn gelu_tanh_approximation() {
             kiln::bf16::from_f32(-0.154_286).to_f32()
         ]
     );
+}
+
+#[test]
+fn embedding_padding_idx_passes_no_gradient_to_its_row() {
+    // w = (arange(12).reshape(4, 3) * .5 - 1).requires_grad_(); ids = [[0, 3, 1], [3, 2, 0]]
+    // y = F.embedding(ids, w, padding_idx=-1); (y * arange(18).reshape(2, 3, 3)).sum().backward()
+    let w = Tensor::arange(0, 12, 1)
+        .reshape([4, 3])
+        .cast(DType::F32)
+        .mul(0.5)
+        .sub(1.0)
+        .contiguous();
+    w.realize().unwrap();
+    let w = w.requires_grad_(true);
+    let ids = Tensor::from_vec(vec![0i64, 3, 1, 3, 2, 0], [2, 3]);
+    let y = kiln::nn::functional::embedding(&ids, &w, Some(-1)).unwrap();
+    let weights = Tensor::arange(0, 18, 1).reshape([2, 3, 3]).cast(DType::F32);
+    y.mul(&weights).sum(..).backward().unwrap();
+    close(
+        &y.to_vec::<f32>().unwrap(),
+        &[
+            -1.0, -0.5, 0.0, 3.5, 4.0, 4.5, 0.5, 1.0, 1.5, 3.5, 4.0, 4.5, 2.0, 2.5, 3.0, -1.0,
+            -0.5, 0.0,
+        ],
+        0.0,
+    );
+    close(
+        &w.grad().unwrap().to_vec::<f32>().unwrap(),
+        &[
+            15.0, 17.0, 19.0, 6.0, 7.0, 8.0, 12.0, 13.0, 14.0, 0.0, 0.0, 0.0,
+        ],
+        0.0,
+    );
+    // `nn.Embedding(4, 3, padding_idx=-1)`: row 3 starts at zeros; PyTorch raises for an
+    // index outside -4..4.
+    use kiln::nn::{Embedding, Module};
+    let e = Embedding::with_padding_idx(4, 3, -1, 7).unwrap();
+    assert_eq!(e.padding_idx, Some(3));
+    let table = e.weight.to_vec::<f32>().unwrap();
+    assert_eq!(table[9..], [0.0, 0.0, 0.0]);
+    assert!(table[..9].iter().all(|v| *v != 0.0));
+    e.forward(&ids).unwrap().sum(..).backward().unwrap();
+    let g = e.weight.grad().unwrap().to_vec::<f32>().unwrap();
+    assert_eq!(
+        g,
+        [2.0, 2.0, 2.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0]
+    );
+    for bad in [4, -5] {
+        let err = Embedding::with_padding_idx(4, 3, bad, 7)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("padding_idx") && err.contains("Embedding"),
+            "{err}"
+        );
+        assert!(kiln::nn::functional::embedding(&ids, &w, Some(bad)).is_err());
+    }
+}
+
+#[test]
+fn layer_norm_without_affine_or_without_bias() {
+    // x = tensor([[[.5, -1, 2], [3, .25, -.75]], [[1, 1, 1], [2, -2, 4]]], requires_grad=True)
+    let x = || {
+        Tensor::from_vec(
+            vec![
+                0.5f32, -1.0, 2.0, 3.0, 0.25, -0.75, 1.0, 1.0, 1.0, 2.0, -2.0, 4.0,
+            ],
+            [2, 2, 3],
+        )
+        .requires_grad_(true)
+    };
+    let g = Tensor::arange(0, 12, 1).reshape([2, 2, 3]).cast(DType::F32);
+    use kiln::nn::{LayerNorm, Module};
+    // ln = nn.LayerNorm([2, 3], elementwise_affine=False); (ln(x) * g).sum().backward()
+    let ln = LayerNorm::with_options(&[2, 3], 1e-5, false, true).unwrap();
+    assert!(ln.parameters().is_empty());
+    let x1 = x();
+    let y = ln.forward(&x1).unwrap();
+    y.mul(&g).sum(..).backward().unwrap();
+    close(
+        &y.to_vec::<f32>().unwrap(),
+        &[
+            -0.116_840_93,
+            -1.168_409_6,
+            0.934_727_67,
+            1.635_773_5,
+            -0.292_102_37,
+            -0.993_148_15,
+            -0.094_071_99,
+            -0.094_071_99,
+            -0.094_071_99,
+            0.470_359_68,
+            -1.787_367,
+            1.599_223,
+        ],
+        2e-6,
+    );
+    close(
+        &x1.grad().unwrap().to_vec::<f32>().unwrap(),
+        &[
+            -1.759_792_2,
+            -1.123_347_5,
+            -0.293_099_64,
+            0.451_013_45,
+            1.033_623_8,
+            1.691_602_3,
+            -1.393_596_9,
+            -0.829_165_2,
+            -0.264_733_8,
+            0.194_804_19,
+            1.178_811_6,
+            1.113_879_7,
+        ],
+        2e-5,
+    );
+    // ln = nn.LayerNorm(3, bias=False); ln.weight = [2, -1, .5]: only `weight` is a parameter.
+    let mut ln = LayerNorm::with_options(&[3], 1e-5, true, false).unwrap();
+    let names: Vec<String> = ln.named_parameters().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, ["weight"]);
+    let w = Tensor::from_vec(vec![2.0f32, -1.0, 0.5], [3]).requires_grad_(true);
+    ln.weight = Some(w.clone());
+    let x2 = x();
+    let y = ln.forward(&x2).unwrap();
+    y.mul(&g).sum(..).backward().unwrap();
+    close(
+        &y.to_vec::<f32>().unwrap(),
+        &[
+            0.0,
+            1.224_740_7,
+            0.612_370_4,
+            2.733_054_2,
+            0.367_911_1,
+            -0.499_307_9,
+            0.0,
+            0.0,
+            0.0,
+            0.534_522_06,
+            1.336_305_3,
+            0.534_522_06,
+        ],
+        2e-6,
+    );
+    // The constant row [1, 1, 1] has variance 0: its gradient is g·w/√eps-sized.
+    close(
+        &x2.grad().unwrap().to_vec::<f32>().unwrap(),
+        &[
+            0.0,
+            -5.394e-6,
+            5.394e-6,
+            0.777_064,
+            -2.913_962_8,
+            2.136_898_5,
+            2_846.05,
+            -3_162.277_8,
+            316.227_78,
+            4.552_984,
+            -1.517_667_2,
+            -3.035_317_2,
+        ],
+        2e-5,
+    );
+    close(
+        &w.grad().unwrap().to_vec::<f32>().unwrap(),
+        &[6.504_930_5, -16.059_437, 9.215_887],
+        2e-6,
+    );
+}
+
+#[test]
+fn cross_entropy_and_nll_loss_with_class_weights() {
+    // The `ce_case` logits and incoming gradients with `weight=torch.tensor([.5, 2, 1.25])`:
+    // F.cross_entropy(x, t, weight=w, reduction=r, label_smoothing=ls, ignore_index=i)
+    #[allow(clippy::type_complexity)]
+    let cases: &[([i64; 4], Reduction, f64, i64, &[f32], &[f32])] = &[
+        (
+            [2, -100, 0, 1],
+            Reduction::Mean,
+            0.0,
+            -100,
+            &[1.6556455],
+            &[
+                0.077074632,
+                0.20951056,
+                -0.28658521,
+                0.0,
+                0.0,
+                0.0,
+                -0.088888898,
+                0.044444446,
+                0.044444446,
+                0.050764378,
+                -0.42586517,
+                0.37510079,
+            ],
+        ),
+        (
+            [2, -100, 0, 1],
+            Reduction::Mean,
+            0.2,
+            -100,
+            &[1.5566231],
+            &[
+                0.068185739,
+                0.17395501,
+                -0.24214077,
+                0.0,
+                0.0,
+                0.0,
+                -0.057777781,
+                0.022222217,
+                0.035555553,
+                0.038068157,
+                -0.36281416,
+                0.32474598,
+            ],
+        ),
+        (
+            [2, -100, 0, 1],
+            Reduction::Sum,
+            0.0,
+            -100,
+            &[6.2086706],
+            &[
+                0.28902984,
+                0.78566462,
+                -1.0746945,
+                0.0,
+                0.0,
+                0.0,
+                -0.33333334,
+                0.16666666,
+                0.16666666,
+                0.1903664,
+                -1.5969944,
+                1.4066279,
+            ],
+        ),
+        (
+            [2, -100, 0, 1],
+            Reduction::Sum,
+            0.2,
+            -100,
+            &[5.8373365],
+            &[
+                0.25569651,
+                0.65233129,
+                -0.90802789,
+                0.0,
+                0.0,
+                0.0,
+                -0.2166667,
+                0.083333306,
+                0.13333331,
+                0.14275558,
+                -1.3605531,
+                1.2177975,
+            ],
+        ),
+        (
+            [2, -100, 0, 1],
+            Reduction::None,
+            0.0,
+            -100,
+            &[2.455461, 0.0, 0.54930615, 3.2039037],
+            &[
+                0.28902984, 0.78566462, -1.0746945, 0.0, 0.0, 0.0, -1.0, 0.49999997, 0.49999997,
+                0.76146561, -6.3879776, 5.6265116,
+            ],
+        ),
+        (
+            [2, -100, 0, 1],
+            Reduction::None,
+            0.2,
+            -100,
+            &[2.2387943, 0.0, 0.71409804, 2.8844442],
+            &[
+                0.25569651,
+                0.65233129,
+                -0.90802789,
+                0.0,
+                0.0,
+                0.0,
+                -0.6500001,
+                0.24999994,
+                0.39999995,
+                0.57102233,
+                -5.4422126,
+                4.8711901,
+            ],
+        ),
+        (
+            [1, 1, 0, 2],
+            Reduction::Mean,
+            0.2,
+            1,
+            &[0.7927835],
+            &[
+                0.0,
+                0.0,
+                0.0,
+                0.0,
+                0.0,
+                0.0,
+                -0.12380953,
+                0.047619041,
+                0.076190472,
+                0.048940383,
+                0.06774012,
+                -0.11668053,
+            ],
+        ),
+    ];
+    for (targets, reduction, label_smoothing, ignore, loss, grad) in cases {
+        let opts = CrossEntropyOptions {
+            weight: Some(Tensor::from_vec(vec![0.5f32, 2.0, 1.25], [3])),
+            ignore_index: Some(*ignore),
+            reduction: *reduction,
+            label_smoothing: *label_smoothing,
+        };
+        let (l, g) = ce_case(*targets, opts);
+        close(&l, loss, 2e-6);
+        close(&g, grad, 2e-6);
+    }
+    // Every target ignored: the weighted mean is 0/0, as in PyTorch; the gradient is zero.
+    let all = CrossEntropyOptions {
+        weight: Some(Tensor::from_vec(vec![0.5f32, 2.0, 1.25], [3])),
+        ..Default::default()
+    };
+    let (l, g) = ce_case([-100; 4], all);
+    assert!(l[0].is_nan());
+    assert_eq!(g, [0.0; 12]);
+    // F.nll_loss(lp, [2, 0, -100], weight=w, reduction=r); l.sum().backward()
+    use kiln::nn::functional::nll_loss_with;
+    let w = Tensor::from_vec(vec![0.5f32, 2.0, 1.25], [3]);
+    let want: [(Reduction, &[f32], [f32; 2]); 3] = [
+        (Reduction::Mean, &[1.5], [-0.714_285_73, -0.285_714_3]),
+        (Reduction::Sum, &[2.625], [-1.25, -0.5]),
+        (Reduction::None, &[2.5, 0.125, 0.0], [-1.25, -0.5]),
+    ];
+    for (reduction, loss, [g02, g10]) in want {
+        let lp = Tensor::from_vec(
+            vec![-0.5f32, -1.0, -2.0, -0.25, -3.0, -1.5, -1.0, -0.1, -2.5],
+            [3, 3],
+        )
+        .requires_grad_(true);
+        let t = Tensor::from_vec(vec![2i64, 0, -100], [3]);
+        let l = nll_loss_with(&lp, &t, Some(&w), Some(-100), reduction).unwrap();
+        l.sum(..).backward().unwrap();
+        close(&l.to_vec::<f32>().unwrap(), loss, 1e-6);
+        let mut grad = [0.0f32; 9];
+        (grad[2], grad[3]) = (g02, g10);
+        close(&lp.grad().unwrap().to_vec::<f32>().unwrap(), &grad, 1e-6);
+    }
+    // A weight per class, not requiring grad, is checked when the loss is recorded.
+    let x = Tensor::from_vec(vec![0.0f32; 6], [2, 3]);
+    let t = Tensor::from_vec(vec![0i64, 1], [2]);
+    for bad in [
+        Tensor::from_vec(vec![1.0f32, 2.0], [2]),
+        Tensor::from_vec(vec![1i64, 2, 3], [3]),
+        Tensor::from_vec(vec![1.0f32, 2.0, 3.0], [3]).requires_grad_(true),
+    ] {
+        let opts = CrossEntropyOptions {
+            weight: Some(bad.clone()),
+            ..Default::default()
+        };
+        let err = cross_entropy_with(&x, &t, &opts).unwrap_err().to_string();
+        assert!(err.contains("cross_entropy"), "{err}");
+        let err = nll_loss_with(&x, &t, Some(&bad), None, Reduction::Sum).unwrap_err();
+        assert!(err.to_string().contains("nll_loss"), "{err}");
+    }
+}
+
+/// Four steps of `make`'s optimizer on `mse_loss(lin(X), Y)` from the weights of
+/// `three_steps_of_sgd_with_momentum_on_a_linear_layer`; returns the weight and bias.
+fn four_steps(make: impl Fn(Vec<Tensor>) -> Box<dyn Optimizer>) -> Vec<f32> {
+    let mut lin = Linear::new(2, 1, true, 0).unwrap();
+    lin.weight = Tensor::from_vec(vec![0.5f32, -0.25], [1, 2]).requires_grad_(true);
+    lin.bias = Some(Tensor::from_vec(vec![0.1f32], [1]).requires_grad_(true));
+    let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, -1.0, 0.0, 4.0], [3, 2]);
+    let y = Tensor::from_vec(vec![1.0f32, 0.0, 2.0], [3, 1]);
+    let mut opt = make(lin.parameters());
+    for _ in 0..4 {
+        opt.zero_grad();
+        mse_loss(&lin.forward(&x).unwrap(), &y)
+            .unwrap()
+            .backward()
+            .unwrap();
+        opt.step().unwrap();
+    }
+    let mut out = lin.weight.to_vec::<f32>().unwrap();
+    out.extend(lin.bias.as_ref().unwrap().to_vec::<f32>().unwrap());
+    out
+}
+
+#[test]
+fn optimizer_options_dampening_maximize_amsgrad_and_adams_l2_decay() {
+    use kiln::optim::{Adam, AdamWOptions, SgdOptions};
+    let sgd = |o: SgdOptions| move |p| Box::new(Sgd::with_options(p, o).unwrap()) as Box<_>;
+    let adam = |o: AdamWOptions| move |p| Box::new(Adam::with_options(p, o).unwrap()) as Box<_>;
+    let adamw = |o: AdamWOptions| move |p| Box::new(AdamW::with_options(p, o).unwrap()) as Box<_>;
+    let b = (0.8, 0.95);
+    // SGD(lr=.05, momentum=.9, dampening=.3, weight_decay=.1, maximize=True)
+    let got = four_steps(sgd(SgdOptions {
+        lr: 0.05,
+        momentum: 0.9,
+        dampening: 0.3,
+        weight_decay: 0.1,
+        maximize: true,
+        ..Default::default()
+    }));
+    close(&got, &[2.200_279, -8.094_377_5, -1.198_641_9], 2e-6);
+    // SGD(lr=.05, momentum=.9, dampening=.3)
+    let got = four_steps(sgd(SgdOptions {
+        lr: 0.05,
+        momentum: 0.9,
+        dampening: 0.3,
+        ..Default::default()
+    }));
+    close(&got, &[-0.190_893_16, 1.059_315_6, 0.141_558_95], 2e-6);
+    // Adam(lr=.1, betas=(.8, .95), eps=1e-6, weight_decay=.5): an L2 term in the gradient
+    let got = four_steps(move |p| {
+        Box::new(Adam::new(p, 0.1, b, 1e-6, 0.5).unwrap()) as Box<dyn Optimizer>
+    });
+    close(&got, &[0.110_816_21, 0.136_199_36, 0.473_985_31], 2e-6);
+    // Adam(lr=.1, betas=(.8, .95), amsgrad=True)
+    let got = four_steps(adam(AdamWOptions {
+        lr: 0.1,
+        betas: b,
+        weight_decay: 0.0,
+        amsgrad: true,
+        ..Default::default()
+    }));
+    close(&got, &[0.110_348_49, 0.136_527_57, 0.482_582_75], 2e-6);
+    // AdamW(lr=.1, betas=(.8, .95), weight_decay=.3, amsgrad=True, maximize=True)
+    let ams = AdamWOptions {
+        lr: 0.1,
+        betas: b,
+        weight_decay: 0.3,
+        amsgrad: true,
+        ..Default::default()
+    };
+    let got = four_steps(adamw(AdamWOptions {
+        maximize: true,
+        ..ams
+    }));
+    close(&got, &[0.827_507_44, -0.606_594_44, -0.296_853_36], 2e-6);
+    // AdamW(lr=.1, betas=(.8, .95), weight_decay=.3, amsgrad=True)
+    let got = four_steps(adamw(ams));
+    close(&got, &[0.074_395_642, 0.146_925_64, 0.456_614_64], 2e-6);
+    // PyTorch: "Nesterov momentum requires a momentum and zero dampening".
+    let w = || vec![Tensor::from_vec(vec![1.0f32], [1]).requires_grad_(true)];
+    let bad = SgdOptions {
+        momentum: 0.9,
+        dampening: 0.1,
+        nesterov: true,
+        ..Default::default()
+    };
+    let err = Sgd::with_options(w(), bad).unwrap_err().to_string();
+    assert!(err.contains("Sgd") && err.contains("dampening"), "{err}");
+    let err = Adam::new(w(), 0.1, (1.0, 0.9), 1e-8, 0.0)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("Adam") && err.contains("beta1"), "{err}");
+}
+
+#[test]
+fn clipping_by_each_norm_type_and_by_value() {
+    use kiln::optim::{clip_grad_norm_with, clip_grad_value};
+    // a, b = zeros(3), zeros(2) requiring grad; gradients [3, -.5, -4] and [1.5, 2];
+    // clip_grad_norm_([a, b], 1.0, norm_type=nt)
+    let cases: [(f64, f32, [f32; 5]); 4] = [
+        (
+            1.0,
+            11.0,
+            [
+                0.272_727_25,
+                -0.045_454_543,
+                -0.363_636_34,
+                0.136_363_63,
+                0.181_818_17,
+            ],
+        ),
+        (
+            3.0,
+            4.679_951_2,
+            [
+                0.641_032_16,
+                -0.106_838_7,
+                -0.854_709_57,
+                0.320_516_08,
+                0.427_354_78,
+            ],
+        ),
+        (
+            f64::INFINITY,
+            4.0,
+            [
+                0.749_999_82,
+                -0.124_999_97,
+                -0.999_999_76,
+                0.374_999_91,
+                0.499_999_88,
+            ],
+        ),
+        (
+            2.0,
+            5.612_485_9,
+            [
+                0.534_522_41,
+                -0.089_087_069,
+                -0.712_696_55,
+                0.267_261_21,
+                0.356_348_28,
+            ],
+        ),
+    ];
+    for (norm_type, norm, grads) in cases {
+        let a = Tensor::from_vec(vec![0.0f32; 3], [3]).requires_grad_(true);
+        let b = Tensor::from_vec(vec![0.0f32; 2], [2]).requires_grad_(true);
+        let ga = Tensor::from_vec(vec![3.0f32, -0.5, -4.0], [3]);
+        let gb = Tensor::from_vec(vec![1.5f32, 2.0], [2]);
+        a.mul(&ga)
+            .sum(..)
+            .add(b.mul(&gb).sum(..))
+            .backward()
+            .unwrap();
+        let n = clip_grad_norm_with(&[a.clone(), b.clone()], 1.0, norm_type).unwrap();
+        close(&[n.item::<f32>().unwrap()], &[norm], 1e-6);
+        let mut got = a.grad().unwrap().to_vec::<f32>().unwrap();
+        got.extend(b.grad().unwrap().to_vec::<f32>().unwrap());
+        close(&got, &grads, 1e-6);
+    }
+    let a = Tensor::from_vec(vec![0.0f32; 2], [2]).requires_grad_(true);
+    for bad in [0.0, -1.0, f64::NAN] {
+        assert!(clip_grad_norm_with(std::slice::from_ref(&a), 1.0, bad).is_err());
+    }
+    // clip_grad_value_([a], 1.0) with gradient [3, -.5, nan] -> [1, -.5, nan]
+    let a = Tensor::from_vec(vec![0.0f32; 3], [3]).requires_grad_(true);
+    a.mul(Tensor::from_vec(vec![3.0f32, -0.5, f32::NAN], [3]))
+        .sum(..)
+        .backward()
+        .unwrap();
+    clip_grad_value(std::slice::from_ref(&a), 1.0).unwrap();
+    let g = a.grad().unwrap().to_vec::<f32>().unwrap();
+    assert_eq!(g[..2], [1.0, -0.5]);
+    assert!(g[2].is_nan());
 }

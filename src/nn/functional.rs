@@ -143,6 +143,56 @@ pub fn dropout(x: &Tensor, p: f64, training: bool, seed: u64) -> Result<Tensor> 
     Tensor::try_where(&keep, &x.try_mul(1.0 / (1.0 - p))?, &x.try_mul(0.0)?)
 }
 
+/// Rows of `weight` (`[vocabulary, dim]`) by integer `ids` ([`Tensor::embedding`]), with
+/// PyTorch's `padding_idx` (negative counts from the end): positions holding that id get
+/// the row's value but pass no gradient to it, so the padding row never learns
+/// (`F.embedding(ids, w, padding_idx)`).
+///
+/// ```
+/// use kiln::Tensor;
+/// let w = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[2, 2]).requires_grad_(true);
+/// let ids = Tensor::from_vec(vec![0i64, 1, 1], &[3]);
+/// let y = kiln::nn::functional::embedding(&ids, &w, Some(-1)).unwrap();
+/// y.sum(..).backward().unwrap();
+/// assert_eq!(w.grad().unwrap().to_vec::<f32>().unwrap(), vec![1.0, 1.0, 0.0, 0.0]);
+/// ```
+pub fn embedding(ids: &Tensor, weight: &Tensor, padding_idx: Option<i64>) -> Result<Tensor> {
+    let out = Tensor::try_embedding(ids, weight)?;
+    let Some(p) = padding_idx else {
+        return Ok(out);
+    };
+    let count = weight.shape().first().copied().unwrap_or(0);
+    let p = padding_index("embedding", p, count, weight.shape())?;
+    if crate::graph::grad_enabled() && weight.requires_grad() {
+        let keep = ids.try_ne(p as i64)?.try_unsqueeze(-1)?;
+        Tensor::try_where(&keep, &out, out.detach())
+    } else {
+        Ok(out)
+    }
+}
+
+/// PyTorch's `padding_idx` in `0..count`, from `-count..count`.
+pub(crate) fn padding_index(
+    op: &'static str,
+    padding_idx: i64,
+    count: usize,
+    shape: &[usize],
+) -> Result<usize> {
+    let p = if padding_idx < 0 {
+        padding_idx.saturating_add(count as i64)
+    } else {
+        padding_idx
+    };
+    if p < 0 || p >= count as i64 {
+        return Err(crate::error::KilnError::InvalidArgument {
+            op,
+            shape: shape.to_vec(),
+            reason: format!("padding_idx {padding_idx} is not within {count} embeddings"),
+        });
+    }
+    Ok(p as usize)
+}
+
 /// `x @ weightᵀ + bias` (PyTorch's `linear`: `weight` is `[out, in]`). Leading
 /// dimensions of `x` fold into one matrix dimension (a view), so the product — and its
 /// gradients — are single matrix products rather than a batch of small ones.

@@ -68,6 +68,8 @@ impl Module for Linear {
 pub struct Embedding {
     /// The table, shape `[vocabulary, dim]`: row `i` is id `i`'s vector.
     pub weight: Tensor,
+    /// PyTorch's `padding_idx`: the id whose row starts at zeros and gets no gradient.
+    pub padding_idx: Option<usize>,
 }
 
 impl Embedding {
@@ -80,6 +82,36 @@ impl Embedding {
                 1.0,
                 init::derive_seed(seed, "embedding.weight"),
             )?,
+            padding_idx: None,
+        })
+    }
+
+    /// [`Embedding::new`] with PyTorch's `padding_idx` (negative counts from the end): that
+    /// row starts at zeros and never gets a gradient.
+    ///
+    /// ```
+    /// let e = kiln::nn::Embedding::with_padding_idx(4, 3, -1, 0).unwrap();
+    /// assert_eq!(e.padding_idx, Some(3));
+    /// assert_eq!(e.weight.to_vec::<f32>().unwrap()[9..], [0.0, 0.0, 0.0]);
+    /// ```
+    pub fn with_padding_idx(
+        count: usize,
+        dim: usize,
+        padding_idx: i64,
+        seed: u64,
+    ) -> Result<Embedding> {
+        let p = functional::padding_index("Embedding", padding_idx, count, &[count, dim])?;
+        let table = Embedding::new(count, dim, seed)?;
+        let rows = Tensor::try_arange(0, count as i64, 1, crate::dtype::DType::I64)?
+            .try_reshape([count as isize, 1])?;
+        let weight = crate::autograd::no_grad(|| {
+            Tensor::try_where(&rows.try_ne(p as i64)?, &table.weight, 0.0)
+        })?;
+        weight.realize()?;
+        weight.try_requires_grad_(true)?;
+        Ok(Embedding {
+            weight,
+            padding_idx: Some(p),
         })
     }
 }
@@ -87,7 +119,7 @@ impl Embedding {
 impl Module for Embedding {
     /// `ids` (integers, any shape) to `ids.shape + [dim]`.
     fn forward(&self, ids: &Tensor) -> Result<Tensor> {
-        Tensor::try_embedding(ids, &self.weight)
+        functional::embedding(ids, &self.weight, self.padding_idx.map(|p| p as i64))
     }
 
     fn visit_parameters(&self, f: &mut dyn FnMut(&str, &Tensor)) {
@@ -102,42 +134,88 @@ impl Module for Embedding {
     fn set_training(&mut self, _training: bool) {}
 }
 
-/// Layer normalization over the last dimension with a learned scale and shift.
+/// Layer normalization over the trailing `normalized_shape` dimensions, with an optional
+/// learned scale and shift (PyTorch's `nn.LayerNorm`).
 #[derive(Debug, Clone)]
 pub struct LayerNorm {
-    /// The learned scale, shape `[dim]`.
-    pub weight: Tensor,
-    /// The learned shift, shape `[dim]`.
-    pub bias: Tensor,
+    /// The trailing dimensions the statistics are taken over.
+    pub normalized_shape: Vec<usize>,
+    /// The learned scale, shape `normalized_shape` (`None` without `elementwise_affine`).
+    pub weight: Option<Tensor>,
+    /// The learned shift, shape `normalized_shape` (`None` without `elementwise_affine` or
+    /// with `bias = false`).
+    pub bias: Option<Tensor>,
     /// Added to the variance before its square root.
     pub eps: f64,
 }
 
 impl LayerNorm {
-    /// Normalizes `dim` features (scale 1, shift 0, `eps = 1e-5` as PyTorch).
+    /// Normalizes the last `dim` features with a learned scale (1) and shift (0), `eps =
+    /// 1e-5`: PyTorch's `nn.LayerNorm(dim)`.
     pub fn new(dim: usize) -> Result<LayerNorm> {
+        LayerNorm::with_options(&[dim], 1e-5, true, true)
+    }
+
+    /// PyTorch's `nn.LayerNorm(normalized_shape, eps, elementwise_affine, bias)`: without
+    /// `elementwise_affine` there are no parameters; `bias = false` keeps only the scale.
+    ///
+    /// ```
+    /// use kiln::nn::{LayerNorm, Module};
+    /// let ln = LayerNorm::with_options(&[2, 2], 1e-5, false, false).unwrap();
+    /// assert_eq!(ln.parameters().len(), 0);
+    /// let x = kiln::Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[1, 2, 2]);
+    /// let y = ln.forward(&x).unwrap().to_vec::<f32>().unwrap();
+    /// assert!((y[0] + 1.3416).abs() < 1e-3 && (y[3] - 1.3416).abs() < 1e-3);
+    /// ```
+    pub fn with_options(
+        normalized_shape: &[usize],
+        eps: f64,
+        elementwise_affine: bool,
+        bias: bool,
+    ) -> Result<LayerNorm> {
+        let param = |v: f64, on: bool| -> Result<Option<Tensor>> {
+            if on {
+                init::constant(normalized_shape, v).map(Some)
+            } else {
+                Ok(None)
+            }
+        };
         Ok(LayerNorm {
-            weight: init::constant(&[dim], 1.0)?,
-            bias: init::constant(&[dim], 0.0)?,
-            eps: 1e-5,
+            normalized_shape: normalized_shape.to_vec(),
+            weight: param(1.0, elementwise_affine)?,
+            bias: param(0.0, elementwise_affine && bias)?,
+            eps,
         })
     }
 }
 
 impl Module for LayerNorm {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let d = self.weight.shape().to_vec();
-        functional::layer_norm(x, &d, Some(&self.weight), Some(&self.bias), self.eps)
+        functional::layer_norm(
+            x,
+            &self.normalized_shape,
+            self.weight.as_ref(),
+            self.bias.as_ref(),
+            self.eps,
+        )
     }
 
     fn visit_parameters(&self, f: &mut dyn FnMut(&str, &Tensor)) {
-        f("weight", &self.weight);
-        f("bias", &self.bias);
+        if let Some(w) = &self.weight {
+            f("weight", w);
+        }
+        if let Some(b) = &self.bias {
+            f("bias", b);
+        }
     }
 
     fn visit_parameters_mut(&mut self, f: &mut dyn FnMut(&str, &mut Tensor)) {
-        f("weight", &mut self.weight);
-        f("bias", &mut self.bias);
+        if let Some(w) = &mut self.weight {
+            f("weight", w);
+        }
+        if let Some(b) = &mut self.bias {
+            f("bias", b);
+        }
     }
 
     /// No mode: the same in training and evaluation.

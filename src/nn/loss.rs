@@ -24,9 +24,13 @@ pub enum Reduction {
 }
 
 /// The options of [`cross_entropy_with`]; the default is PyTorch's
-/// (`ignore_index=-100`, `reduction='mean'`, `label_smoothing=0.0`).
-#[derive(Clone, Copy, Debug, PartialEq)]
+/// (`weight=None`, `ignore_index=-100`, `reduction='mean'`, `label_smoothing=0.0`).
+#[derive(Clone, Debug)]
 pub struct CrossEntropyOptions {
+    /// PyTorch's `weight=`: one float weight per class (`[C]`, not requiring grad). A
+    /// target's loss is scaled by its class's weight and the mean divides by the sum of the
+    /// kept targets' weights.
+    pub weight: Option<Tensor>,
     /// Targets equal to this class are skipped: they add nothing to the loss or the
     /// gradient and the mean does not count them (a padding token). `None` skips none.
     pub ignore_index: Option<i64>,
@@ -39,6 +43,7 @@ pub struct CrossEntropyOptions {
 impl Default for CrossEntropyOptions {
     fn default() -> Self {
         CrossEntropyOptions {
+            weight: None,
             ignore_index: Some(-100),
             reduction: Reduction::Mean,
             label_smoothing: 0.0,
@@ -62,13 +67,16 @@ pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
     cross_entropy_with(logits, targets, &CrossEntropyOptions::default())
 }
 
-/// Cross entropy with PyTorch's `ignore_index`, `reduction` and `label_smoothing`
-/// ([`CrossEntropyOptions`]); classes are on the **last** dimension of `logits`.
+/// Cross entropy with PyTorch's `weight`, `ignore_index`, `reduction` and
+/// `label_smoothing` ([`CrossEntropyOptions`]); classes are on the **last** dimension of
+/// `logits`.
 ///
 /// Per target `t` that is not ignored the loss is
 /// `logsumexp(x) - (1 - ε)·x[t] - ε·mean(x)`; an ignored target's is 0. The mean divides
 /// by the number of targets not ignored (`NaN` when every target is ignored, as in
-/// PyTorch). Forward: one fused row kernel (`logsumexp` and the gathered logit), then the
+/// PyTorch). With class weights `w` the loss is
+/// `(1 - ε)·w[t]·(lse - x[t]) + ε/C·Σ_c w_c·(lse - x_c)` and the mean divides by the sum
+/// of `w[t]` over the kept targets, as PyTorch's. Forward: one fused row kernel (`logsumexp` and the gathered logit), then the
 /// reduction. Backward: one elementwise kernel,
 /// `(exp(x - lse) - (1 - ε)·one_hot(t) - ε / C) · g'` with `g'` the incoming gradient
 /// scaled for the reduction and zero on ignored rows, from the `lse` the forward kept (a
@@ -121,6 +129,7 @@ pub fn cross_entropy_with(
         valid: Option<Tensor>,
         count: Option<Tensor>,
         rows: Tensor,
+        w: Option<ClassWeights>,
     }
     let p = crate::autograd::no_grad(|| -> Result<Parts> {
         let x = logits
@@ -128,18 +137,36 @@ pub fn cross_entropy_with(
             .try_cast(dtype)?;
         let t = targets.try_reshape([n as isize, 1])?.try_cast(DType::I64)?;
         let lse = x.try_logsumexp_keepdim(1)?;
-        let (picked, valid) = pick_targets(&x, &t, ignore)?;
-        let mut rows = if eps == 0.0 {
-            lse.try_sub(&picked)?
-        } else {
-            let smooth = x.try_mean_keepdim(1)?.try_mul(eps)?;
-            lse.try_sub(&picked.try_mul(1.0 - eps)?)?.try_sub(&smooth)?
+        let (index, valid) = target_index(&t, ignore)?;
+        let w = class_weights("cross_entropy", options.weight.as_ref(), c, dtype, &index)?;
+        let picked = x.try_gather(1, &index)?;
+        let mut rows = match &w {
+            None if eps == 0.0 => lse.try_sub(&picked)?,
+            None => {
+                let smooth = x.try_mean_keepdim(1)?.try_mul(eps)?;
+                lse.try_sub(&picked.try_mul(1.0 - eps)?)?.try_sub(&smooth)?
+            }
+            // (1 - ε)·w[t]·(lse - x[t]) + ε/C·Σ_c w_c·(lse - x_c), as PyTorch weighs
+            // both parts.
+            Some(w) => {
+                let wt = w.picked.clone();
+                let nll = lse.try_sub(&picked)?.try_mul(&wt)?;
+                if eps == 0.0 {
+                    nll
+                } else {
+                    let smooth = lse
+                        .try_mul(&w.total)?
+                        .try_sub(&x.try_mul(&w.row)?.try_sum_keepdim(1)?)?;
+                    nll.try_mul(1.0 - eps)?
+                        .try_add(&smooth.try_mul(eps / c as f64)?)?
+                }
+            }
         };
         if let Some(v) = &valid {
             rows = Tensor::try_where(v, &rows, 0.0)?;
         }
-        let count = match (reduction, &valid) {
-            (Reduction::Mean, Some(v)) => Some(kept_count(v, dtype)?),
+        let count = match reduction {
+            Reduction::Mean => kept_weight(valid.as_ref(), w.as_ref().map(|w| &w.picked), dtype)?,
             _ => None,
         };
         Ok(Parts {
@@ -149,6 +176,7 @@ pub fn cross_entropy_with(
             valid,
             count,
             rows,
+            w,
         })
     })?;
     let Parts {
@@ -158,6 +186,7 @@ pub fn cross_entropy_with(
         valid,
         count,
         rows,
+        w,
     } = p;
     let shape = logits.shape().to_vec();
     let target_shape: Vec<isize> = targets.shape().iter().map(|&d| d as isize).collect();
@@ -192,16 +221,28 @@ pub fn cross_entropy_with(
         if let Some(v) = &valid {
             scale = Tensor::try_where(v, &scale, 0.0)?;
         }
-        let target = if eps == 0.0 {
-            hot
-        } else {
-            hot.try_mul(1.0 - eps)?.try_add(eps / c as f64)?
-        };
-        let dx = x
-            .try_sub(&lse)?
-            .try_exp()?
-            .try_sub(&target)?
-            .try_mul(&scale)?;
+        let probs = x.try_sub(&lse)?.try_exp()?;
+        let dx = match &w {
+            None => {
+                let target = if eps == 0.0 {
+                    hot
+                } else {
+                    hot.try_mul(1.0 - eps)?.try_add(eps / c as f64)?
+                };
+                probs.try_sub(&target)?
+            }
+            // d/dx_j = p_j·((1 - ε)·w[t] + ε/C·Σw) - (1 - ε)·w[t]·[j = t] - ε/C·w_j.
+            Some(w) if eps == 0.0 => probs.try_sub(&hot)?.try_mul(&w.picked)?,
+            Some(w) => {
+                let k = eps / c as f64;
+                let per_row = w.picked.try_mul(1.0 - eps)?.try_add(&w.total.try_mul(k)?)?;
+                let target = hot
+                    .try_mul(&w.picked.try_mul(1.0 - eps)?)?
+                    .try_add(&w.row.try_mul(k)?)?;
+                probs.try_mul(&per_row)?.try_sub(&target)?
+            }
+        }
+        .try_mul(&scale)?;
         let dims: Vec<isize> = shape.iter().map(|&d| d as isize).collect();
         Ok(vec![Some(dx.try_reshape(&dims)?.try_cast(in_dtype)?)])
     })
@@ -266,17 +307,94 @@ fn reduce(losses: Tensor, reduction: Reduction) -> Result<Tensor> {
     }
 }
 
-/// `x[t]` per row of `x` (`[n, C]`) at class indices `t` (`[n, 1]`), and where
-/// `ignore` is given, the mask of targets kept (ignored ones gather class 0, any in-range
-/// class would do: their rows are masked by the caller).
-fn pick_targets(x: &Tensor, t: &Tensor, ignore: Option<i64>) -> Result<(Tensor, Option<Tensor>)> {
+/// Class indices `t` (`[n, 1]`) safe to gather with, and where `ignore` is given, the mask
+/// of targets kept (ignored ones gather class 0, any in-range class would do: their rows
+/// are masked by the caller).
+fn target_index(t: &Tensor, ignore: Option<i64>) -> Result<(Tensor, Option<Tensor>)> {
     match ignore {
         Some(i) => {
             let valid = t.try_ne(i)?;
-            let picked = x.try_gather(1, &Tensor::try_where(&valid, t, 0i64)?)?;
-            Ok((picked, Some(valid)))
+            Ok((Tensor::try_where(&valid, t, 0i64)?, Some(valid)))
         }
-        None => Ok((x.try_gather(1, t)?, None)),
+        None => Ok((t.clone(), None)),
+    }
+}
+
+/// A classification loss's class weights, as its rows use them.
+struct ClassWeights {
+    /// The weights as one row, `[1, C]`.
+    row: Tensor,
+    /// Each target's class weight, `[n, 1]` (ignored targets: class 0's).
+    picked: Tensor,
+    /// The sum of all class weights (a scalar).
+    total: Tensor,
+}
+
+/// Checks PyTorch's `weight=` of a classification loss over `c` classes (a float vector of
+/// `c` weights that does not require grad: neither PyTorch nor kiln differentiates a loss
+/// by it), cast to `dtype`, with each target's weight at the class indices `index`
+/// (`[n, 1]`, from [`target_index`]).
+fn class_weights(
+    op: &'static str,
+    weight: Option<&Tensor>,
+    c: usize,
+    dtype: DType,
+    index: &Tensor,
+) -> Result<Option<ClassWeights>> {
+    let Some(w) = weight else {
+        return Ok(None);
+    };
+    if w.shape() != [c] {
+        return Err(KilnError::ShapeMismatch {
+            op,
+            lhs: vec![c],
+            rhs: w.shape().to_vec(),
+            detail: ": weight must hold one value per class".into(),
+        });
+    }
+    if !w.dtype().is_float() {
+        return Err(KilnError::UnsupportedDType {
+            op,
+            dtype: w.dtype(),
+            detail: ": class weights must be floating-point".into(),
+        });
+    }
+    if w.requires_grad() {
+        return Err(KilnError::InvalidArgument {
+            op,
+            shape: w.shape().to_vec(),
+            reason: "the class weights require grad; a loss is not differentiated by its \
+                     class weights (detach them)"
+                .into(),
+        });
+    }
+    let row = w.try_cast(dtype)?.try_reshape([1, c as isize])?;
+    let n = index.shape()[0];
+    Ok(Some(ClassWeights {
+        picked: row.try_broadcast_to([n, c])?.try_gather(1, index)?,
+        total: row.try_sum(..)?,
+        row,
+    }))
+}
+
+/// The divisor of a mean over the kept targets: their total class weight (`picked`, each
+/// target's), or their count where some may be ignored (`valid`); `None` where every
+/// target counts once (a plain mean). Summed in [`accumulator`]`(dtype)`.
+fn kept_weight(
+    valid: Option<&Tensor>,
+    picked: Option<&Tensor>,
+    dtype: DType,
+) -> Result<Option<Tensor>> {
+    match (valid, picked) {
+        (None, None) => Ok(None),
+        (Some(v), None) => kept_count(v, dtype).map(Some),
+        (v, Some(p)) => {
+            let kept = match v {
+                Some(v) => Tensor::try_where(v, p, 0.0)?,
+                None => p.clone(),
+            };
+            Ok(Some(kept.try_cast(accumulator(dtype))?.try_sum(..)?))
+        }
     }
 }
 
@@ -314,14 +432,27 @@ fn mean_over_kept(rows: &Tensor, count: &Tensor, dtype: DType) -> Result<Tensor>
 /// assert_eq!(l.item::<f32>().unwrap(), 1.5);
 /// ```
 pub fn nll_loss(input: &Tensor, targets: &Tensor) -> Result<Tensor> {
-    nll_loss_with(input, targets, Some(-100), Reduction::Mean)
+    nll_loss_with(input, targets, None, Some(-100), Reduction::Mean)
 }
 
-/// [`nll_loss`] with PyTorch's `ignore_index` (`None` ignores nothing) and `reduction`.
-/// Differentiated op by op: the gradient is a scatter of `-g` into the target classes.
+/// [`nll_loss`] with PyTorch's `weight` (one weight per class: a target's loss is scaled by
+/// its class's, and the mean divides by the kept targets' total weight), `ignore_index`
+/// (`None` ignores nothing) and `reduction`, in PyTorch's argument order. Differentiated op
+/// by op: the gradient is a scatter of `-g·w[t]` into the target classes.
+///
+/// ```
+/// use kiln::Tensor;
+/// use kiln::nn::functional::{nll_loss_with, Reduction};
+/// let lp = Tensor::from_vec(vec![-0.5f32, -1.0, -2.0, -0.25], &[2, 2]);
+/// let t = Tensor::from_vec(vec![1i64, 0], &[2]);
+/// let w = Tensor::from_vec(vec![3.0f32, 1.0], &[2]);
+/// let l = nll_loss_with(&lp, &t, Some(&w), None, Reduction::Mean).unwrap();
+/// assert_eq!(l.item::<f32>().unwrap(), (1.0 + 6.0) / 4.0);
+/// ```
 pub fn nll_loss_with(
     input: &Tensor,
     targets: &Tensor,
+    weight: Option<&Tensor>,
     ignore_index: Option<i64>,
     reduction: Reduction,
 ) -> Result<Tensor> {
@@ -337,15 +468,23 @@ pub fn nll_loss_with(
     let n = targets.numel();
     let x = input.try_reshape([n as isize, c as isize])?;
     let t = targets.try_reshape([n as isize, 1])?.try_cast(DType::I64)?;
-    let (picked, valid) = pick_targets(&x, &t, ignore_index)?;
-    let mut rows = picked.try_neg()?;
+    let (index, valid) = target_index(&t, ignore_index)?;
+    let w = class_weights("nll_loss", weight, c, x.dtype(), &index)?;
+    let mut rows = x.try_gather(1, &index)?.try_neg()?;
+    if let Some(w) = &w {
+        rows = rows.try_mul(&w.picked)?;
+    }
     if let Some(v) = &valid {
         rows = Tensor::try_where(v, &rows, 0.0)?;
     }
     let target_shape: Vec<isize> = targets.shape().iter().map(|&d| d as isize).collect();
-    match (reduction, &valid) {
-        (Reduction::Mean, Some(v)) => mean_over_kept(&rows, &kept_count(v, x.dtype())?, x.dtype()),
-        _ => reduce(rows.try_reshape(target_shape.as_slice())?, reduction),
+    let divisor = match reduction {
+        Reduction::Mean => kept_weight(valid.as_ref(), w.as_ref().map(|w| &w.picked), x.dtype())?,
+        _ => None,
+    };
+    match divisor {
+        Some(d) => mean_over_kept(&rows, &d, x.dtype()),
+        None => reduce(rows.try_reshape(target_shape.as_slice())?, reduction),
     }
 }
 

@@ -1,9 +1,10 @@
-//! AdamW: Adam with decoupled weight decay.
+//! AdamW (Adam with decoupled weight decay) and Adam (with L2 weight decay): one update,
+//! two ways of decaying.
 
 use super::{Optimizer, realize_step};
 use crate::autograd::no_grad;
 use crate::dtype::DType;
-use crate::error::{KilnError, Result};
+use crate::error::Result;
 use crate::plan::RealizeOptions;
 use crate::tensor::{RealizeReport, Tensor};
 
@@ -11,7 +12,9 @@ use crate::tensor::{RealizeReport, Tensor};
 /// `p ← p(1 - lr·wd) - lr·m̂ / (√v̂ + ε)` with bias-corrected `m̂`, `v̂` — PyTorch's
 /// `torch.optim.AdamW` update. Each parameter's update is two fused kernels, each writing
 /// in place: both moments (kept in one `[2, ..]` buffer per parameter, so the gradient is
-/// read, and a clipped gradient computed, once), then the parameter.
+/// read, and a clipped gradient computed, once), then the parameter. With `amsgrad` a third
+/// keeps the running maximum of `v`, which `v̂` then uses; `maximize` flips the gradient's
+/// sign first.
 #[derive(Debug)]
 pub struct AdamW {
     params: Vec<Tensor>,
@@ -21,15 +24,68 @@ pub struct AdamW {
     /// views recorded before an in-place update read the old value).
     m: Vec<Tensor>,
     v: Vec<Tensor>,
-    lr: f64,
-    betas: (f64, f64),
-    eps: f64,
-    weight_decay: f64,
+    /// Per parameter with `amsgrad`: the largest second moment so far.
+    v_max: Vec<Tensor>,
+    hyper: AdamWOptions,
+    /// AdamW's decay (`p ← p(1 - lr·wd)`), or Adam's (`g ← g + wd·p`).
+    decoupled: bool,
     steps: u64,
     /// Per parameter: the steps that updated it (those where it had a gradient), which its
     /// bias correction counts, as PyTorch's per-parameter `state["step"]` does.
     param_steps: Vec<u64>,
     options: RealizeOptions,
+}
+
+/// The arguments of PyTorch's `torch.optim.AdamW` (and `Adam`), with AdamW's defaults
+/// (`lr = 1e-3`, `betas = (0.9, 0.999)`, `eps = 1e-8`, `weight_decay = 1e-2`; Adam's
+/// default decay is 0).
+///
+/// ```
+/// use kiln::optim::{AdamW, AdamWOptions};
+/// let w = kiln::Tensor::from_vec(vec![1.0f32], &[1]).requires_grad_(true);
+/// let opt = AdamW::with_options(vec![w], AdamWOptions { amsgrad: true, ..Default::default() });
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AdamWOptions {
+    /// The learning rate.
+    pub lr: f64,
+    /// The decay rates of the first and second moment, each in `[0, 1)`.
+    pub betas: (f64, f64),
+    /// Added to `√v̂` in the denominator.
+    pub eps: f64,
+    /// The weight decay (decoupled for AdamW, an L2 term for Adam).
+    pub weight_decay: f64,
+    /// AMSGrad: the denominator uses the largest second moment so far.
+    pub amsgrad: bool,
+    /// Ascends instead of descending (the gradient's sign is flipped first).
+    pub maximize: bool,
+}
+
+impl Default for AdamWOptions {
+    fn default() -> Self {
+        AdamWOptions {
+            lr: 1e-3,
+            betas: (0.9, 0.999),
+            eps: 1e-8,
+            weight_decay: 1e-2,
+            amsgrad: false,
+            maximize: false,
+        }
+    }
+}
+
+impl AdamWOptions {
+    /// The four numbers, no AMSGrad, minimizing.
+    fn plain(lr: f64, betas: (f64, f64), eps: f64, weight_decay: f64) -> AdamWOptions {
+        AdamWOptions {
+            lr,
+            betas,
+            eps,
+            weight_decay,
+            amsgrad: false,
+            maximize: false,
+        }
+    }
 }
 
 impl AdamW {
@@ -41,22 +97,36 @@ impl AdamW {
         eps: f64,
         weight_decay: f64,
     ) -> Result<AdamW> {
+        AdamW::with_options(params, AdamWOptions::plain(lr, betas, eps, weight_decay))
+    }
+
+    /// AdamW with every option PyTorch's has ([`AdamWOptions`]); refuses what PyTorch
+    /// refuses.
+    pub fn with_options(params: Vec<Tensor>, hyper: AdamWOptions) -> Result<AdamW> {
+        AdamW::build("AdamW", params, hyper, true)
+    }
+
+    fn build(
+        op: &'static str,
+        params: Vec<Tensor>,
+        hyper: AdamWOptions,
+        decoupled: bool,
+    ) -> Result<AdamW> {
         let nonneg = |v: f64| v >= 0.0;
         let unit = |v: f64| (0.0..1.0).contains(&v);
-        super::check_hyper("AdamW", "the learning rate", lr, nonneg, "at least 0")?;
-        super::check_hyper("AdamW", "eps", eps, nonneg, "at least 0")?;
-        super::check_hyper("AdamW", "beta1", betas.0, unit, "in [0, 1)")?;
-        super::check_hyper("AdamW", "beta2", betas.1, unit, "in [0, 1)")?;
-        super::check_hyper("AdamW", "weight_decay", weight_decay, nonneg, "at least 0")?;
-        for p in &params {
-            if !p.dtype().is_float() {
-                return Err(KilnError::UnsupportedDType {
-                    op: "AdamW",
-                    dtype: p.dtype(),
-                    detail: ": parameters must be float".into(),
-                });
-            }
-        }
+        let AdamWOptions {
+            lr,
+            betas,
+            eps,
+            weight_decay,
+            ..
+        } = hyper;
+        super::check_hyper(op, "the learning rate", lr, nonneg, "at least 0")?;
+        super::check_hyper(op, "eps", eps, nonneg, "at least 0")?;
+        super::check_hyper(op, "beta1", betas.0, unit, "in [0, 1)")?;
+        super::check_hyper(op, "beta2", betas.1, unit, "in [0, 1)")?;
+        super::check_hyper(op, "weight_decay", weight_decay, nonneg, "at least 0")?;
+        super::check_float_params(op, &params)?;
         let state = params
             .iter()
             .map(|p| {
@@ -67,6 +137,11 @@ impl AdamW {
                 Ok(z)
             })
             .collect::<Result<Vec<_>>>()?;
+        let v_max = if hyper.amsgrad {
+            super::zeros_like_all(&params)?
+        } else {
+            vec![]
+        };
         let (m, v) = moment_views(&state)?;
         let n = params.len();
         Ok(AdamW {
@@ -74,10 +149,9 @@ impl AdamW {
             state,
             m,
             v,
-            lr,
-            betas,
-            eps,
-            weight_decay,
+            v_max,
+            hyper,
+            decoupled,
             steps: 0,
             param_steps: vec![0; n],
             options: RealizeOptions::default(),
@@ -104,21 +178,30 @@ impl AdamW {
 impl Optimizer for AdamW {
     fn step_report(&mut self) -> Result<RealizeReport> {
         self.steps += 1;
-        let (b1, b2) = self.betas;
-        let (lr, eps, wd) = (self.lr, self.eps, self.weight_decay);
+        let h = self.hyper;
+        let (b1, b2) = h.betas;
+        let (lr, eps, wd) = (h.lr, h.eps, h.weight_decay);
+        let decoupled = self.decoupled;
         // The views of the old moments go first: nothing may read them after the update.
         self.m.clear();
         self.v.clear();
         let recorded = no_grad(|| -> Result<()> {
-            for ((p, s), steps) in self
+            for (i, ((p, s), steps)) in self
                 .params
                 .iter()
                 .zip(&self.state)
                 .zip(&mut self.param_steps)
+                .enumerate()
             {
-                let Some(g) = p.grad() else {
+                let Some(mut g) = p.grad() else {
                     continue;
                 };
+                if h.maximize {
+                    g = g.try_neg()?;
+                }
+                if !decoupled && wd != 0.0 {
+                    g = g.try_add(&p.try_mul(wd)?)?;
+                }
                 *steps += 1;
                 let t = i32::try_from(*steps).unwrap_or(i32::MAX);
                 let (bc1, bc2) = (1.0 - b1.powi(t), 1.0 - b2.powi(t));
@@ -139,15 +222,24 @@ impl Optimizer for AdamW {
                     &g2.try_mul(1.0 - b1)?,
                 )?;
                 s.try_copy_(&s.try_mul(&decay)?.try_add(&fresh)?)?;
-                let (m, v) = moments_of(s)?;
+                let (m, mut v) = moments_of(s)?;
+                if let Some(v_max) = self.v_max.get(i) {
+                    v_max.try_copy_(&v_max.try_maximum(&v)?)?;
+                    v = v_max.clone();
+                }
                 let denom = v.try_div(bc2)?.try_sqrt()?.try_add(eps)?;
                 let update = m.try_div(bc1)?.try_div(&denom)?;
-                p.try_copy_(&p.try_mul(1.0 - lr * wd)?.try_sub(&update.try_mul(lr)?)?)?;
+                let kept = if decoupled {
+                    p.try_mul(1.0 - lr * wd)?
+                } else {
+                    p.clone()
+                };
+                p.try_copy_(&kept.try_sub(&update.try_mul(lr)?)?)?;
             }
             Ok(())
         });
-        let report =
-            recorded.and_then(|()| realize_step(&[&self.params, &self.state], &self.options));
+        let report = recorded
+            .and_then(|()| realize_step(&[&self.params, &self.state, &self.v_max], &self.options));
         let (m, v) = moment_views(&self.state)?;
         (self.m, self.v) = (m, v);
         report
@@ -158,15 +250,85 @@ impl Optimizer for AdamW {
     }
 
     fn lr(&self) -> f64 {
-        self.lr
+        self.hyper.lr
     }
 
     fn set_lr(&mut self, lr: f64) {
-        self.lr = lr;
+        self.hyper.lr = lr;
     }
 
     fn set_realize_options(&mut self, options: RealizeOptions) {
         self.options = options;
+    }
+}
+
+/// Adam as PyTorch's `torch.optim.Adam`: [`AdamW`]'s update with the weight decay added to
+/// the gradient (`g ← g + wd·p`, an L2 penalty that the moments then rescale) instead of
+/// decoupled.
+///
+/// ```
+/// use kiln::optim::{Adam, Optimizer};
+/// let w = kiln::Tensor::from_vec(vec![1.0f32, -2.0], &[2]).requires_grad_(true);
+/// w.realize().unwrap();
+/// let mut opt = Adam::new(vec![w.clone()], 0.1, (0.9, 0.999), 1e-8, 0.0).unwrap();
+/// (&w * &w).sum(..).backward().unwrap();
+/// opt.step().unwrap();
+/// // The first step moves each weight by lr against its gradient's sign.
+/// let got = w.to_vec::<f32>().unwrap();
+/// assert!((got[0] - 0.9).abs() < 1e-6 && (got[1] + 1.9).abs() < 1e-6);
+/// ```
+#[derive(Debug)]
+pub struct Adam(AdamW);
+
+impl Adam {
+    /// An optimizer over `params` (realized float leaves); PyTorch's defaults are
+    /// `lr = 1e-3`, `betas = (0.9, 0.999)`, `eps = 1e-8`, `weight_decay = 0`.
+    pub fn new(
+        params: Vec<Tensor>,
+        lr: f64,
+        betas: (f64, f64),
+        eps: f64,
+        weight_decay: f64,
+    ) -> Result<Adam> {
+        Adam::with_options(params, AdamWOptions::plain(lr, betas, eps, weight_decay))
+    }
+
+    /// Adam with `amsgrad` or `maximize` ([`AdamWOptions`]; its `weight_decay` is Adam's L2
+    /// term here).
+    pub fn with_options(params: Vec<Tensor>, hyper: AdamWOptions) -> Result<Adam> {
+        AdamW::build("Adam", params, hyper, false).map(Adam)
+    }
+
+    /// Steps taken.
+    pub fn steps(&self) -> u64 {
+        self.0.steps()
+    }
+
+    /// The first and second moment of parameter `i`.
+    pub fn moments(&self, i: usize) -> Option<(&Tensor, &Tensor)> {
+        self.0.moments(i)
+    }
+}
+
+impl Optimizer for Adam {
+    fn step_report(&mut self) -> Result<RealizeReport> {
+        self.0.step_report()
+    }
+
+    fn params(&self) -> &[Tensor] {
+        self.0.params()
+    }
+
+    fn lr(&self) -> f64 {
+        self.0.lr()
+    }
+
+    fn set_lr(&mut self, lr: f64) {
+        self.0.set_lr(lr);
+    }
+
+    fn set_realize_options(&mut self, options: RealizeOptions) {
+        self.0.set_realize_options(options);
     }
 }
 

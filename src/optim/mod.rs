@@ -1,4 +1,5 @@
-//! Optimizers ([`Sgd`], [`AdamW`]), gradient clipping ([`clip_grad_norm`]) and a learning-rate
+//! Optimizers ([`Sgd`], [`Adam`], [`AdamW`]), gradient clipping ([`clip_grad_norm`],
+//! [`clip_grad_value`]) and a learning-rate
 //! schedule ([`WarmupCosine`]).
 //!
 //! A step records every parameter's update as an in-place write (`copy_`) and realizes it:
@@ -26,10 +27,10 @@ mod clip;
 mod schedule;
 mod sgd;
 
-pub use adamw::AdamW;
-pub use clip::clip_grad_norm;
+pub use adamw::{Adam, AdamW, AdamWOptions};
+pub use clip::{clip_grad_norm, clip_grad_norm_with, clip_grad_value};
 pub use schedule::WarmupCosine;
-pub use sgd::Sgd;
+pub use sgd::{Sgd, SgdOptions};
 
 use crate::error::Result;
 use crate::plan::RealizeOptions;
@@ -83,6 +84,20 @@ fn zeros_like_all(params: &[Tensor]) -> Result<Vec<Tensor>> {
 fn realize_step(groups: &[&[Tensor]], options: &RealizeOptions) -> Result<RealizeReport> {
     let all: Vec<&Tensor> = groups.iter().flat_map(|g| g.iter()).collect();
     crate::tensor::realize_all_with(&all, options)
+}
+
+/// Refuses parameters that are not floating-point (`op` the optimizer).
+fn check_float_params(op: &'static str, params: &[Tensor]) -> Result<()> {
+    for p in params {
+        if !p.dtype().is_float() {
+            return Err(crate::error::KilnError::UnsupportedDType {
+                op,
+                dtype: p.dtype(),
+                detail: ": parameters must be float".into(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Refuses a hyperparameter outside its range as PyTorch's optimizers do (`op` the
