@@ -11,7 +11,7 @@
 use kiln::nn::functional::cross_entropy;
 use kiln::nn::init::derive_seed;
 use kiln::nn::{Block, Embedding, LayerNorm, Linear, Module, visit_child, visit_child_mut};
-use kiln::optim::{AdamW, Optimizer, WarmupCosine, clip_grad_norm};
+use kiln::optim::{AdamW, AdamWOptions, Optimizer, ParamGroup, WarmupCosine, clip_grad_norm};
 use kiln::{DType, Device, RealizeOptions, Tensor, memory, no_grad};
 use std::time::Instant;
 
@@ -225,8 +225,24 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .partition(|(_, p)| p.ndim() >= 2);
     let decay: Vec<Tensor> = decay.into_iter().map(|(_, p)| p).collect();
     let no_decay: Vec<Tensor> = no_decay.into_iter().map(|(_, p)| p).collect();
-    let mut opt_decay = AdamW::new(decay, 3e-3, (0.9, 0.99), 1e-8, 0.1)?;
-    let mut opt_plain = AdamW::new(no_decay, 3e-3, (0.9, 0.99), 1e-8, 0.0)?;
+    let adamw = AdamWOptions {
+        lr: 3e-3,
+        betas: (0.9, 0.99),
+        eps: 1e-8,
+        weight_decay: 0.1,
+        ..Default::default()
+    };
+    // Two parameter groups, one optimizer: a step is one realize.
+    let mut opt = AdamW::with_groups(vec![
+        ParamGroup::new(decay, adamw),
+        ParamGroup::new(
+            no_decay,
+            AdamWOptions {
+                weight_decay: 0.0,
+                ..adamw
+            },
+        ),
+    ])?;
     let schedule = WarmupCosine {
         base: 3e-3,
         warmup: 100,
@@ -243,23 +259,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
 
     let mut rng = Rng(0x5EED_1234_ABCD_0001);
-    let step = |model: &Gpt, rng: &mut Rng, s: u64, opts: &mut [&mut AdamW]| -> kiln::Result<f32> {
+    let step = |model: &Gpt, rng: &mut Rng, s: u64, opt: &mut AdamW| -> kiln::Result<f32> {
         let (x, y) = batch(train, rng, a.device);
-        for o in opts.iter() {
-            o.zero_grad();
-        }
+        opt.zero_grad();
         let loss = loss_of(model, &x, &y)?;
         loss.backward()?;
         clip_grad_norm(&params, 1.0)?;
-        let lr = schedule.lr(s);
-        for o in opts.iter_mut() {
-            o.set_lr(lr);
-        }
-        // Both groups' updates, the gradients, the clipping and the loss: one realize
-        // per group (the first runs the forward and backward pass with its update).
-        for o in opts.iter_mut() {
-            o.step()?;
-        }
+        opt.set_lr(schedule.lr(s));
+        // Both groups' updates, the forward and backward pass, the clipping and the loss:
+        // one realize.
+        opt.step()?;
         loss.item::<f32>()
     };
 
@@ -268,7 +277,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let start = Instant::now();
     for s in 0..a.steps {
         let t = Instant::now();
-        let loss = step(&model, &mut rng, s, &mut [&mut opt_decay, &mut opt_plain])?;
+        let loss = step(&model, &mut rng, s, &mut opt)?;
         times.push(t.elapsed().as_secs_f64() * 1e3);
         if s + 1 == 10 {
             reserved_after_10 = memory::stats(a.device).reserved_bytes;
@@ -292,17 +301,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 
     // Unfused steps for comparison (same model, same kind of step, one op per kernel).
-    opt_decay.set_realize_options(RealizeOptions::unfused());
-    opt_plain.set_realize_options(RealizeOptions::unfused());
+    opt.set_realize_options(RealizeOptions::unfused());
     let mut unfused = vec![];
     for s in 0..20 {
         let t = Instant::now();
-        step(
-            &model,
-            &mut rng,
-            a.steps + s,
-            &mut [&mut opt_decay, &mut opt_plain],
-        )?;
+        step(&model, &mut rng, a.steps + s, &mut opt)?;
         unfused.push(t.elapsed().as_secs_f64() * 1e3);
     }
 

@@ -1500,18 +1500,29 @@ fn cross_entropy_and_nll_loss_with_class_weights() {
 /// Four steps of `make`'s optimizer on `mse_loss(lin(X), Y)` from the weights of
 /// `three_steps_of_sgd_with_momentum_on_a_linear_layer`; returns the weight and bias.
 fn four_steps(make: impl Fn(Vec<Tensor>) -> Box<dyn Optimizer>) -> Vec<f32> {
+    four_steps_of(make, false)
+}
+
+/// [`four_steps`]; with `skip_bias_first` the bias has no gradient at the first step.
+fn four_steps_of(
+    make: impl Fn(Vec<Tensor>) -> Box<dyn Optimizer>,
+    skip_bias_first: bool,
+) -> Vec<f32> {
     let mut lin = Linear::new(2, 1, true, 0).unwrap();
     lin.weight = Tensor::from_vec(vec![0.5f32, -0.25], [1, 2]).requires_grad_(true);
     lin.bias = Some(Tensor::from_vec(vec![0.1f32], [1]).requires_grad_(true));
     let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, -1.0, 0.0, 4.0], [3, 2]);
     let y = Tensor::from_vec(vec![1.0f32, 0.0, 2.0], [3, 1]);
     let mut opt = make(lin.parameters());
-    for _ in 0..4 {
+    for i in 0..4 {
         opt.zero_grad();
         mse_loss(&lin.forward(&x).unwrap(), &y)
             .unwrap()
             .backward()
             .unwrap();
+        if skip_bias_first && i == 0 {
+            lin.bias.as_ref().unwrap().set_grad(None).unwrap();
+        }
         opt.step().unwrap();
     }
     let mut out = lin.weight.to_vec::<f32>().unwrap();
@@ -1671,4 +1682,87 @@ fn clipping_by_each_norm_type_and_by_value() {
     let g = a.grad().unwrap().to_vec::<f32>().unwrap();
     assert_eq!(g[..2], [1.0, -0.5]);
     assert!(g[2].is_nan());
+}
+
+#[test]
+fn parameter_groups_with_their_own_options() {
+    use kiln::optim::{AdamWOptions, ParamGroup, SgdOptions};
+    // AdamW([{'params': [w], 'weight_decay': .3, 'lr': .1},
+    //        {'params': [b], 'weight_decay': 0, 'lr': .05, 'amsgrad': True}], betas=(.8, .95))
+    let got = four_steps(|p| {
+        let common = AdamWOptions {
+            betas: (0.8, 0.95),
+            ..Default::default()
+        };
+        let groups = vec![
+            ParamGroup::new(
+                vec![p[0].clone()],
+                AdamWOptions {
+                    lr: 0.1,
+                    weight_decay: 0.3,
+                    ..common
+                },
+            ),
+            ParamGroup::new(
+                vec![p[1].clone()],
+                AdamWOptions {
+                    lr: 0.05,
+                    weight_decay: 0.0,
+                    amsgrad: true,
+                    ..common
+                },
+            ),
+        ];
+        Box::new(AdamW::with_groups(groups).unwrap())
+    });
+    close(&got, &[0.080_151_699, 0.148_799_88, 0.296_520_26], 2e-6);
+    // SGD([{'params': [w], 'momentum': .9, 'dampening': .3}, {'params': [b], 'lr': .2}],
+    //     lr=.05)
+    let got = four_steps(|p| {
+        let base = SgdOptions {
+            lr: 0.05,
+            ..Default::default()
+        };
+        let groups = vec![
+            ParamGroup::new(
+                vec![p[0].clone()],
+                SgdOptions {
+                    momentum: 0.9,
+                    dampening: 0.3,
+                    ..base
+                },
+            ),
+            ParamGroup::new(vec![p[1].clone()], SgdOptions { lr: 0.2, ..base }),
+        ];
+        Box::new(Sgd::with_groups(groups).unwrap())
+    });
+    close(&got, &[-0.209_731_1, 1.055_720_3, -0.295_191_94], 2e-6);
+    // SGD(lr=.05, momentum=.9, dampening=.3) where the bias has no gradient at step 1: its
+    // buffer starts at its first gradient (step 2), undamped.
+    let got = four_steps_of(
+        |p| {
+            let o = SgdOptions {
+                lr: 0.05,
+                momentum: 0.9,
+                dampening: 0.3,
+                ..Default::default()
+            };
+            Box::new(Sgd::with_options(p, o).unwrap())
+        },
+        true,
+    );
+    close(&got, &[-0.145_227_63, 1.106_465_3, -0.049_517_203], 2e-6);
+    // A parameter in two groups is refused, as PyTorch refuses it.
+    let w = Tensor::from_vec(vec![1.0f32], [1]).requires_grad_(true);
+    let twice = vec![
+        ParamGroup::new(vec![w.clone()], AdamWOptions::default()),
+        ParamGroup::new(vec![w.clone()], AdamWOptions::default()),
+    ];
+    let err = AdamW::with_groups(twice).unwrap_err().to_string();
+    assert!(
+        err.contains("AdamW") && err.contains("more than once"),
+        "{err}"
+    );
+    let once_twice = vec![ParamGroup::new(vec![w.clone(), w], SgdOptions::default())];
+    assert!(Sgd::with_groups(once_twice).is_err());
 }

@@ -1,7 +1,7 @@
 //! AdamW (Adam with decoupled weight decay) and Adam (with L2 weight decay): one update,
 //! two ways of decaying.
 
-use super::{Optimizer, realize_step};
+use super::{Optimizer, ParamGroup, realize_step};
 use crate::autograd::no_grad;
 use crate::dtype::DType;
 use crate::error::Result;
@@ -24,9 +24,12 @@ pub struct AdamW {
     /// views recorded before an in-place update read the old value).
     m: Vec<Tensor>,
     v: Vec<Tensor>,
-    /// Per parameter with `amsgrad`: the largest second moment so far.
-    v_max: Vec<Tensor>,
-    hyper: AdamWOptions,
+    /// Per parameter whose group has `amsgrad`: the largest second moment so far.
+    v_max: Vec<Option<Tensor>>,
+    /// Per parameter group: its options.
+    groups: Vec<AdamWOptions>,
+    /// Per parameter: its group.
+    group_of: Vec<usize>,
     /// AdamW's decay (`p ← p(1 - lr·wd)`), or Adam's (`g ← g + wd·p`).
     decoupled: bool,
     steps: u64,
@@ -103,30 +106,56 @@ impl AdamW {
     /// AdamW with every option PyTorch's has ([`AdamWOptions`]); refuses what PyTorch
     /// refuses.
     pub fn with_options(params: Vec<Tensor>, hyper: AdamWOptions) -> Result<AdamW> {
-        AdamW::build("AdamW", params, hyper, true)
+        AdamW::with_groups(vec![ParamGroup::new(params, hyper)])
+    }
+
+    /// AdamW over parameter groups, each with its own options (PyTorch's list of dicts:
+    /// say, weight decay on matrices and none on gains and biases). One step updates every
+    /// group in one realize; a parameter in two groups is refused.
+    ///
+    /// ```
+    /// use kiln::optim::{AdamW, AdamWOptions, Optimizer, ParamGroup};
+    /// use kiln::Tensor;
+    /// let w = Tensor::from_vec(vec![1.0f32; 4], &[2, 2]).requires_grad_(true);
+    /// let b = Tensor::from_vec(vec![1.0f32; 2], &[2]).requires_grad_(true);
+    /// let decay = AdamWOptions { lr: 0.1, weight_decay: 0.1, ..Default::default() };
+    /// let plain = AdamWOptions { weight_decay: 0.0, ..decay };
+    /// let mut opt = AdamW::with_groups(vec![
+    ///     ParamGroup::new(vec![w.clone()], decay),
+    ///     ParamGroup::new(vec![b.clone()], plain),
+    /// ])
+    /// .unwrap();
+    /// assert_eq!(opt.group_options(1).unwrap().weight_decay, 0.0);
+    /// opt.set_lr(0.05); // every group
+    /// opt.set_group_lr(0, 0.2).unwrap();
+    /// assert_eq!(opt.group_options(0).unwrap().lr, 0.2);
+    /// ```
+    pub fn with_groups(groups: Vec<ParamGroup<AdamWOptions>>) -> Result<AdamW> {
+        AdamW::build("AdamW", groups, true)
     }
 
     fn build(
         op: &'static str,
-        params: Vec<Tensor>,
-        hyper: AdamWOptions,
+        groups: Vec<ParamGroup<AdamWOptions>>,
         decoupled: bool,
     ) -> Result<AdamW> {
         let nonneg = |v: f64| v >= 0.0;
         let unit = |v: f64| (0.0..1.0).contains(&v);
-        let AdamWOptions {
-            lr,
-            betas,
-            eps,
-            weight_decay,
-            ..
-        } = hyper;
-        super::check_hyper(op, "the learning rate", lr, nonneg, "at least 0")?;
-        super::check_hyper(op, "eps", eps, nonneg, "at least 0")?;
-        super::check_hyper(op, "beta1", betas.0, unit, "in [0, 1)")?;
-        super::check_hyper(op, "beta2", betas.1, unit, "in [0, 1)")?;
-        super::check_hyper(op, "weight_decay", weight_decay, nonneg, "at least 0")?;
-        super::check_float_params(op, &params)?;
+        for g in &groups {
+            let AdamWOptions {
+                lr,
+                betas,
+                eps,
+                weight_decay,
+                ..
+            } = g.options;
+            super::check_hyper(op, "the learning rate", lr, nonneg, "at least 0")?;
+            super::check_hyper(op, "eps", eps, nonneg, "at least 0")?;
+            super::check_hyper(op, "beta1", betas.0, unit, "in [0, 1)")?;
+            super::check_hyper(op, "beta2", betas.1, unit, "in [0, 1)")?;
+            super::check_hyper(op, "weight_decay", weight_decay, nonneg, "at least 0")?;
+        }
+        let (params, group_of, options) = super::flatten_groups(op, groups)?;
         let state = params
             .iter()
             .map(|p| {
@@ -137,11 +166,17 @@ impl AdamW {
                 Ok(z)
             })
             .collect::<Result<Vec<_>>>()?;
-        let v_max = if hyper.amsgrad {
-            super::zeros_like_all(&params)?
-        } else {
-            vec![]
-        };
+        let v_max = params
+            .iter()
+            .zip(&group_of)
+            .map(|(p, &g)| {
+                if options[g].amsgrad {
+                    super::zeros_like_all(std::slice::from_ref(p)).map(|mut z| z.pop())
+                } else {
+                    Ok(None)
+                }
+            })
+            .collect::<Result<Vec<_>>>()?;
         let (m, v) = moment_views(&state)?;
         let n = params.len();
         Ok(AdamW {
@@ -150,7 +185,8 @@ impl AdamW {
             m,
             v,
             v_max,
-            hyper,
+            groups: options,
+            group_of,
             decoupled,
             steps: 0,
             param_steps: vec![0; n],
@@ -173,14 +209,22 @@ impl AdamW {
     pub fn moments(&self, i: usize) -> Option<(&Tensor, &Tensor)> {
         Some((self.m.get(i)?, self.v.get(i)?))
     }
+
+    /// The options of parameter group `i`.
+    pub fn group_options(&self, i: usize) -> Option<&AdamWOptions> {
+        self.groups.get(i)
+    }
+
+    /// Sets the learning rate of group `i` alone (a schedule that scales each group's own
+    /// rate); `None` when there is no such group.
+    pub fn set_group_lr(&mut self, i: usize, lr: f64) -> Option<()> {
+        self.groups.get_mut(i).map(|g| g.lr = lr)
+    }
 }
 
 impl Optimizer for AdamW {
     fn step_report(&mut self) -> Result<RealizeReport> {
         self.steps += 1;
-        let h = self.hyper;
-        let (b1, b2) = h.betas;
-        let (lr, eps, wd) = (h.lr, h.eps, h.weight_decay);
         let decoupled = self.decoupled;
         // The views of the old moments go first: nothing may read them after the update.
         self.m.clear();
@@ -196,6 +240,9 @@ impl Optimizer for AdamW {
                 let Some(mut g) = p.grad() else {
                     continue;
                 };
+                let h = self.groups[self.group_of[i]];
+                let (b1, b2) = h.betas;
+                let (lr, eps, wd) = (h.lr, h.eps, h.weight_decay);
                 if h.maximize {
                     g = g.try_neg()?;
                 }
@@ -223,7 +270,7 @@ impl Optimizer for AdamW {
                 )?;
                 s.try_copy_(&s.try_mul(&decay)?.try_add(&fresh)?)?;
                 let (m, mut v) = moments_of(s)?;
-                if let Some(v_max) = self.v_max.get(i) {
+                if let Some(Some(v_max)) = self.v_max.get(i) {
                     v_max.try_copy_(&v_max.try_maximum(&v)?)?;
                     v = v_max.clone();
                 }
@@ -238,8 +285,9 @@ impl Optimizer for AdamW {
             }
             Ok(())
         });
+        let maxima: Vec<Tensor> = self.v_max.iter().flatten().cloned().collect();
         let report = recorded
-            .and_then(|()| realize_step(&[&self.params, &self.state, &self.v_max], &self.options));
+            .and_then(|()| realize_step(&[&self.params, &self.state, &maxima], &self.options));
         let (m, v) = moment_views(&self.state)?;
         (self.m, self.v) = (m, v);
         report
@@ -249,12 +297,16 @@ impl Optimizer for AdamW {
         &self.params
     }
 
+    /// The first group's learning rate.
     fn lr(&self) -> f64 {
-        self.hyper.lr
+        self.groups.first().map_or(0.0, |g| g.lr)
     }
 
+    /// Sets every group's learning rate.
     fn set_lr(&mut self, lr: f64) {
-        self.hyper.lr = lr;
+        for g in &mut self.groups {
+            g.lr = lr;
+        }
     }
 
     fn set_realize_options(&mut self, options: RealizeOptions) {
@@ -296,7 +348,22 @@ impl Adam {
     /// Adam with `amsgrad` or `maximize` ([`AdamWOptions`]; its `weight_decay` is Adam's L2
     /// term here).
     pub fn with_options(params: Vec<Tensor>, hyper: AdamWOptions) -> Result<Adam> {
-        AdamW::build("Adam", params, hyper, false).map(Adam)
+        Adam::with_groups(vec![ParamGroup::new(params, hyper)])
+    }
+
+    /// Adam over parameter groups, each with its own options ([`AdamW::with_groups`]).
+    pub fn with_groups(groups: Vec<ParamGroup<AdamWOptions>>) -> Result<Adam> {
+        AdamW::build("Adam", groups, false).map(Adam)
+    }
+
+    /// The options of parameter group `i`.
+    pub fn group_options(&self, i: usize) -> Option<&AdamWOptions> {
+        self.0.group_options(i)
+    }
+
+    /// Sets the learning rate of group `i` alone; `None` when there is no such group.
+    pub fn set_group_lr(&mut self, i: usize, lr: f64) -> Option<()> {
+        self.0.set_group_lr(i, lr)
     }
 
     /// Steps taken.

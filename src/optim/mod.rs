@@ -86,6 +86,52 @@ fn realize_step(groups: &[&[Tensor]], options: &RealizeOptions) -> Result<Realiz
     crate::tensor::realize_all_with(&all, options)
 }
 
+/// Parameters that share an optimizer's options: one entry of PyTorch's list of parameter
+/// groups.
+#[derive(Clone, Debug)]
+pub struct ParamGroup<O> {
+    /// The group's parameters.
+    pub params: Vec<Tensor>,
+    /// Their options ([`SgdOptions`], [`AdamWOptions`]).
+    pub options: O,
+}
+
+impl<O> ParamGroup<O> {
+    /// A group of `params` with `options`.
+    pub fn new(params: Vec<Tensor>, options: O) -> ParamGroup<O> {
+        ParamGroup { params, options }
+    }
+}
+
+/// Every group's parameters in order, each one's group index, and the groups' options.
+/// Refuses non-float parameters and a parameter in two groups (or twice in one), as
+/// PyTorch does.
+fn flatten_groups<O>(
+    op: &'static str,
+    groups: Vec<ParamGroup<O>>,
+) -> Result<(Vec<Tensor>, Vec<usize>, Vec<O>)> {
+    let mut params = vec![];
+    let mut group_of = vec![];
+    let mut options = Vec::with_capacity(groups.len());
+    let mut seen = std::collections::HashSet::new();
+    for (i, g) in groups.into_iter().enumerate() {
+        check_float_params(op, &g.params)?;
+        for p in g.params {
+            if !seen.insert(p.node_key()) {
+                return Err(crate::error::KilnError::InvalidArgument {
+                    op,
+                    shape: p.shape().to_vec(),
+                    reason: "a parameter appears more than once in the parameter groups".into(),
+                });
+            }
+            params.push(p);
+            group_of.push(i);
+        }
+        options.push(g.options);
+    }
+    Ok((params, group_of, options))
+}
+
 /// Refuses parameters that are not floating-point (`op` the optimizer).
 fn check_float_params(op: &'static str, params: &[Tensor]) -> Result<()> {
     for p in params {

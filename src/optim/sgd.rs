@@ -1,20 +1,28 @@
 //! Stochastic gradient descent with momentum.
 
-use super::{Optimizer, realize_step, zeros_like_all};
+use super::{Optimizer, ParamGroup, realize_step, zeros_like_all};
 use crate::autograd::no_grad;
 use crate::error::{KilnError, Result};
 use crate::plan::RealizeOptions;
 use crate::tensor::{RealizeReport, Tensor};
 
 /// SGD as PyTorch's `torch.optim.SGD`: `g ← -g` when maximizing, `g ← g + wd·p`; with
-/// momentum `μ`, `b ← μb + (1 - dampening)·g` (the first step takes `b = g`), then
+/// momentum `μ`, `b ← μb + (1 - dampening)·g` (a parameter's first update with a gradient
+/// takes `b = g`), then
 /// `p ← p - lr·b` (Nesterov: `p ← p - lr·(g + μb)`).
 #[derive(Debug)]
 pub struct Sgd {
     params: Vec<Tensor>,
-    buffers: Vec<Tensor>,
-    hyper: SgdOptions,
+    /// Per parameter whose group has momentum: its momentum buffer.
+    buffers: Vec<Option<Tensor>>,
+    /// Per parameter group: its options.
+    groups: Vec<SgdOptions>,
+    /// Per parameter: its group.
+    group_of: Vec<usize>,
     steps: u64,
+    /// Per parameter: whether its momentum buffer holds a value (PyTorch starts it at the
+    /// parameter's first gradient, not at the optimizer's first step).
+    started: Vec<bool>,
     options: RealizeOptions,
 }
 
@@ -82,47 +90,75 @@ impl Sgd {
 
     /// SGD with every option PyTorch's has ([`SgdOptions`]); refuses what PyTorch refuses.
     pub fn with_options(params: Vec<Tensor>, hyper: SgdOptions) -> Result<Sgd> {
+        Sgd::with_groups(vec![ParamGroup::new(params, hyper)])
+    }
+
+    /// SGD over parameter groups, each with its own options (PyTorch's list of dicts); one
+    /// step updates every group in one realize. A parameter in two groups is refused.
+    pub fn with_groups(groups: Vec<ParamGroup<SgdOptions>>) -> Result<Sgd> {
         let nonneg = |v: f64| v >= 0.0;
-        super::check_hyper("Sgd", "the learning rate", hyper.lr, nonneg, "at least 0")?;
-        super::check_hyper("Sgd", "momentum", hyper.momentum, nonneg, "at least 0")?;
-        super::check_hyper("Sgd", "dampening", hyper.dampening, |_| true, "a number")?;
-        let wd = hyper.weight_decay;
-        super::check_hyper("Sgd", "weight_decay", wd, nonneg, "at least 0")?;
-        if hyper.nesterov && (hyper.momentum <= 0.0 || hyper.dampening != 0.0) {
-            // PyTorch: "Nesterov momentum requires a momentum and zero dampening".
-            return Err(KilnError::InvalidArgument {
-                op: "Sgd",
-                shape: vec![],
-                reason: "Nesterov momentum requires a momentum above 0 and zero dampening".into(),
-            });
+        for g in &groups {
+            let h = g.options;
+            super::check_hyper("Sgd", "the learning rate", h.lr, nonneg, "at least 0")?;
+            super::check_hyper("Sgd", "momentum", h.momentum, nonneg, "at least 0")?;
+            super::check_hyper("Sgd", "dampening", h.dampening, |_| true, "a number")?;
+            let wd = h.weight_decay;
+            super::check_hyper("Sgd", "weight_decay", wd, nonneg, "at least 0")?;
+            if h.nesterov && (h.momentum <= 0.0 || h.dampening != 0.0) {
+                // PyTorch: "Nesterov momentum requires a momentum and zero dampening".
+                return Err(KilnError::InvalidArgument {
+                    op: "Sgd",
+                    shape: vec![],
+                    reason: "Nesterov momentum requires a momentum above 0 and zero dampening"
+                        .into(),
+                });
+            }
         }
-        super::check_float_params("Sgd", &params)?;
-        let buffers = if hyper.momentum != 0.0 {
-            zeros_like_all(&params)?
-        } else {
-            vec![]
-        };
+        let (params, group_of, groups) = super::flatten_groups("Sgd", groups)?;
+        let n = params.len();
+        let buffers = params
+            .iter()
+            .zip(&group_of)
+            .map(|(p, &g)| {
+                if groups[g].momentum != 0.0 {
+                    zeros_like_all(std::slice::from_ref(p)).map(|mut z| z.pop())
+                } else {
+                    Ok(None)
+                }
+            })
+            .collect::<Result<Vec<_>>>()?;
         Ok(Sgd {
             params,
             buffers,
-            hyper,
+            groups,
+            group_of,
             steps: 0,
+            started: vec![false; n],
             options: RealizeOptions::default(),
         })
+    }
+
+    /// The options of parameter group `i`.
+    pub fn group_options(&self, i: usize) -> Option<&SgdOptions> {
+        self.groups.get(i)
+    }
+
+    /// Sets the learning rate of group `i` alone; `None` when there is no such group.
+    pub fn set_group_lr(&mut self, i: usize, lr: f64) -> Option<()> {
+        self.groups.get_mut(i).map(|g| g.lr = lr)
     }
 }
 
 impl Optimizer for Sgd {
     fn step_report(&mut self) -> Result<RealizeReport> {
         self.steps += 1;
-        let first = self.steps == 1;
-        let h = self.hyper;
-        let (lr, mu, wd) = (h.lr, h.momentum, h.weight_decay);
         no_grad(|| -> Result<()> {
             for (i, p) in self.params.iter().enumerate() {
                 let Some(mut g) = p.grad() else {
                     continue;
                 };
+                let h = self.groups[self.group_of[i]];
+                let (lr, mu, wd) = (h.lr, h.momentum, h.weight_decay);
                 if h.maximize {
                     g = g.try_neg()?;
                 }
@@ -130,9 +166,9 @@ impl Optimizer for Sgd {
                     g = g.try_add(&p.try_mul(wd)?)?;
                 }
                 let direction = match self.buffers.get(i) {
-                    Some(b) => {
+                    Some(Some(b)) => {
                         // PyTorch starts the buffer at the first gradient.
-                        let nb = if first {
+                        let nb = if !std::mem::replace(&mut self.started[i], true) {
                             g.clone()
                         } else if h.dampening != 0.0 {
                             b.try_mul(mu)?.try_add(&g.try_mul(1.0 - h.dampening)?)?
@@ -146,25 +182,30 @@ impl Optimizer for Sgd {
                             b.clone()
                         }
                     }
-                    None => g,
+                    _ => g,
                 };
                 p.try_copy_(&p.try_sub(&direction.try_mul(lr)?)?)?;
             }
             Ok(())
         })?;
-        realize_step(&[&self.params, &self.buffers], &self.options)
+        let buffers: Vec<Tensor> = self.buffers.iter().flatten().cloned().collect();
+        realize_step(&[&self.params, &buffers], &self.options)
     }
 
     fn params(&self) -> &[Tensor] {
         &self.params
     }
 
+    /// The first group's learning rate.
     fn lr(&self) -> f64 {
-        self.hyper.lr
+        self.groups.first().map_or(0.0, |g| g.lr)
     }
 
+    /// Sets every group's learning rate.
     fn set_lr(&mut self, lr: f64) {
-        self.hyper.lr = lr;
+        for g in &mut self.groups {
+            g.lr = lr;
+        }
     }
 
     fn set_realize_options(&mut self, options: RealizeOptions) {
