@@ -1336,7 +1336,19 @@ fn propose(rng: &mut Rng, b: &mut Builder) -> Option<()> {
                     _ => rng.below(classes) as i64,
                 })
                 .collect();
-            let targets = b.push(Node::Index { data, shape: ts })?;
+            // Class indices, or (PyTorch's other form) class probabilities of the logits'
+            // shape that require grad themselves.
+            let targets = if rng.chance(0.3) {
+                let data = (0..count * classes).map(|_| rng.range(0.0, 1.0)).collect();
+                let dtype = b.v[x].dtype;
+                b.push(Node::Leaf {
+                    data,
+                    shape: xs.clone(),
+                    dtype,
+                })?
+            } else {
+                b.push(Node::Index { data, shape: ts })?
+            };
             // Class weights (PyTorch's `weight=`), positive, in the logits' dtype.
             let weight = if rng.chance(0.35) {
                 let data = (0..classes).map(|_| rng.range(0.25, 2.0)).collect();

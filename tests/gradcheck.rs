@@ -454,6 +454,23 @@ fn losses_and_dropout() {
             |t| kiln::nn::functional::cross_entropy_with(&t[0], &skipping, &opts).unwrap(),
         );
     }
+    // Class-probability targets: the gradient reaches the logits and the targets.
+    for reduction in [Reduction::Mean, Reduction::None] {
+        let opts = CrossEntropyOptions {
+            weight: Some(class_w.clone()),
+            reduction,
+            label_smoothing: 0.1,
+            ..Default::default()
+        };
+        check(
+            "cross_entropy probabilities",
+            &[
+                (values(12, 36, -2.0, 2.0), vec![3, 4]),
+                (values(12, 46, 0.0, 1.0), vec![3, 4]),
+            ],
+            |t| kiln::nn::functional::cross_entropy_with(&t[0], &t[1], &opts).unwrap(),
+        );
+    }
     let nll_targets = Tensor::from_vec(vec![2i64, -100, 1], [3]);
     check(
         "nll_loss",

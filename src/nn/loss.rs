@@ -51,7 +51,8 @@ impl Default for CrossEntropyOptions {
     }
 }
 
-/// Cross entropy of `logits` (`[..., C]`) against integer class `targets` (`[...]`),
+/// Cross entropy of `logits` (`[..., C]`) against integer class `targets` (`[...]`) or
+/// class probabilities (float, `[..., C]`: see [`cross_entropy_with`]),
 /// averaged over the targets — PyTorch's `cross_entropy` with its defaults: targets of
 /// -100 are skipped (`ignore_index=-100`) and the mean is over the others
 /// (`reduction='mean'`). [`cross_entropy_with`] takes the options.
@@ -69,7 +70,9 @@ pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
 
 /// Cross entropy with PyTorch's `weight`, `ignore_index`, `reduction` and
 /// `label_smoothing` ([`CrossEntropyOptions`]); classes are on the **last** dimension of
-/// `logits`.
+/// `logits`. Float `targets` of the logits' shape are class probabilities (soft labels):
+/// per row `-Σ_c w_c·y_c·log_softmax(x)_c` with `y` smoothed to `(1 - ε)·y + ε/C`, the
+/// mean over rows, differentiated op by op (a target that requires grad gets a gradient).
 ///
 /// Per target `t` that is not ignored the loss is
 /// `logsumexp(x) - (1 - ε)·x[t] - ε·mean(x)`; an ignored target's is 0. The mean divides
@@ -101,8 +104,6 @@ pub fn cross_entropy_with(
     targets: &Tensor,
     options: &CrossEntropyOptions,
 ) -> Result<Tensor> {
-    check_class_targets("cross_entropy", logits, targets)?;
-    let nd = logits.ndim();
     let eps = options.label_smoothing;
     if !(0.0..=1.0).contains(&eps) {
         return Err(KilnError::InvalidArgument {
@@ -111,6 +112,11 @@ pub fn cross_entropy_with(
             reason: format!("label_smoothing {eps} is not in [0, 1]"),
         });
     }
+    if targets.dtype().is_float() {
+        return cross_entropy_of_probabilities(logits, targets, options);
+    }
+    check_class_targets("cross_entropy", logits, targets)?;
+    let nd = logits.ndim();
     let c = logits.shape()[nd - 1];
     let n = targets.numel();
     let dtype = if logits.dtype().is_float() {
@@ -248,6 +254,48 @@ pub fn cross_entropy_with(
     })
 }
 
+/// [`cross_entropy_with`] for float `targets` of the logits' shape: class probabilities
+/// (soft labels), PyTorch's other form. Per row `-Σ_c w_c·y_c·log_softmax(x)_c` with
+/// `y` smoothed to `(1 - ε)·y + ε / C`; the mean is over the rows (not the weights, as in
+/// PyTorch); `ignore_index` does not apply. Differentiated op by op, so a target that
+/// requires grad gets one too.
+fn cross_entropy_of_probabilities(
+    logits: &Tensor,
+    targets: &Tensor,
+    options: &CrossEntropyOptions,
+) -> Result<Tensor> {
+    let op = "cross_entropy";
+    if logits.ndim() == 0 || targets.shape() != logits.shape() {
+        return Err(KilnError::ShapeMismatch {
+            op,
+            lhs: logits.shape().to_vec(),
+            rhs: targets.shape().to_vec(),
+            detail: ": class-probability targets must have the input's shape".into(),
+        });
+    }
+    let c = logits.shape()[logits.ndim() - 1];
+    let dtype = if logits.dtype().is_float() {
+        logits.dtype()
+    } else {
+        DType::F32
+    };
+    let eps = options.label_smoothing;
+    let mut y = targets.try_cast(dtype)?;
+    if eps != 0.0 {
+        y = y.try_mul(1.0 - eps)?.try_add(eps / c as f64)?;
+    }
+    let mut terms = logits.try_cast(dtype)?.try_log_softmax(-1)?.try_mul(&y)?;
+    if let Some(w) = weight_row(op, options.weight.as_ref(), c, dtype)? {
+        terms = terms.try_mul(&w)?;
+    }
+    let rows = terms
+        .try_cast(accumulator(dtype))?
+        .try_sum(-1)?
+        .try_neg()?
+        .try_cast(dtype)?;
+    reduce(rows, options.reduction)
+}
+
 /// Mean squared error, `mean((prediction - target)²)` — PyTorch's `mse_loss` with its
 /// default `reduction='mean'`.
 pub fn mse_loss(prediction: &Tensor, target: &Tensor) -> Result<Tensor> {
@@ -289,9 +337,7 @@ fn check_class_targets(op: &'static str, input: &Tensor, targets: &Tensor) -> Re
         return Err(KilnError::UnsupportedDType {
             op,
             dtype: targets.dtype(),
-            detail:
-                ": targets must be integer class indices (class probabilities are not supported)"
-                    .into(),
+            detail: ": targets must be integer class indices".into(),
         });
     }
     Ok(())
@@ -341,6 +387,24 @@ fn class_weights(
     dtype: DType,
     index: &Tensor,
 ) -> Result<Option<ClassWeights>> {
+    let Some(row) = weight_row(op, weight, c, dtype)? else {
+        return Ok(None);
+    };
+    let n = index.shape()[0];
+    Ok(Some(ClassWeights {
+        picked: row.try_broadcast_to([n, c])?.try_gather(1, index)?,
+        total: row.try_sum(..)?,
+        row,
+    }))
+}
+
+/// The checks of [`class_weights`]; the weights as one `[1, C]` row of `dtype`.
+fn weight_row(
+    op: &'static str,
+    weight: Option<&Tensor>,
+    c: usize,
+    dtype: DType,
+) -> Result<Option<Tensor>> {
     let Some(w) = weight else {
         return Ok(None);
     };
@@ -368,13 +432,7 @@ fn class_weights(
                 .into(),
         });
     }
-    let row = w.try_cast(dtype)?.try_reshape([1, c as isize])?;
-    let n = index.shape()[0];
-    Ok(Some(ClassWeights {
-        picked: row.try_broadcast_to([n, c])?.try_gather(1, index)?,
-        total: row.try_sum(..)?,
-        row,
-    }))
+    Ok(Some(w.try_cast(dtype)?.try_reshape([1, c as isize])?))
 }
 
 /// The divisor of a mean over the kept targets: their total class weight (`picked`, each
