@@ -233,6 +233,31 @@ fn composites_with_their_own_rules() {
 
 #[test]
 fn matmul_where_and_cast() {
+    // einsum: a batched contraction with a broadcast label, a diagonal, an outer product.
+    check(
+        "einsum bij,jk->bik",
+        &[
+            (values(12, 70, -1.0, 1.0), vec![2, 2, 3]),
+            (values(3, 71, -1.0, 1.0), vec![3, 1]),
+        ],
+        |t| Tensor::einsum("bij,jk->bik", &[&t[0], &t[1]]),
+    );
+    check(
+        "einsum ii,ij->j",
+        &[
+            (values(9, 72, -1.0, 1.0), vec![3, 3]),
+            (values(12, 73, -1.0, 1.0), vec![3, 4]),
+        ],
+        |t| Tensor::einsum("ii,ij->j", &[&t[0], &t[1].t().t()]),
+    );
+    check(
+        "einsum i,j->ji",
+        &[
+            (values(3, 74, -1.0, 1.0), vec![3]),
+            (values(2, 75, -1.0, 1.0), vec![2]),
+        ],
+        |t| Tensor::einsum("i,j->ji", &[&t[0], &t[1]]),
+    );
     check(
         "matmul",
         &[

@@ -7,6 +7,7 @@
 mod combine;
 mod creation;
 mod display;
+mod einsum;
 mod elementwise;
 mod indexing;
 mod inplace;
