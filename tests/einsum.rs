@@ -3,6 +3,9 @@
 //! through transposed views) against a plain evaluator that sums every assignment of the
 //! labels.
 
+mod common;
+
+use common::Rng;
 use kiln::{DType, Tensor};
 
 #[test]
@@ -127,23 +130,6 @@ fn malformed_equations_are_refused_with_the_equation_and_shapes() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("[2, 3]") && err.contains("[4, 2]"), "{err}");
-}
-
-/// A small deterministic generator (splitmix64).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
 }
 
 /// `einsum` by summing, for every assignment of all labels, the product of the operands'

@@ -233,6 +233,18 @@ fn composites_with_their_own_rules() {
 
 #[test]
 fn matmul_where_and_cast() {
+    // Composites of views and joins: roll, diagonal, diag of a vector.
+    check("roll", &[(values(12, 76, -1.0, 1.0), vec![3, 4])], |t| {
+        t[0].t().roll(&[1, -3], &[0, 1])
+    });
+    check(
+        "diagonal",
+        &[(values(24, 77, -1.0, 1.0), vec![2, 3, 4])],
+        |t| t[0].diagonal(-1, 2, 1),
+    );
+    check("diag", &[(values(3, 78, -1.0, 1.0), vec![3])], |t| {
+        t[0].diag(2)
+    });
     // einsum: a batched contraction with a broadcast label, a diagonal, an outer product.
     check(
         "einsum bij,jk->bik",

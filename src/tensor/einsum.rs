@@ -1,5 +1,5 @@
 //! `einsum`: PyTorch's Einstein-summation form, recorded as the ops it stands for. Each
-//! operand's repeated labels become a diagonal (a strided view), labels no other operand
+//! operand's repeated labels become a diagonal ([`Tensor::diagonal`]), labels no other operand
 //! or the output needs are summed out first, and the operands are contracted left to right:
 //! a pair sharing labels that the rest drops is one (batched) matrix product of permuted,
 //! reshaped views; a pair sharing none is a broadcast product. The result is then permuted
@@ -232,11 +232,10 @@ struct Term {
 }
 
 impl Term {
-    /// `t` with each repeated label taken along its diagonal, so every label appears once.
+    /// `t` with each repeated label taken along its diagonal ([`Tensor::diagonal`], which
+    /// appends it last), so every label appears once.
     fn diagonals(mut t: Tensor, mut labels: Vec<Label>) -> Result<Term> {
         while let Some((i, j)) = first_repeat(&labels) {
-            // Move the pair last, flatten it and step by `n + 1`: the diagonal, as a view
-            // of the (possibly copied) flattened pair.
             if t.shape()[i] != t.shape()[j] {
                 return Err(KilnError::InvalidArgument {
                     op: "einsum",
@@ -249,27 +248,7 @@ impl Term {
                     ),
                 });
             }
-            let nd = labels.len();
-            let mut perm: Vec<isize> = (0..nd)
-                .filter(|&d| d != i && d != j)
-                .map(|d| d as isize)
-                .collect();
-            perm.push(i as isize);
-            perm.push(j as isize);
-            let n = t.shape()[i];
-            let moved = t.try_permute(perm.as_slice())?;
-            let mut flat: Vec<isize> = moved.shape()[..nd - 2]
-                .iter()
-                .map(|&d| d as isize)
-                .collect();
-            flat.push((n * n) as isize);
-            let last = flat.len() as isize - 1;
-            t = moved.try_reshape(flat.as_slice())?.try_slice_dim(
-                last,
-                0,
-                (n * n) as isize,
-                (n + 1).max(1) as isize,
-            )?;
+            t = t.try_diagonal(0, i as isize, j as isize)?;
             let l = labels[i];
             labels = labels
                 .iter()

@@ -5,6 +5,7 @@
 //! message is the same error text.
 
 mod combine;
+mod composite;
 mod creation;
 mod display;
 mod einsum;
