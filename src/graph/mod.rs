@@ -372,7 +372,9 @@ impl Graph {
     pub fn live_readers(&self, value: NodeKey, except: NodeKey) -> Result<Vec<NodeKey>> {
         let (start, skip) = (self.index(value)?, self.index(except)?);
         let mut out = vec![];
-        let mut seen = std::collections::HashSet::new();
+        // Indexed by node index (a bitmap, not a hash set: an optimizer step asks this for
+        // every parameter over the whole pending forward and backward graph).
+        let mut seen = vec![false; petgraph::visit::NodeIndexable::node_bound(&self.dag)];
         let mut stack: Vec<NodeIndex> = self
             .dag
             .neighbors_directed(start, Direction::Outgoing)
@@ -381,11 +383,11 @@ impl Graph {
         while let Some(i) = stack.pop() {
             // `except` (the write) is reached again through its own value, which reads
             // `value`: what reads the write reads the new value, not this one.
-            if i == skip || !seen.insert(i) {
+            if i == skip || std::mem::replace(&mut seen[i.index()], true) {
                 continue;
             }
             let n = &self.dag[i];
-            if n.op == Op::Buffer {
+            if matches!(n.op, Op::Buffer) {
                 continue;
             }
             if n.handles > 0 {

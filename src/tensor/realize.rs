@@ -81,6 +81,7 @@ pub fn realize_all(tensors: &[&Tensor]) -> Result<()> {
 /// tensor holding the same buffer, such as `x.detach()`): those readers must run in the
 /// same plan, before the write, or their input would be gone.
 fn sweep_with_readers(g: &graph::Graph, targets: &mut Vec<NodeKey>) -> Result<graph::Sweep> {
+    let mut listed: std::collections::HashSet<NodeKey> = targets.iter().copied().collect();
     loop {
         let sweep = g.sweep(targets)?;
         let mut added = false;
@@ -96,7 +97,8 @@ fn sweep_with_readers(g: &graph::Graph, targets: &mut Vec<NodeKey>) -> Result<gr
             for r in readers {
                 // A reader that already reads an overwritten value cannot run anyway (its
                 // own realize reports that): it does not hold this write back.
-                if !targets.contains(&r) && !reads_overwritten(g, r)? {
+                if !listed.contains(&r) && !reads_overwritten(g, r)? {
+                    listed.insert(r);
                     targets.push(r);
                     added = true;
                 }
