@@ -278,6 +278,11 @@ impl Graph {
         self.dag.node_count()
     }
 
+    /// Every live node, in no particular order.
+    pub fn nodes(&self) -> impl Iterator<Item = &Node> {
+        self.dag.node_weights()
+    }
+
     /// True when no node is alive.
     pub fn is_empty(&self) -> bool {
         self.len() == 0

@@ -82,6 +82,9 @@ pub fn realize_all(tensors: &[&Tensor]) -> Result<()> {
 /// same plan, before the write, or their input would be gone.
 fn sweep_with_readers(g: &graph::Graph, targets: &mut Vec<NodeKey>) -> Result<graph::Sweep> {
     let mut listed: std::collections::HashSet<NodeKey> = targets.iter().copied().collect();
+    // Whether any realized value in the graph was overwritten since: usually none, and then
+    // no reader can read one (each check would sweep the reader's whole history).
+    let any_overwritten = g.nodes().any(|n| node_version_ok(n).is_err());
     loop {
         let sweep = g.sweep(targets)?;
         let mut added = false;
@@ -97,11 +100,12 @@ fn sweep_with_readers(g: &graph::Graph, targets: &mut Vec<NodeKey>) -> Result<gr
             for r in readers {
                 // A reader that already reads an overwritten value cannot run anyway (its
                 // own realize reports that): it does not hold this write back.
-                if !listed.contains(&r) && !reads_overwritten(g, r)? {
-                    listed.insert(r);
-                    targets.push(r);
-                    added = true;
+                if listed.contains(&r) || any_overwritten && reads_overwritten(g, r)? {
+                    continue;
                 }
+                listed.insert(r);
+                targets.push(r);
+                added = true;
             }
         }
         if !added {
@@ -123,7 +127,11 @@ fn reads_overwritten(g: &graph::Graph, k: NodeKey) -> Result<bool> {
 /// A realized node whose buffer an in-place write has changed since holds a value that no
 /// longer exists: reading it is an error.
 fn check_version(g: &graph::Graph, k: NodeKey) -> Result<()> {
-    let n = g.node(k)?;
+    node_version_ok(g.node(k)?)
+}
+
+/// [`check_version`] of a node.
+fn node_version_ok(n: &graph::Node) -> Result<()> {
     match (&n.op, &n.buffer) {
         (Op::Buffer, Some(b)) => super::check_unchanged(&n.shape, n.dtype, b, n.version),
         _ => Ok(()),
