@@ -171,7 +171,7 @@ impl AdamW {
             .zip(&group_of)
             .map(|(p, &g)| {
                 if options[g].amsgrad {
-                    super::zeros_like_all(std::slice::from_ref(p)).map(|mut z| z.pop())
+                    super::zeros_like(p).map(Some)
                 } else {
                     Ok(None)
                 }

@@ -68,16 +68,11 @@ pub trait Optimizer {
     }
 }
 
-/// Zeros shaped like each parameter, realized (optimizer state).
-fn zeros_like_all(params: &[Tensor]) -> Result<Vec<Tensor>> {
-    params
-        .iter()
-        .map(|p| {
-            let z = Tensor::try_full_on(p.shape(), 0, p.dtype(), p.device())?;
-            z.realize()?;
-            Ok(z)
-        })
-        .collect()
+/// Zeros shaped like `p`, realized (optimizer state).
+fn zeros_like(p: &Tensor) -> Result<Tensor> {
+    let z = Tensor::try_full_on(p.shape(), 0, p.dtype(), p.device())?;
+    z.realize()?;
+    Ok(z)
 }
 
 /// Realizes the parameters and state after a step's updates were recorded.

@@ -1,6 +1,6 @@
 //! Stochastic gradient descent with momentum.
 
-use super::{Optimizer, ParamGroup, realize_step, zeros_like_all};
+use super::{Optimizer, ParamGroup, realize_step, zeros_like};
 use crate::autograd::no_grad;
 use crate::error::{KilnError, Result};
 use crate::plan::RealizeOptions;
@@ -121,7 +121,7 @@ impl Sgd {
             .zip(&group_of)
             .map(|(p, &g)| {
                 if groups[g].momentum != 0.0 {
-                    zeros_like_all(std::slice::from_ref(p)).map(|mut z| z.pop())
+                    zeros_like(p).map(Some)
                 } else {
                     Ok(None)
                 }

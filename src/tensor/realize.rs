@@ -83,8 +83,9 @@ pub fn realize_all(tensors: &[&Tensor]) -> Result<()> {
 fn sweep_with_readers(g: &graph::Graph, targets: &mut Vec<NodeKey>) -> Result<graph::Sweep> {
     let mut listed: std::collections::HashSet<NodeKey> = targets.iter().copied().collect();
     // Whether any realized value in the graph was overwritten since: usually none, and then
-    // no reader can read one (each check would sweep the reader's whole history).
-    let any_overwritten = g.nodes().any(|n| node_version_ok(n).is_err());
+    // no reader can read one (each check would sweep the reader's whole history). Scanned
+    // once, and only when a write has a reader to check: most realizes have none.
+    let mut any_overwritten: Option<bool> = None;
     loop {
         let sweep = g.sweep(targets)?;
         let mut added = false;
@@ -100,7 +101,12 @@ fn sweep_with_readers(g: &graph::Graph, targets: &mut Vec<NodeKey>) -> Result<gr
             for r in readers {
                 // A reader that already reads an overwritten value cannot run anyway (its
                 // own realize reports that): it does not hold this write back.
-                if listed.contains(&r) || any_overwritten && reads_overwritten(g, r)? {
+                if listed.contains(&r) {
+                    continue;
+                }
+                let overwritten = *any_overwritten
+                    .get_or_insert_with(|| g.nodes().any(|n| node_version_ok(n).is_err()));
+                if overwritten && reads_overwritten(g, r)? {
                     continue;
                 }
                 listed.insert(r);
