@@ -629,7 +629,7 @@ const HALF_LN2_HI: f32 = 0.5 * LN2_HI;
 // (e^(2h) - 1) / 2 ~ h + h^2 (H0 + H1 h + ... + H4 h^4) for h in
 // [-ln2/4, ln2/4]: minimax (with these f32 coefficients) for the error it
 // causes in tanh, i.e. weighted by the condition number of
-// 1 / (1 + w) - 1 with respect to w (h < 0 occurs with n = 0, h > 0 only with
+// -w / (1 + w) with respect to w (h < 0 occurs with n = 0, h > 0 only with
 // n <= -1); 1.2e-8 relative to tanh.
 const H0: f32 = 0.999_999_64;
 const H1: f32 = 0.666_659_3;
@@ -637,36 +637,33 @@ const H2: f32 = 0.333_359_33;
 const H3: f32 = 0.133_967_31;
 const H4: f32 = 0.044_104_01;
 
-// 1 / (1 + w) ~ 1 + K1 w + K2 w^2 + K3 w^3 for w in [-1/2, 0]: minimax for
-// relative error with the value at 0 pinned to 1 (1.93e-3).
-const K1: f32 = -1.077_747_3;
-const K2: f32 = 0.134_122_48;
-const K3: f32 = -3.389_835_8;
-
 /// Hyperbolic tangent.
 ///
-/// One branch-free path for all inputs (about 23 vector operations, no
-/// division, no select): with `a = min(|x|, 9)` and `w = (e^(-2a) - 1) / 2`
-/// (in `(-1/2, 0]`), `tanh a = 1 / (1 + w) - 1`.
+/// One branch-free path for all inputs (about 18 vector operations, one
+/// division, no select): with `a = min(|x|, 9)`, `w = (e^(-2a) - 1) / 2`
+/// (in `(-1/2, 0]`) and `d = 1 + w = (e^(-2a) + 1) / 2`, `tanh a = -w / d`.
 ///
 /// * `w` comes from the reduction `-2a = n ln2 + 2h` (`|h| <= ln2/4`), a
 ///   degree-6 polynomial `p ~ (e^(2h) - 1) / 2` and `w = 2^n p + (2^n - 1)/2`
 ///   in one FMA. For `|x| < 0.17` (`n = 0`) that is just `w = p ~ -a`, with
 ///   full relative accuracy, so `tanh x ~ x` stays accurate down to
 ///   subnormals.
-/// * `1 / (1 + w)` is a cubic start `q` (relative error below 2e-3, exactly 1
-///   at `w = 0`) times `1 + eps + eps^2 + eps^3`, where the residual
-///   `eps = 1 - q (1 + w) = (1 - q) - q w` comes from one FMA on the exact
-///   `1 - q`, and `q (1 + ...) - 1` is one more FMA on the exact `q - 1`: the
-///   quotient adds little more than the final rounding.
+/// * `d = 2^n p + (2^n + 1)/2` is one more FMA on the same exact product's
+///   inputs (`(2^n + 1)/2` is exact for the `n >= -23` where it matters), so
+///   numerator and denominator each carry one rounding and the quotient one
+///   more. (An earlier version replaced the division with a cubic start and
+///   three correction terms, eight operations; on AMD Zen 4 the division is
+///   14–18% faster over a run in L1, with the same worst case.)
 ///
-/// The sign is copied from `x` (exactly odd, `tanh(-0) = -0`). For
-/// `|x| > 8.49` (`n <= -25`), `(2^n - 1)/2` rounds to `-1/2` and the result is
-/// exactly `±1` (the exact value rounds to `1 - 2^-24` up to `|x| = 9.01`;
-/// that costs at most 1.41 ulp). Monotone over all `f32`.
+/// The sign is copied from `x` (exactly odd, `tanh(-0) = -0`; `0 - w` keeps
+/// the quotient's sign bit clear at `w = 0`). For `|x| > 8.49` (`n <= -25`),
+/// `(2^n - 1)/2` rounds to `-1/2` and the result is exactly `±1` (the exact
+/// value rounds to `1 - 2^-24` up to `|x| = 9.01`; that costs at most 1.41
+/// ulp). Monotone over all `f32`.
 ///
 /// Accuracy: max error 1.93 ulp [asserted 2] over all finite inputs (checked
-/// exhaustively against `f64::tanh`; 99.5% of all results within 1 ulp).
+/// exhaustively against `f64::tanh`, at `|x| = 0.5137962`, where `w` carries
+/// the error).
 /// `tanh(±inf) = ±1`, `tanh(NaN) = NaN`.
 #[inline(always)]
 pub fn tanh_f32(x: f32) -> f32 {
@@ -683,17 +680,12 @@ pub fn tanh_f32(x: f32) -> f32 {
     let p01 = H1.mul_add(h, H0);
     let p23 = H3.mul_add(h, H2);
     let p = H4.mul_add(h2, p23).mul_add(h2, p01).mul_add(h2, h);
-    // s = 2^n; (2^n - 1) / 2 is exact for n >= -24.
+    // s = 2^n; (2^n - 1) / 2 and (2^n + 1) / 2 are exact for n >= -23.
     let s = f32::from_bits(t.to_bits() << 23);
     let w = s.mul_add(p, s.mul_add(0.5, -0.5));
-
-    let q = K3.mul_add(w, K2).mul_add(w, K1).mul_add(w, 1.0);
-    let one_m_q = 1.0 - q;
-    let eps = (-q).mul_add(w, one_m_q);
-    let corr = eps.mul_add(eps.mul_add(eps, eps), eps);
-    // 1 / (1 + w) - 1 = q (1 + corr) - 1 >= +0 (+0 for a = 0), so or-ing in
-    // the sign of x is a copysign.
-    let v = q.mul_add(corr, -one_m_q);
+    let d = s.mul_add(p, s.mul_add(0.5, 0.5));
+    // -w / d >= +0 (+0 for a = 0), so or-ing in the sign of x is a copysign.
+    let v = (0.0 - w) / d;
     f32::from_bits(v.to_bits() | (x.to_bits() & SIGN_MASK))
 }
 
