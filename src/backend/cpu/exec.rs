@@ -1447,7 +1447,11 @@ impl<'p> Machine<'p> {
                 let mut out = std::mem::take(&mut self.regs[reg]);
                 let (x, y) = (self.fetch::<f32>(pr.x), self.fetch::<f32>(pr.y));
                 let o = out_slice!(f32, &mut out);
-                if !(*op == UnaryOp::Exp && super::vexp::exp_of_pair(pr.inner, x, y, o)) {
+                if pr.negate {
+                    if !(*op == UnaryOp::Exp && super::vexp::exp_of_neg(x, o)) {
+                        ops::unary_of_neg(*op, x, o);
+                    }
+                } else if !(*op == UnaryOp::Exp && super::vexp::exp_of_pair(pr.inner, x, y, o)) {
                     ops::unary_of_pair(*op, pr.inner, x, y, o);
                 }
                 done(self, out);

@@ -316,6 +316,33 @@ pub(crate) fn unary_of_pair(
     }
 }
 
+/// A unary op's run over `-x` computed element by element (see [`unary_of_neg`]).
+struct RunOfNeg<'a, 'o> {
+    x: Src<'a, f32>,
+    out: &'o mut [f32],
+}
+
+impl Map<f32> for RunOfNeg<'_, '_> {
+    #[inline(always)]
+    fn map<F: Fn(f32) -> f32>(&mut self, f: F) {
+        map1(
+            self.x,
+            self.out,
+            #[inline(always)]
+            |a: f32| f(-a),
+        )
+    }
+}
+
+/// `out = op(-x)` for f32 runs in one loop (`exp(-x)`), the negation exact as alone. `op`
+/// is `Exp` (anything else is a no-op; the program pairs no other op with a negation).
+#[inline(always)]
+pub(crate) fn unary_of_neg(op: UnaryOp, x: Src<'_, f32>, out: &mut [f32]) {
+    if op == UnaryOp::Exp {
+        UnaryOp::Exp.map(&mut RunOfNeg { x, out })
+    }
+}
+
 /// `out = c ? a : b`.
 #[inline(always)]
 pub(crate) fn select<T: Num>(c: Src<'_, u8>, a: Src<'_, T>, b: Src<'_, T>, out: &mut [T]) {

@@ -90,12 +90,15 @@ pub(crate) struct PInstr {
 }
 
 /// Two f32 ops evaluated in one loop: a binary `outer(inner(x, y), z)` (or
-/// `outer(z, inner(x, y))` when `z_left`), or a unary `op(inner(x, y))` (`z` unused). The
-/// inner op's value is never written to a register, which saves one pass over the run
-/// (`a * b + c` reads its three operands and writes its result once; `exp(x - max)` is one
-/// loop).
+/// `outer(z, inner(x, y))` when `z_left`), or a unary `op(inner(x, y))` (`z` unused), or,
+/// when `negate`, a unary `op(-x)` (`y` is `x`, `z` and `inner` unused). The inner op's
+/// value is never written to a register, which saves one pass over the run (`a * b + c`
+/// reads its three operands and writes its result once; `exp(x - max)` and `exp(-x)` are
+/// one loop each).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Pair {
+    /// A unary pair over a negation (`exp(-x)`): the negation, exact, in the loop.
+    pub negate: bool,
     pub inner: BinaryOp,
     pub x: usize,
     pub y: usize,
@@ -857,6 +860,7 @@ fn plan_phases(k: &Kernel, instrs: &mut [PInstr]) -> (Vec<usize>, Vec<Phase>, Ve
 /// Operands of a program instruction (a [`Pair`]'s three).
 pub(crate) fn operands(p: &PInstr) -> Vec<usize> {
     match p.pair {
+        Some(pr) if pr.negate => vec![pr.x],
         Some(pr) if matches!(p.op, IrOp::Unary(..)) => vec![pr.x, pr.y],
         Some(pr) => vec![pr.x, pr.y, pr.z],
         None => p.op.operands(),
@@ -1102,10 +1106,34 @@ fn plan_pairs(instrs: &mut [PInstr]) {
         {
             instrs[a].folded = true;
             instrs[v].pair = Some(Pair {
+                negate: false,
                 inner,
                 x,
                 y,
                 outer: inner,
+                z: x,
+                z_left: false,
+            });
+            continue;
+        }
+        // `exp(-x)`: the negation (exact) inside `exp`'s loop.
+        if let IrOp::Unary(UnaryOp::Exp, a) = instrs[v].op
+            && instrs[v].level == Level::Elem
+            && instrs[v].dtype == DType::F32
+            && readers[a] == 1
+            && instrs[a].pair.is_none()
+            && instrs[a].level == Level::Elem
+            && instrs[a].dtype == DType::F32
+            && let IrOp::Unary(UnaryOp::Neg, x) = instrs[a].op
+            && f32_operand(&instrs[x])
+        {
+            instrs[a].folded = true;
+            instrs[v].pair = Some(Pair {
+                negate: true,
+                inner: BinaryOp::Sub,
+                x,
+                y: x,
+                outer: BinaryOp::Sub,
                 z: x,
                 z_left: false,
             });
@@ -1135,6 +1163,7 @@ fn plan_pairs(instrs: &mut [PInstr]) {
         };
         instrs[inner_at].folded = true;
         instrs[v].pair = Some(Pair {
+            negate: false,
             inner,
             x,
             y,
@@ -1193,6 +1222,48 @@ mod tests {
                 .iter()
                 .all(|&v| !matches!(p.instrs[v].op, IrOp::Load { .. }))
         );
+    }
+
+    #[test]
+    fn exp_of_a_negation_is_one_loop_with_the_same_bits() {
+        let mut vals: Vec<f32> = (0..1000).map(|i| (i as f32 - 500.0) * 0.23).collect();
+        vals.extend([0.0, -0.0, f32::INFINITY, f32::NEG_INFINITY, 104.5, -89.0]);
+        let n = vals.len();
+        let x = Tensor::from_vec(vals.clone(), [n]);
+        x.realize().expect("realizes");
+        let y = (-&x).exp();
+        let p = program_of(&y);
+        let negs: Vec<usize> = (0..p.instrs.len())
+            .filter(|&v| matches!(p.instrs[v].op, IrOp::Unary(UnaryOp::Neg, _)))
+            .collect();
+        assert_eq!(negs.len(), 1);
+        assert!(
+            p.instrs[negs[0]].folded,
+            "the negation runs inside exp's loop"
+        );
+        assert!(
+            p.instrs.iter().any(|q| q.pair.is_some_and(|pr| pr.negate)
+                && matches!(q.op, IrOp::Unary(UnaryOp::Exp, _)))
+        );
+        let got = y.to_vec::<f32>().expect("values");
+        for (k, (&g, &v)) in got.iter().zip(&vals).enumerate() {
+            let want = crate::math::f32::exp_f32(-v);
+            assert_eq!(g.to_bits(), want.to_bits(), "exp(-{v:e}) at {k}");
+        }
+        // A negation something else also reads is evaluated on its own.
+        let neg = -&x;
+        let both = neg.exp() + &neg;
+        let p = program_of(&both);
+        assert!(
+            p.instrs
+                .iter()
+                .all(|q| !q.folded || !matches!(q.op, IrOp::Unary(UnaryOp::Neg, _)))
+        );
+        let got = both.to_vec::<f32>().expect("values");
+        for (&g, &v) in got.iter().zip(&vals) {
+            let want = crate::math::f32::exp_f32(-v) + -v;
+            assert!(g.to_bits() == want.to_bits() || (g.is_nan() && want.is_nan()));
+        }
     }
 
     #[test]

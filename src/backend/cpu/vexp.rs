@@ -80,18 +80,33 @@ unsafe fn lanes_of(a: Src<'_, f32>, i: usize, mask: __mmask16) -> __m512 {
     }
 }
 
-/// `out = exp(inner(x, y))` over `out.len()` elements, or `exp(x)` when `inner` is `None`
-/// (`y` unused). Slices are at least `out.len()` long.
+#[cfg(target_arch = "x86_64")]
+/// What [`run`] applies to its operands before `exp`.
+#[derive(Clone, Copy)]
+enum Pre {
+    /// `exp(x)`.
+    Plain,
+    /// `exp(-x)`.
+    Neg,
+    /// `exp(op(x, y))`.
+    Bin(BinaryOp),
+}
+
+/// `out = exp(pre(x, y))` over `out.len()` elements (`y` unused unless `pre` is a binary
+/// op). Slices are at least `out.len()` long.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-fn run(inner: Option<BinaryOp>, x: Src<'_, f32>, y: Src<'_, f32>, out: &mut [f32]) {
+fn run(pre: Pre, x: Src<'_, f32>, y: Src<'_, f32>, out: &mut [f32]) {
     let n = out.len();
-    let op = |a: __m512, b: __m512| match inner {
-        None => a,
-        Some(BinaryOp::Add) => _mm512_add_ps(a, b),
-        Some(BinaryOp::Sub) => _mm512_sub_ps(a, b),
-        Some(BinaryOp::Mul) => _mm512_mul_ps(a, b),
-        Some(_) => _mm512_div_ps(a, b),
+    let sign = _mm512_set1_epi32(i32::MIN);
+    let op = |a: __m512, b: __m512| match pre {
+        Pre::Plain => a,
+        // The sign bit flipped: `-a` exactly, NaN included.
+        Pre::Neg => _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(a), sign)),
+        Pre::Bin(BinaryOp::Add) => _mm512_add_ps(a, b),
+        Pre::Bin(BinaryOp::Sub) => _mm512_sub_ps(a, b),
+        Pre::Bin(BinaryOp::Mul) => _mm512_mul_ps(a, b),
+        Pre::Bin(_) => _mm512_div_ps(a, b),
     };
     let mut i = 0;
     while i < n {
@@ -121,10 +136,23 @@ pub(super) fn exp_run(a: Src<'_, f32>, out: &mut [f32]) -> bool {
     #[cfg(target_arch = "x86_64")]
     if available() && covers(a, out.len()) {
         // SAFETY: `available` means the AVX-512 loops were picked, which checked AVX-512F.
-        unsafe { run(None, a, Src::Scalar(0.0), out) };
+        unsafe { run(Pre::Plain, a, Src::Scalar(0.0), out) };
         return true;
     }
     let _ = (a, out);
+    false
+}
+
+/// `out = exp(-x)`, the negation exact (NaN's sign bit flipped too). Returns false (and
+/// writes nothing) where the AVX-512 loops are not in use.
+pub(super) fn exp_of_neg(x: Src<'_, f32>, out: &mut [f32]) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if available() && covers(x, out.len()) {
+        // SAFETY: as in `exp_run`.
+        unsafe { run(Pre::Neg, x, Src::Scalar(0.0), out) };
+        return true;
+    }
+    let _ = (x, out);
     false
 }
 
@@ -144,7 +172,7 @@ pub(super) fn exp_of_pair(
     #[cfg(target_arch = "x86_64")]
     if paired && available() && covers(x, out.len()) && covers(y, out.len()) {
         // SAFETY: as in `exp_run`.
-        unsafe { run(Some(inner), x, y, out) };
+        unsafe { run(Pre::Bin(inner), x, y, out) };
         return true;
     }
     let _ = (paired, x, y, out);
@@ -206,6 +234,35 @@ mod tests {
                 });
             }
         });
+    }
+
+    /// `exp(-x)`: the same bits as `exp_f32(-x)`, at the edges (±0, ±inf, NaN, the
+    /// underflow and overflow limits) and runs of any length, slice or scalar.
+    #[test]
+    fn negated_runs_match_exp_of_the_negation() {
+        if !available() {
+            eprintln!("skipped: the AVX-512 loops are not in use on this machine");
+            return;
+        }
+        let mut x = vec![0.0f32, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN];
+        x.extend([104.0, 103.97, 104.01, -88.73, -88.72, -100.0, 1e-40, -1e-40]);
+        x.extend((0..40).map(|i| (i as f32 - 20.0) * 2.3));
+        for n in [0, 1, 15, 16, 17, x.len()] {
+            let mut out = vec![f32::NAN; x.len() + 3];
+            assert!(exp_of_neg(Src::Slice(&x), &mut out[..n]));
+            for k in 0..n {
+                let want = m32::exp_f32(-x[k]);
+                assert!(
+                    same(out[k], want),
+                    "exp(-{:e}): {:e} vs {want:e}",
+                    x[k],
+                    out[k]
+                );
+            }
+            assert!(out[n..].iter().all(|v| v.is_nan()), "nothing past the run");
+            assert!(exp_of_neg(Src::Scalar(-3.25), &mut out[..n]));
+            assert!(out[..n].iter().all(|&v| same(v, m32::exp_f32(3.25))));
+        }
     }
 
     fn plain(op: BinaryOp, a: f32, b: f32) -> f32 {
