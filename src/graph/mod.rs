@@ -403,6 +403,123 @@ impl Graph {
         Ok(out)
     }
 
+    /// [`Graph::live_readers`] for several writes at once, in one walk: for each
+    /// `(starts, except)`, the unrealized nodes with live tensor handles that read any of
+    /// `starts` (directly or through other unrealized nodes), not counting the way through
+    /// `except`. Each list is in an order that depends only on the graph.
+    ///
+    /// An optimizer step overwrites every parameter, and the graph pending behind it (the
+    /// forward and backward pass) reads them all: one walk per write visited that graph once
+    /// per parameter. Here one depth-first walk orders every node reachable from any start,
+    /// and a second pass carries, in that order, the set of writes whose old value reaches
+    /// each node (a bitset, one bit per write).
+    pub fn live_readers_of(&self, writes: &[(Vec<NodeKey>, NodeKey)]) -> Result<Vec<Vec<NodeKey>>> {
+        let bound = petgraph::visit::NodeIndexable::node_bound(&self.dag);
+        let words = writes.len().div_ceil(64).max(1);
+        // Per node: its position in `post` plus one (0: not reached).
+        let mut pos = vec![0u32; bound];
+        let mut seeds: Vec<(NodeIndex, usize)> = vec![];
+        let mut is_start = vec![false; bound];
+        // Per node: the write it is the node of, plus one (0: none).
+        let mut write_of = vec![0u32; bound];
+        for (w, (starts, except)) in writes.iter().enumerate() {
+            for &s in starts {
+                let i = self.index(s)?;
+                seeds.push((i, w));
+                is_start[i.index()] = true;
+            }
+            write_of[self.index(*except)?.index()] = w as u32 + 1;
+        }
+        // Reverse post-order of an iterative depth-first walk from every start, expanding
+        // starts and unrealized nodes (a realized node reads nothing pending): a topological
+        // order of the reached nodes.
+        let mut post: Vec<NodeIndex> = vec![];
+        let mut state = vec![0u8; bound]; // 0 unseen, 1 on the stack, 2 done
+        let mut stack: Vec<(NodeIndex, bool)> = vec![];
+        for &(s, _) in &seeds {
+            if state[s.index()] != 0 {
+                continue;
+            }
+            stack.push((s, true));
+            while let Some(&mut (i, ref mut first)) = stack.last_mut() {
+                if *first && state[i.index()] != 0 {
+                    // Pushed again by another parent before it was walked.
+                    stack.pop();
+                } else if *first {
+                    *first = false;
+                    state[i.index()] = 1;
+                    let expand = is_start[i.index()] || !matches!(self.dag[i].op, Op::Buffer);
+                    if expand {
+                        for c in self.dag.neighbors_directed(i, Direction::Outgoing) {
+                            if state[c.index()] == 0 {
+                                stack.push((c, true));
+                            }
+                        }
+                    }
+                } else {
+                    stack.pop();
+                    if state[i.index()] == 1 {
+                        state[i.index()] = 2;
+                        post.push(i);
+                    }
+                }
+            }
+        }
+        post.reverse();
+        for (p, &i) in post.iter().enumerate() {
+            pos[i.index()] = p as u32 + 1;
+        }
+        // `reach[p]`: the writes whose old value node `post[p]` reads (then `live` if it has
+        // handles) and passes on; `seed[p]`: the writes it starts.
+        let mut reach = vec![0u64; post.len() * words];
+        let mut seed = vec![0u64; post.len() * words];
+        let set = |bits: &mut [u64], p: usize, w: usize| bits[p * words + w / 64] |= 1 << (w % 64);
+        for &(i, w) in &seeds {
+            set(&mut seed, pos[i.index()] as usize - 1, w);
+        }
+        let mut out = vec![vec![]; writes.len()];
+        let mut carry = vec![0u64; words];
+        for (p, &i) in post.iter().enumerate() {
+            let row = p * words..(p + 1) * words;
+            // A write's own node does not read its old value on the write's behalf: what
+            // reads the write reads the new value.
+            if let Some(w) = (write_of[i.index()] as usize).checked_sub(1) {
+                reach[p * words + w / 64] &= !(1 << (w % 64));
+            }
+            if matches!(self.dag[i].op, Op::Buffer) {
+                reach[row.clone()].fill(0);
+            } else if self.dag[i].handles > 0 {
+                for (wi, &word) in reach[row.clone()].iter().enumerate() {
+                    let mut bits = word;
+                    while bits != 0 {
+                        let b = bits.trailing_zeros() as usize;
+                        out[wi * 64 + b].push(self.dag[i].key);
+                        bits &= bits - 1;
+                    }
+                }
+            }
+            for (c, (r, s)) in carry
+                .iter_mut()
+                .zip(reach[row.clone()].iter().zip(&seed[row]))
+            {
+                *c = r | s;
+            }
+            if carry.iter().all(|&c| c == 0) {
+                continue;
+            }
+            for c in self.dag.neighbors_directed(i, Direction::Outgoing) {
+                let q = pos[c.index()] as usize;
+                if q == 0 {
+                    continue;
+                }
+                for (dst, &b) in reach[(q - 1) * words..q * words].iter_mut().zip(&carry) {
+                    *dst |= b;
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// Mutable access to a node's gradient-tracking state.
     pub fn autograd_mut(&mut self, key: NodeKey) -> Result<&mut Option<Box<Autograd>>> {
         let idx = self.index(key)?;
@@ -849,4 +966,92 @@ pub fn release_handle(key: NodeKey) {
 /// Number of live nodes in the process-wide graph.
 pub fn live_nodes() -> usize {
     with_graph(|g| g.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Tensor;
+    use std::collections::HashSet;
+
+    /// A small xorshift generator (the test needs no statistics).
+    struct Rng(u64);
+
+    impl Rng {
+        fn below(&mut self, n: usize) -> usize {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            (self.0 % n as u64) as usize
+        }
+    }
+
+    /// Random graphs of pending computations over realized tensors, their aliases
+    /// (`detach`) and in-place writes, some handles dropped: the one walk for every write
+    /// finds, per write, the readers that a walk per write and per start finds.
+    #[test]
+    fn one_walk_for_all_writes_finds_what_a_walk_per_write_finds() {
+        let mut checked = 0;
+        for seed in 1..=60u64 {
+            let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+            let mut pool: Vec<Tensor> = (0..4)
+                .map(|i| {
+                    let t = Tensor::from_vec(vec![i as f32; 4], [4]);
+                    t.realize().expect("realizes");
+                    t
+                })
+                .collect();
+            for _ in 0..30 {
+                let a = pool[rng.below(pool.len())].clone();
+                let b = pool[rng.below(pool.len())].clone();
+                match rng.below(8) {
+                    0 => pool.push(&a + &b),
+                    1 => pool.push((&a * &b).exp()),
+                    2 => pool.push(-&a),
+                    3 => {
+                        let d = a.detach();
+                        pool.push(d);
+                    }
+                    4 | 5 => {
+                        let _ = a.try_add_(&b);
+                    }
+                    6 => {
+                        let _ = a.try_mul_(2.0);
+                    }
+                    _ => {
+                        if pool.len() > 3 {
+                            let i = rng.below(pool.len());
+                            pool.swap_remove(i);
+                        }
+                    }
+                }
+            }
+            with_graph(|g| {
+                let mut writes = vec![];
+                for n in g.nodes().filter(|n| n.op == Op::Assign) {
+                    let old = g.inputs(n.key).expect("inputs")[0];
+                    let mut starts = vec![old];
+                    starts.extend(g.buffer_aliases(old).expect("aliases"));
+                    writes.push((starts, n.key));
+                }
+                let shared = g.live_readers_of(&writes).expect("one walk");
+                assert_eq!(shared.len(), writes.len());
+                for ((starts, k), got) in writes.iter().zip(&shared) {
+                    let mut want = HashSet::new();
+                    for &s in starts {
+                        want.extend(g.live_readers(s, *k).expect("walk"));
+                    }
+                    let got_set: HashSet<NodeKey> = got.iter().copied().collect();
+                    assert_eq!(
+                        got_set.len(),
+                        got.len(),
+                        "seed {seed}: a reader listed twice"
+                    );
+                    assert_eq!(got_set, want, "seed {seed}");
+                    checked += usize::from(!want.is_empty());
+                }
+            });
+        }
+        assert!(checked > 50, "only {checked} writes had readers");
+    }
 }

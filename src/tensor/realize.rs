@@ -89,15 +89,21 @@ fn sweep_with_readers(g: &graph::Graph, targets: &mut Vec<NodeKey>) -> Result<gr
     loop {
         let sweep = g.sweep(targets)?;
         let mut added = false;
+        // Every write's old value (and the other tensors on its buffer), walked in one go.
+        let mut writes = vec![];
         for &k in &sweep.order {
             if g.node(k)?.op != Op::Assign {
                 continue;
             }
             let old = g.inputs(k)?[0];
-            let mut readers = g.live_readers(old, k)?;
-            for a in g.buffer_aliases(old)? {
-                readers.extend(g.live_readers(a, k)?);
-            }
+            let mut starts = vec![old];
+            starts.extend(g.buffer_aliases(old)?);
+            writes.push((starts, k));
+        }
+        if writes.is_empty() {
+            return Ok(sweep);
+        }
+        for readers in g.live_readers_of(&writes)? {
             for r in readers {
                 // A reader that already reads an overwritten value cannot run anyway (its
                 // own realize reports that): it does not hold this write back.
