@@ -86,6 +86,12 @@
 //!   `max_dim`, `min_dim` of any value (the k-th smallest element is 1-Lipschitz, so the
 //!   values keep their input's error), their indices only of exact values. Sorted lanes
 //!   are kept to `SORT_WORK` (the reference sorts by insertion).
+//! - The composites recorded as primitives: `roll` (one or two axes, shifts of either sign
+//!   and beyond the length, or the flattened value), `diagonal` (any two axes, offsets that
+//!   leave an element) and `diag` (of a matrix, or of a vector onto a square of zeros) move
+//!   elements, so the value keeps its model; `logical_and`/`or`/`xor`/`not` read exact
+//!   values (they jump at zero), broadcasting, and give exact bools. Their values against
+//!   PyTorch's are in `tests/composite_ops.rs`; here they meet views and fusion.
 //!
 //! # Tolerances
 //!
@@ -428,6 +434,8 @@ enum Kind {
     Scan,
     /// argsort, sort, topk, max_dim, min_dim.
     Sort,
+    /// roll, diagonal, diag, logical_and/or/xor/not (composites of primitives).
+    Composite,
 }
 
 #[derive(Clone, Debug)]
@@ -610,6 +618,15 @@ enum Step {
     /// Realize this value now (fused/unfused evaluations only); the new value is the same
     /// tensor.
     Realize(usize),
+    /// `roll(shifts, dims)` (no dims: the roll of the flattened value).
+    Roll(usize, Vec<i64>, Vec<isize>),
+    /// `diagonal(offset, dim1, dim2)`.
+    Diagonal(usize, i64, isize, isize),
+    /// `diag(offset)` of a 1-D or 2-D value.
+    Diag(usize, i64),
+    /// `logical_and`, `logical_or`, `logical_xor` (`0..=2`) with the second value, or
+    /// `logical_not` (`3`; the second value unused).
+    Logical(usize, u8, usize),
 }
 
 /// The static model of one value.
@@ -633,6 +650,17 @@ impl Meta {
     }
     fn numel(&self) -> usize {
         numel(&self.shape)
+    }
+    /// A bool value every evaluation computes exactly (a comparison, a logical op).
+    fn exact_bool(shape: Vec<usize>) -> Meta {
+        Meta {
+            shape,
+            dtype: DType::Bool,
+            mag: 1.0,
+            err: 0.0,
+            exact: true,
+            lo: Some(0.0),
+        }
     }
     fn with_shape(&self, shape: Vec<usize>) -> Meta {
         Meta {
@@ -1156,14 +1184,7 @@ fn binary_meta(a: &Meta, op: BinaryOp, b: &Meta, d: DType) -> Meta {
     let exact = op.info().exact && a.exact && b.exact;
     if op.is_comparison() {
         assert!(a.exact && b.exact, "comparison of inexact values");
-        return Meta {
-            shape,
-            dtype: DType::Bool,
-            mag: 1.0,
-            err: 0.0,
-            exact: true,
-            lo: Some(0.0),
-        };
+        return Meta::exact_bool(shape);
     }
     if !d.is_float() {
         assert!(a.exact && b.exact, "integer arithmetic on inexact values");
@@ -2017,7 +2038,12 @@ fn step_inputs(s: &Step) -> Vec<usize> {
         | Step::Sort(a, ..)
         | Step::TopK(a, ..)
         | Step::MaxMinDim(a, ..)
-        | Step::Second(a) => vec![*a],
+        | Step::Second(a)
+        | Step::Roll(a, ..)
+        | Step::Diagonal(a, ..)
+        | Step::Diag(a, _)
+        | Step::Logical(a, 3, _) => vec![*a],
+        Step::Logical(a, _, b) => vec![*a, *b],
         s => vec![movement_input(s).expect("movement step")],
     }
 }
@@ -2062,7 +2088,8 @@ fn replace_input(s: &mut Step, old: usize, new: usize) {
         | Step::IndexSelect(a, _, b)
         | Step::Embedding(a, b)
         | Step::MaskedFill(a, b, _)
-        | Step::MaskedSoftmax(a, b) => {
+        | Step::MaskedSoftmax(a, b)
+        | Step::Logical(a, _, b) => {
             r(a);
             r(b);
         }
@@ -2084,7 +2111,10 @@ fn replace_input(s: &mut Step, old: usize, new: usize) {
         | Step::ArgSort(a, ..)
         | Step::Sort(a, ..)
         | Step::TopK(a, ..)
-        | Step::MaxMinDim(a, ..) => r(a),
+        | Step::MaxMinDim(a, ..)
+        | Step::Roll(a, ..)
+        | Step::Diagonal(a, ..)
+        | Step::Diag(a, _) => r(a),
         // The other output of that very call: there is nothing to reroute.
         Step::Second(_) => {}
         Step::Reshape(a, _)
@@ -3406,6 +3436,7 @@ impl<'p> Res<'p> {
             Kind::AnyAll => self.any_all_op(&op.i, c),
             Kind::Scan => self.scan_op(a, c),
             Kind::Sort => self.sort_op(a, c, &op.i),
+            Kind::Composite => self.composite_op(a, c, &op.i, &op.j),
             Kind::Realize => {
                 // Only values nothing reads yet: realizing turns the node into a buffer leaf,
                 // and the steering above assumes the graph of earlier values stays as built.
@@ -4737,6 +4768,99 @@ impl Res<'_> {
     /// `one_hot` of an earlier exact integer value known to lie in `[0, num_classes)` or of
     /// new indices in range (a class outside fails when realized, as in PyTorch: tested
     /// apart).
+    /// The composites of primitives: `roll`, `diagonal` and `diag` move elements (the
+    /// value keeps its model; `diag` of a vector adds zeros), the `logical_*` ops read
+    /// exact values (they jump at zero) and give exact bools.
+    fn composite_op(&mut self, a: usize, c: u8, i: &Index, j: &Index) {
+        let max = self.max_numel();
+        match c % 6 {
+            0 => {
+                let m = self.m(a).clone();
+                let shift = |r: &mut Self| r.rng.below(19) as i64 - 9;
+                let (shifts, dims) = if m.ndim() == 0 || self.rng.chance(1, 4) {
+                    (vec![shift(self)], vec![])
+                } else {
+                    let n = 1 + self.rng.below(m.ndim().min(2));
+                    let mut axes: Vec<usize> = (0..m.ndim()).collect();
+                    let mut dims = vec![];
+                    for _ in 0..n {
+                        let d = axes.swap_remove(self.rng.below(axes.len()));
+                        dims.push(self.signed(d, m.ndim()));
+                    }
+                    ((0..n).map(|_| shift(self)).collect(), dims)
+                };
+                self.push(Step::Roll(a, shifts, dims), m);
+            }
+            1 => {
+                let a = self.with_rank(a, 2);
+                let m = self.m(a).clone();
+                let nd = m.ndim();
+                let d1 = self.rng.below(nd);
+                let d2 = (d1 + 1 + self.rng.below(nd - 1)) % nd;
+                let (s1, s2) = (m.shape[d1] as i64, m.shape[d2] as i64);
+                // An offset that leaves the diagonal an element (values here are never
+                // empty).
+                let off = (self.rng.below(7) as i64 - 3).clamp(1 - s1, s2 - 1);
+                let len = if off >= 0 {
+                    s1.min(s2 - off)
+                } else {
+                    (s1 + off).min(s2)
+                }
+                .max(0) as usize;
+                let mut shape: Vec<usize> = (0..nd)
+                    .filter(|&d| d != d1 && d != d2)
+                    .map(|d| m.shape[d])
+                    .collect();
+                shape.push(len);
+                let (sd1, sd2) = (self.signed(d1, nd), self.signed(d2, nd));
+                self.push(Step::Diagonal(a, off, sd1, sd2), m.with_shape(shape));
+            }
+            2 => {
+                let off = self.rng.below(5) as i64 - 2;
+                let m = self.m(a).clone();
+                if m.ndim() == 2 && self.rng.chance(1, 2) {
+                    let (s1, s2) = (m.shape[0] as i64, m.shape[1] as i64);
+                    let off = off.clamp(1 - s1, s2 - 1);
+                    let len = if off >= 0 {
+                        s1.min(s2 - off)
+                    } else {
+                        (s1 + off).min(s2)
+                    }
+                    .max(0) as usize;
+                    self.push(Step::Diag(a, off), m.with_shape(vec![len]));
+                    return;
+                }
+                // A vector on a diagonal of a square of zeros: keep the square small.
+                let n = m.numel();
+                let side = n + off.unsigned_abs() as usize;
+                let v = if n > 0 && side * side <= max && n <= 24 {
+                    self.reshape_to(a, vec![n])
+                } else {
+                    let n = 1 + self.rng.below(6);
+                    self.gen_value(vec![n], c / 6)
+                };
+                let vm = self.m(v).clone();
+                let side = vm.numel() + off.unsigned_abs() as usize;
+                let meta = Meta {
+                    lo: vm.lo.map(|l| l.min(0.0)),
+                    ..vm.with_shape(vec![side, side])
+                };
+                self.push(Step::Diag(v, off), meta);
+            }
+            k => {
+                let ex = self.candidates(|_, m| m.exact);
+                let a = Self::pick_from(&ex, i).expect("inputs are exact");
+                let op = if k == 5 { 3 } else { c / 6 % 3 };
+                let b = match self.partner(a, j, true) {
+                    Src::V(b) if op < 3 => b,
+                    _ => a,
+                };
+                let shape = broadcast(&self.m(a).shape, &self.m(b).shape).expect("broadcasts");
+                self.push(Step::Logical(a, op, b), Meta::exact_bool(shape));
+            }
+        }
+    }
+
     fn one_hot_op(&mut self, j: &Index) {
         let nc = 1 + self.rng.below(8);
         let max = self.max_numel();
@@ -5289,6 +5413,13 @@ fn emit_step(v: &[Tensor], s: &Step, opts: Option<&RealizeOptions>) -> kiln::Res
             .try_masked_fill(&v[*m], f64::NEG_INFINITY)?
             .try_softmax(-1)?,
         Step::OneHot(a, n) => v[*a].try_one_hot(*n)?,
+        Step::Roll(a, shifts, dims) => v[*a].try_roll(shifts, dims)?,
+        Step::Diagonal(a, off, d1, d2) => v[*a].try_diagonal(*off, *d1, *d2)?,
+        Step::Diag(a, off) => v[*a].try_diag(*off)?,
+        Step::Logical(a, 0, b) => v[*a].try_logical_and(&v[*b])?,
+        Step::Logical(a, 1, b) => v[*a].try_logical_or(&v[*b])?,
+        Step::Logical(a, 2, b) => v[*a].try_logical_xor(&v[*b])?,
+        Step::Logical(a, _, _) => v[*a].try_logical_not()?,
         Step::LogSumExp(a, axes, keep) => {
             let x = &v[*a];
             match (axes.is_empty(), *keep) {
@@ -5537,6 +5668,14 @@ fn render_step(s: &Step) -> String {
             format!("v{a}.masked_fill(&v{m}, f64::NEG_INFINITY).softmax(-1)")
         }
         Step::OneHot(a, n) => format!("v{a}.one_hot({n})"),
+        Step::Roll(a, shifts, dims) => format!("v{a}.roll(&{shifts:?}, &{dims:?})"),
+        Step::Diagonal(a, off, d1, d2) => format!("v{a}.diagonal({off}, {d1}, {d2})"),
+        Step::Diag(a, off) => format!("v{a}.diag({off})"),
+        Step::Logical(a, 3, _) => format!("v{a}.logical_not()"),
+        Step::Logical(a, op, b) => {
+            let name = ["and", "or", "xor"][*op as usize];
+            format!("v{a}.logical_{name}(&v{b})")
+        }
         Step::LogSumExp(a, axes, keep) => {
             format!("v{a}.logsumexp{}({})", keep_suffix(*keep), axes_arg(axes))
         }
@@ -6151,6 +6290,7 @@ static INDEXING: Profile = Profile {
         (3, Kind::Join),
         (3, Kind::Split),
         (3, Kind::Mask),
+        (2, Kind::Composite),
         (2, Kind::Movement),
         (1, Kind::ViewChain),
         (2, Kind::Binary),
@@ -6448,6 +6588,14 @@ fn family(s: &Step) -> Option<&'static str> {
         Step::MaxMinDim(_, true, ..) => "max_dim",
         Step::MaxMinDim(_, false, ..) => "min_dim",
         Step::Second(_) => "indices of sort/topk/max_dim/min_dim",
+        Step::Roll(_, _, dims) if dims.is_empty() => "roll (flattened)",
+        Step::Roll(..) => "roll",
+        Step::Diagonal(..) => "diagonal",
+        Step::Diag(..) => "diag",
+        Step::Logical(_, 0, _) => "logical_and",
+        Step::Logical(_, 1, _) => "logical_or",
+        Step::Logical(_, 2, _) => "logical_xor",
+        Step::Logical(..) => "logical_not",
         _ => return None,
     })
 }
@@ -6504,6 +6652,14 @@ fn fuzz_generators_cover_every_family() {
         Step::MaxMinDim(0, true, 0, false),
         Step::MaxMinDim(0, false, 0, false),
         Step::Second(0),
+        Step::Roll(0, vec![], vec![]),
+        Step::Roll(0, vec![], vec![0]),
+        Step::Diagonal(0, 0, 0, 0),
+        Step::Diag(0, 0),
+        Step::Logical(0, 0, 0),
+        Step::Logical(0, 1, 0),
+        Step::Logical(0, 2, 0),
+        Step::Logical(0, 3, 0),
     ]
     .iter()
     .filter_map(family)
