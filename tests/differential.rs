@@ -90,8 +90,11 @@
 //!   and beyond the length, or the flattened value), `diagonal` (any two axes, offsets that
 //!   leave an element) and `diag` (of a matrix, or of a vector onto a square of zeros) move
 //!   elements, so the value keeps its model; `logical_and`/`or`/`xor`/`not` read exact
-//!   values (they jump at zero), broadcasting, and give exact bools. Their values against
-//!   PyTorch's are in `tests/composite_ops.rs`; here they meet views and fusion.
+//!   values (they jump at zero), broadcasting, and give exact bools; `einsum` of one of
+//!   `EINSUM_FORMS` (permutations and a diagonal of one operand; products of two that
+//!   contract shared labels, batch them or broadcast, with the matmul model over the
+//!   contracted size). Their values against PyTorch's are in `tests/composite_ops.rs` and
+//!   `tests/einsum.rs`; here they meet views and fusion.
 //!
 //! # Tolerances
 //!
@@ -627,6 +630,8 @@ enum Step {
     /// `logical_and`, `logical_or`, `logical_xor` (`0..=2`) with the second value, or
     /// `logical_not` (`3`; the second value unused).
     Logical(usize, u8, usize),
+    /// `Tensor::einsum(equation, &[..])` of one or two values.
+    Einsum(&'static str, Vec<usize>),
 }
 
 /// The static model of one value.
@@ -2044,6 +2049,7 @@ fn step_inputs(s: &Step) -> Vec<usize> {
         | Step::Diag(a, _)
         | Step::Logical(a, 3, _) => vec![*a],
         Step::Logical(a, _, b) => vec![*a, *b],
+        Step::Einsum(_, vs) => vs.clone(),
         s => vec![movement_input(s).expect("movement step")],
     }
 }
@@ -2098,7 +2104,7 @@ fn replace_input(s: &mut Step, old: usize, new: usize) {
             r(i);
             r(v);
         }
-        Step::Cat(vs, _) | Step::Stack(vs, _) => vs.iter_mut().for_each(r),
+        Step::Cat(vs, _) | Step::Stack(vs, _) | Step::Einsum(_, vs) => vs.iter_mut().for_each(r),
         Step::Split(a, ..)
         | Step::SplitSizes(a, ..)
         | Step::Chunk(a, ..)
@@ -4773,7 +4779,8 @@ impl Res<'_> {
     /// exact values (they jump at zero) and give exact bools.
     fn composite_op(&mut self, a: usize, c: u8, i: &Index, j: &Index) {
         let max = self.max_numel();
-        match c % 6 {
+        match c % 7 {
+            6 => self.einsum_op(a, c / 7),
             0 => {
                 let m = self.m(a).clone();
                 let shift = |r: &mut Self| r.rng.below(19) as i64 - 9;
@@ -4859,6 +4866,95 @@ impl Res<'_> {
                 self.push(Step::Logical(a, op, b), Meta::exact_bool(shape));
             }
         }
+    }
+
+    /// `einsum` of an equation from [`EINSUM_FORMS`]: the first operand is `a` where its
+    /// rank fits (its dimensions then size the labels), the second an earlier value of the
+    /// right shape or a new one. One operand: a permutation or a diagonal (exact moves);
+    /// two: one product contracting the labels both share and the output drops (the
+    /// matmul model with `k` their total size; a broadcast product has `k = 1`).
+    fn einsum_op(&mut self, a: usize, c: u8) {
+        let (eq, ops, out) = EINSUM_FORMS[c as usize % EINSUM_FORMS.len()];
+        let mut size = [0usize; 26];
+        let label = |ch: char| (ch as u8 - b'a') as usize;
+        let mut a = a;
+        if !self.m(a).dtype.is_float() {
+            a = self.cast(a, DType::F32);
+        }
+        let am = self.m(a).clone();
+        let fits = am.ndim() == ops[0].len()
+            && ops[0].chars().enumerate().all(|(d, ch)| {
+                ops[0][..d]
+                    .find(ch)
+                    .is_none_or(|e| am.shape[e] == am.shape[d])
+            });
+        if fits {
+            for (d, ch) in ops[0].chars().enumerate() {
+                size[label(ch)] = am.shape[d];
+            }
+        }
+        for ops_labels in ops {
+            for ch in ops_labels.chars() {
+                if size[label(ch)] == 0 {
+                    size[label(ch)] = 1 + self.rng.below(6);
+                }
+            }
+        }
+        let shape_of =
+            |labels: &str| -> Vec<usize> { labels.chars().map(|ch| size[label(ch)]).collect() };
+        let k: usize = (b'a'..=b'z')
+            .map(|b| b as char)
+            .filter(|&ch| !out.contains(ch) && ops.iter().any(|o| o.contains(ch)))
+            .map(|ch| size[label(ch)])
+            .product();
+        let lim = (MAG_LIMIT / k.max(1) as f64).sqrt();
+        let first = if fits {
+            a
+        } else {
+            let v = self.gen_value(shape_of(ops[0]), c);
+            if self.m(v).dtype == am.dtype {
+                v
+            } else {
+                self.cast(v, am.dtype)
+            }
+        };
+        let first = self.fit(first, lim);
+        let mut vs = vec![first];
+        if ops.len() == 2 {
+            let want = shape_of(ops[1]);
+            let d = self.m(first).dtype;
+            let cands = self.candidates(|_, m| m.shape == want && m.dtype == d);
+            let second = match self.pick_rng(&cands) {
+                Some(b) if self.rng.chance(1, 2) => b,
+                _ => {
+                    let v = self.gen_value(want, c / 2);
+                    if self.m(v).dtype == d {
+                        v
+                    } else {
+                        self.cast(v, d)
+                    }
+                }
+            };
+            vs.push(self.fit(second, lim));
+        }
+        let shape = shape_of(out);
+        let meta = if vs.len() == 1 {
+            self.m(vs[0]).with_shape(shape)
+        } else {
+            let (x, y) = (self.m(vs[0]).clone(), self.m(vs[1]).clone());
+            let d = x.dtype;
+            let mag = k as f64 * x.mag * y.mag;
+            Meta {
+                shape,
+                dtype: d,
+                mag,
+                err: k as f64 * (x.err * y.mag + y.err * x.mag + x.err * y.err)
+                    + accumulate(d, k, mag),
+                exact: false,
+                lo: None,
+            }
+        };
+        self.push(Step::Einsum(eq, vs), meta);
     }
 
     fn one_hot_op(&mut self, j: &Index) {
@@ -5414,6 +5510,9 @@ fn emit_step(v: &[Tensor], s: &Step, opts: Option<&RealizeOptions>) -> kiln::Res
             .try_softmax(-1)?,
         Step::OneHot(a, n) => v[*a].try_one_hot(*n)?,
         Step::Roll(a, shifts, dims) => v[*a].try_roll(shifts, dims)?,
+        Step::Einsum(eq, vs) => {
+            Tensor::try_einsum(eq, &vs.iter().map(|&x| &v[x]).collect::<Vec<_>>())?
+        }
         Step::Diagonal(a, off, d1, d2) => v[*a].try_diagonal(*off, *d1, *d2)?,
         Step::Diag(a, off) => v[*a].try_diag(*off)?,
         Step::Logical(a, 0, b) => v[*a].try_logical_and(&v[*b])?,
@@ -5669,6 +5768,7 @@ fn render_step(s: &Step) -> String {
         }
         Step::OneHot(a, n) => format!("v{a}.one_hot({n})"),
         Step::Roll(a, shifts, dims) => format!("v{a}.roll(&{shifts:?}, &{dims:?})"),
+        Step::Einsum(eq, vs) => format!("Tensor::einsum({eq:?}, &[{}])", refs(vs)),
         Step::Diagonal(a, off, d1, d2) => format!("v{a}.diagonal({off}, {d1}, {d2})"),
         Step::Diag(a, off) => format!("v{a}.diag({off})"),
         Step::Logical(a, 3, _) => format!("v{a}.logical_not()"),
@@ -6136,6 +6236,21 @@ fn run_case(case: &Case, prof: &Profile) -> Result<(), TestCaseError> {
 
 const SMALL_DIMS: &[usize] = &[1, 2, 3, 4, 5, 6, 7];
 
+/// The equations the fuzzer gives `einsum`: `(equation, operands' labels, output labels)`.
+const EINSUM_FORMS: &[(&str, &[&str], &str)] = &[
+    ("ij,jk->ik", &["ij", "jk"], "ik"),
+    ("ij,kj->ik", &["ij", "kj"], "ik"),
+    ("ji,jk->ki", &["ji", "jk"], "ki"),
+    ("bij,bjk->bik", &["bij", "bjk"], "bik"),
+    ("bij,bkj->bki", &["bij", "bkj"], "bki"),
+    ("i,i->", &["i", "i"], ""),
+    ("i,j->ij", &["i", "j"], "ij"),
+    ("ij,ij->i", &["ij", "ij"], "i"),
+    ("ij->ji", &["ij"], "ji"),
+    ("ii->i", &["ii"], "i"),
+    ("bij->jbi", &["bij"], "jbi"),
+];
+
 const FLOAT_MOSTLY: &[(u32, DType)] = &[
     (12, DType::F32),
     (2, DType::F64),
@@ -6596,6 +6711,8 @@ fn family(s: &Step) -> Option<&'static str> {
         Step::Logical(_, 1, _) => "logical_or",
         Step::Logical(_, 2, _) => "logical_xor",
         Step::Logical(..) => "logical_not",
+        Step::Einsum(_, vs) if vs.len() == 1 => "einsum (one operand)",
+        Step::Einsum(..) => "einsum (two operands)",
         _ => return None,
     })
 }
@@ -6660,6 +6777,8 @@ fn fuzz_generators_cover_every_family() {
         Step::Logical(0, 1, 0),
         Step::Logical(0, 2, 0),
         Step::Logical(0, 3, 0),
+        Step::Einsum("", vec![0]),
+        Step::Einsum("", vec![0, 0]),
     ]
     .iter()
     .filter_map(family)
