@@ -535,7 +535,20 @@ fn losses_and_dropout() {
                 (values(6, 40, 0.05, 0.95), vec![2, 3]),
                 (values(6, 41, 0.0, 1.0), vec![2, 3]),
             ],
-            |t| kiln::nn::functional::binary_cross_entropy(&t[0], &t[1], reduction).unwrap(),
+            |t| kiln::nn::functional::binary_cross_entropy(&t[0], &t[1], None, reduction).unwrap(),
+        );
+        // A per-element weight broadcast over the rows: its gradient sums over them.
+        check(
+            "binary_cross_entropy weight",
+            &[
+                (values(6, 47, 0.05, 0.95), vec![2, 3]),
+                (values(6, 48, 0.0, 1.0), vec![2, 3]),
+                (values(3, 49, 0.5, 3.0), vec![3]),
+            ],
+            |t| {
+                kiln::nn::functional::binary_cross_entropy(&t[0], &t[1], Some(&t[2]), reduction)
+                    .unwrap()
+            },
         );
         check(
             "binary_cross_entropy_with_logits",
@@ -545,7 +558,7 @@ fn losses_and_dropout() {
             ],
             |t| {
                 kiln::nn::functional::binary_cross_entropy_with_logits(
-                    &t[0], &t[1], None, reduction,
+                    &t[0], &t[1], None, None, reduction,
                 )
                 .unwrap()
             },
@@ -562,7 +575,28 @@ fn losses_and_dropout() {
                 kiln::nn::functional::binary_cross_entropy_with_logits(
                     &t[0],
                     &t[1],
+                    None,
                     Some(&t[2]),
+                    reduction,
+                )
+                .unwrap()
+            },
+        );
+        // Both weights, the per-element one of the input's shape.
+        check(
+            "binary_cross_entropy_with_logits weight and pos_weight",
+            &[
+                (values(6, 50, -3.0, 3.0), vec![2, 3]),
+                (values(6, 51, 0.0, 1.0), vec![2, 3]),
+                (values(6, 52, 0.0, 2.0), vec![2, 3]),
+                (values(3, 53, 0.5, 3.0), vec![3]),
+            ],
+            |t| {
+                kiln::nn::functional::binary_cross_entropy_with_logits(
+                    &t[0],
+                    &t[1],
+                    Some(&t[2]),
+                    Some(&t[3]),
                     reduction,
                 )
                 .unwrap()

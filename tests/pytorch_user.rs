@@ -844,7 +844,7 @@ fn binary_cross_entropy_on_probabilities_and_on_logits() {
     // p = 0 and p = 1: the logs are clamped at -100 in the loss, not in the gradient
     let p = (vec![0.2f32, 0.9, 0.5, 1.0, 0.0, 0.7], vec![2, 3]);
     let (l, g) = loss_case(&[p.clone(), y.clone()], |x| {
-        binary_cross_entropy(&x[0], &x[1], Reduction::Mean).unwrap()
+        binary_cross_entropy(&x[0], &x[1], None, Reduction::Mean).unwrap()
     });
     close(&l, &[9.160_308], 1e-6);
     close(
@@ -863,7 +863,7 @@ fn binary_cross_entropy_on_probabilities_and_on_logits() {
     assert_eq!(g[1][3], f32::NEG_INFINITY);
     assert_eq!(g[1][4], f32::INFINITY);
     let (l, _) = loss_case(&[p, y.clone()], |x| {
-        binary_cross_entropy(&x[0], &x[1], Reduction::None).unwrap()
+        binary_cross_entropy(&x[0], &x[1], None, Reduction::None).unwrap()
     });
     close(
         &l,
@@ -872,7 +872,7 @@ fn binary_cross_entropy_on_probabilities_and_on_logits() {
     );
     let p2 = (vec![0.2f32, 0.9, 0.5, 0.3, 0.01, 0.7], vec![2, 3]);
     let (l, g) = loss_case(&[p2, y.clone()], |x| {
-        binary_cross_entropy(&x[0], &x[1], Reduction::Sum).unwrap()
+        binary_cross_entropy(&x[0], &x[1], None, Reduction::Sum).unwrap()
     });
     close(&l, &[5.752_219], 1e-6);
     close(
@@ -902,7 +902,7 @@ fn binary_cross_entropy_on_probabilities_and_on_logits() {
     // Logits, one of them 40 (exp(-40) underflows nothing here)
     let x = (vec![0.3f32, -1.2, 2.5, 0.0, 40.0, -0.7], vec![2, 3]);
     let (l, g) = loss_case(&[x.clone(), y.clone()], |t| {
-        binary_cross_entropy_with_logits(&t[0], &t[1], None, Reduction::Mean).unwrap()
+        binary_cross_entropy_with_logits(&t[0], &t[1], None, None, Reduction::Mean).unwrap()
     });
     close(&l, &[7.115_476_6], 1e-6);
     close(
@@ -923,7 +923,7 @@ fn binary_cross_entropy_on_probabilities_and_on_logits() {
         1e-5,
     );
     let (l, g) = loss_case(&[x.clone(), y.clone()], |t| {
-        binary_cross_entropy_with_logits(&t[0], &t[1], None, Reduction::None).unwrap()
+        binary_cross_entropy_with_logits(&t[0], &t[1], None, None, Reduction::None).unwrap()
     });
     close(
         &l,
@@ -951,8 +951,8 @@ fn binary_cross_entropy_on_probabilities_and_on_logits() {
     );
     // pos_weight per class (last dimension), reduction='sum'
     let pw = Tensor::from_vec(vec![1.0f32, 2.0, 0.5], [3]);
-    let (l, g) = loss_case(&[x, y], |t| {
-        binary_cross_entropy_with_logits(&t[0], &t[1], Some(&pw), Reduction::Sum).unwrap()
+    let (l, g) = loss_case(&[x, y.clone()], |t| {
+        binary_cross_entropy_with_logits(&t[0], &t[1], None, Some(&pw), Reduction::Sum).unwrap()
     });
     close(&l, &[42.101_82], 1e-6);
     close(
@@ -972,9 +972,131 @@ fn binary_cross_entropy_on_probabilities_and_on_logits() {
         &[-0.3, 2.663_282_4, -2.539_444_9, 0.0, -40.0, 0.148_407],
         1e-5,
     );
+    // Per-element weights (PyTorch's `weight=`): the mean divides by the element count.
+    let w = Tensor::from_vec(vec![2.0f32, 0.5, 1.0, 0.0, 3.0, 1.5], [2, 3]);
+    let p2 = (vec![0.2f32, 0.9, 0.5, 0.3, 0.01, 0.7], vec![2, 3]);
+    let (l, g) = loss_case(&[p2.clone(), y.clone()], |x| {
+        binary_cross_entropy(&x[0], &x[1], Some(&w), Reduction::Mean).unwrap()
+    });
+    close(&l, &[0.938_079_83], 1e-6);
+    close(
+        &g[0],
+        &[
+            -1.666_666_5,
+            0.833_333_2,
+            -0.333_333_3,
+            0.0,
+            0.505_050_5,
+            -0.357_142_8,
+        ],
+        1e-5,
+    );
+    let (l, _) = loss_case(&[p2.clone(), y.clone()], |x| {
+        binary_cross_entropy(&x[0], &x[1], Some(&w), Reduction::None).unwrap()
+    });
+    close(
+        &l,
+        &[
+            3.218_875_9,
+            1.151_292_4,
+            0.693_147_2,
+            0.0,
+            0.030_151_008,
+            0.535_012_5,
+        ],
+        1e-6,
+    );
+    // One weight per column, broadcast over the rows.
+    let wc = Tensor::from_vec(vec![0.5f32, 2.0, 1.0], [3]);
+    let (l, g) = loss_case(&[p2, y.clone()], |x| {
+        binary_cross_entropy(&x[0], &x[1], Some(&wc), Reduction::Mean).unwrap()
+    });
+    close(&l, &[1.144_995_6], 1e-6);
+    close(
+        &g[0],
+        &[
+            -0.416_666_6,
+            3.333_332_8,
+            -0.333_333_3,
+            -0.079_365_07,
+            0.336_700_3,
+            -0.238_095_2,
+        ],
+        1e-5,
+    );
+    // weight and pos_weight together on logits, and a column weight with `sum`.
+    let x = (vec![0.3f32, -1.2, 2.5, 0.0, 40.0, -0.7], vec![2, 3]);
+    let (l, g) = loss_case(&[x.clone(), y.clone()], |t| {
+        binary_cross_entropy_with_logits(&t[0], &t[1], Some(&w), Some(&pw), Reduction::Mean)
+            .unwrap()
+    });
+    close(&l, &[20.351_198], 1e-6);
+    close(
+        &g[0],
+        &[
+            -0.141_852_5,
+            0.019_289_6,
+            -0.006_321_514,
+            0.0,
+            0.5,
+            -0.083_523_47,
+        ],
+        1e-5,
+    );
+    let (l, _) = loss_case(&[x.clone(), y.clone()], |t| {
+        binary_cross_entropy_with_logits(&t[0], &t[1], Some(&w), Some(&pw), Reduction::None)
+            .unwrap()
+    });
+    close(
+        &l,
+        &[
+            1.108_710_4,
+            0.131_641_2,
+            0.039_444_87,
+            0.0,
+            120.0,
+            0.827_389_5,
+        ],
+        1e-6,
+    );
+    let (l, g) = loss_case(&[x, y.clone()], |t| {
+        binary_cross_entropy_with_logits(&t[0], &t[1], Some(&wc), None, Reduction::Sum).unwrap()
+    });
+    close(&l, &[82.332_39], 1e-6);
+    close(
+        &g[0],
+        &[
+            -0.212_778_75,
+            0.462_950_4,
+            -0.075_858_18,
+            0.0,
+            2.0,
+            -0.668_187_7,
+        ],
+        1e-5,
+    );
+    // A weight that does not broadcast to the input, or of another dtype, is refused.
+    let ones = Tensor::ones([2, 3]);
+    let e =
+        binary_cross_entropy(&ones, &ones, Some(&Tensor::ones([2])), Reduction::Mean).unwrap_err();
+    assert!(e.to_string().contains("weight must broadcast"), "{e}");
+    let e = binary_cross_entropy_with_logits(
+        &ones,
+        &ones,
+        Some(&Tensor::ones([3]).cast(DType::F64)),
+        None,
+        Reduction::Mean,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("input's dtype"), "{e}");
     // The target must have the input's shape.
-    let e = binary_cross_entropy(&Tensor::ones([2, 3]), &Tensor::ones([3]), Reduction::Mean)
-        .unwrap_err();
+    let e = binary_cross_entropy(
+        &Tensor::ones([2, 3]),
+        &Tensor::ones([3]),
+        None,
+        Reduction::Mean,
+    )
+    .unwrap_err();
     assert!(e.to_string().contains("binary_cross_entropy"), "{e}");
 }
 

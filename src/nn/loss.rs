@@ -548,8 +548,10 @@ pub fn nll_loss_with(
 
 /// Binary cross entropy of probabilities `input` in `[0, 1]` against `target` of the same
 /// shape, PyTorch's `binary_cross_entropy`: `-(y·ln p + (1 - y)·ln(1 - p))` with each
-/// logarithm clamped to at least -100 (so `p = 0` or `1` gives a finite loss), reduced by
-/// `reduction`. One backward rule, PyTorch's: `dp = g·(p - y) / max(p·(1 - p), 1e-12)`
+/// logarithm clamped to at least -100 (so `p = 0` or `1` gives a finite loss), times the
+/// optional `weight` (of the input's dtype, broadcast to its shape; it may require grad,
+/// where PyTorch refuses one that does), reduced by `reduction` (the mean divides by the
+/// element count, not by the weights' sum, as PyTorch's). One backward rule, PyTorch's: `dp = g·(p - y) / max(p·(1 - p), 1e-12)`
 /// and `dy = g·(ln(1 - p) - ln p)` (not clamped: ±inf at `p = 0` or `1`, as PyTorch). An
 /// input outside `[0, 1]` is not checked (PyTorch raises; kiln never reads data when
 /// recording): its loss is NaN.
@@ -560,15 +562,18 @@ pub fn nll_loss_with(
 /// use kiln::nn::functional::{binary_cross_entropy, Reduction};
 /// let p = Tensor::from_vec(vec![0.5f32, 1.0], &[2]);
 /// let y = Tensor::from_vec(vec![1.0f32, 0.0], &[2]);
-/// let l = binary_cross_entropy(&p, &y, Reduction::None).unwrap();
+/// let l = binary_cross_entropy(&p, &y, None, Reduction::None).unwrap();
 /// assert_eq!(l.to_vec::<f32>().unwrap(), vec![2f32.ln(), 100.0]);
 /// ```
 pub fn binary_cross_entropy(
     input: &Tensor,
     target: &Tensor,
+    weight: Option<&Tensor>,
     reduction: Reduction,
 ) -> Result<Tensor> {
-    same_float_shapes("binary_cross_entropy", input, target)?;
+    const OP: &str = "binary_cross_entropy";
+    same_float_shapes(OP, input, target)?;
+    check_element_weight(OP, input, weight)?;
     let dtype = input.dtype();
     let losses = composite(
         &[input, target],
@@ -588,13 +593,48 @@ pub fn binary_cross_entropy(
             Ok(vec![Some(dp.try_cast(dtype)?), Some(dy)])
         },
     )?;
-    reduce(losses, reduction)
+    reduce(weighted(losses, weight)?, reduction)
+}
+
+/// Checks a binary loss's per-element `weight`: the input's dtype, broadcasting to the
+/// input's shape.
+fn check_element_weight(op: &'static str, input: &Tensor, weight: Option<&Tensor>) -> Result<()> {
+    let Some(w) = weight else {
+        return Ok(());
+    };
+    let shape = input.shape();
+    if !crate::shape::broadcast_shapes(op, w.shape(), shape).is_ok_and(|s| s == shape) {
+        return Err(KilnError::ShapeMismatch {
+            op,
+            lhs: shape.to_vec(),
+            rhs: w.shape().to_vec(),
+            detail: ": weight must broadcast to the input's shape".into(),
+        });
+    }
+    if w.dtype() != input.dtype() {
+        return Err(KilnError::UnsupportedDType {
+            op,
+            dtype: w.dtype(),
+            detail: format!(": weight must have the input's dtype {}", input.dtype()),
+        });
+    }
+    Ok(())
+}
+
+/// Each element's loss times its weight (checked by [`check_element_weight`]); a weight
+/// that requires grad gets `g·loss`.
+fn weighted(losses: Tensor, weight: Option<&Tensor>) -> Result<Tensor> {
+    match weight {
+        Some(w) => losses.try_mul(w),
+        None => Ok(losses),
+    }
 }
 
 /// Binary cross entropy of logits `input` against `target` of the same shape, PyTorch's
 /// `binary_cross_entropy_with_logits`: `(1 - y)·x + (1 + (w - 1)·y)·softplus(-x)` with
 /// `w` the optional `pos_weight` (broadcast to the input, e.g. one per class on the last
-/// dimension; 1 when `None`), reduced by `reduction`. `softplus(-x)` is computed as
+/// dimension; 1 when `None`), times the optional per-element `weight` (as in
+/// [`binary_cross_entropy`]), reduced by `reduction`. `softplus(-x)` is computed as
 /// `ln(1 + e^-|x|) + max(-x, 0)`, exact for any `x`. One backward rule:
 /// `dx = g·((1 - y) - (1 + (w - 1)·y)·σ(-x))` (`σ(x) - y` when `w = 1`),
 /// `dy = g·((w - 1)·softplus(-x) - x)` and `dw = g·y·softplus(-x)`.
@@ -604,19 +644,21 @@ pub fn binary_cross_entropy(
 /// use kiln::nn::functional::{binary_cross_entropy_with_logits, Reduction};
 /// let x = Tensor::from_vec(vec![0.0f32, 100.0], &[2]);
 /// let y = Tensor::from_vec(vec![1.0f32, 0.0], &[2]);
-/// let l = binary_cross_entropy_with_logits(&x, &y, None, Reduction::None).unwrap();
+/// let l = binary_cross_entropy_with_logits(&x, &y, None, None, Reduction::None).unwrap();
 /// assert_eq!(l.to_vec::<f32>().unwrap(), vec![2f32.ln(), 100.0]);
 /// ```
 pub fn binary_cross_entropy_with_logits(
     input: &Tensor,
     target: &Tensor,
+    weight: Option<&Tensor>,
     pos_weight: Option<&Tensor>,
     reduction: Reduction,
 ) -> Result<Tensor> {
     const OP: &str = "binary_cross_entropy_with_logits";
     same_float_shapes(OP, input, target)?;
+    check_element_weight(OP, input, weight)?;
     let shape = input.shape().to_vec();
-    let weight = match pos_weight {
+    let pos_w = match pos_weight {
         Some(w) => {
             if crate::shape::broadcast_shapes(OP, w.shape(), &shape)? != shape {
                 return Err(KilnError::ShapeMismatch {
@@ -632,7 +674,7 @@ pub fn binary_cross_entropy_with_logits(
         None => None,
     };
     let mut inputs = vec![input, target];
-    inputs.extend(weight.as_ref());
+    inputs.extend(pos_w.as_ref());
     let dtype = input.dtype();
     // softplus(-x) = ln(1 + e^-|x|) + max(-x, 0)
     let softplus_neg = |x: &Tensor| -> Result<Tensor> {
@@ -647,7 +689,7 @@ pub fn binary_cross_entropy_with_logits(
         || {
             let sp = softplus_neg(input)?;
             let lin = target.try_neg()?.try_add(1.0)?.try_mul(input)?;
-            match &weight {
+            match &pos_w {
                 None => lin.try_add(&sp),
                 Some(w) => {
                     let lw = w.try_sub(1.0)?.try_mul(target)?.try_add(1.0)?;
@@ -680,7 +722,7 @@ pub fn binary_cross_entropy_with_logits(
             Ok(grads)
         },
     )?;
-    reduce(losses, reduction)
+    reduce(weighted(losses, weight)?, reduction)
 }
 
 /// Checks that a binary loss's input and target are floating-point of one shape.
