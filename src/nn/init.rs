@@ -71,6 +71,34 @@ pub fn constant(shape: &[usize], value: f64) -> Result<Tensor> {
     )?)
 }
 
+/// The fans PyTorch's initializers read off a weight's shape (its
+/// `_calculate_fan_in_and_fan_out`): `fan_in = shape[1]·r` and `fan_out = shape[0]·r`,
+/// with `r` the product of the dimensions after the second (a convolution's receptive
+/// field; 1 for a linear layer's `[out, in]`). A shape of fewer than two dimensions has
+/// no fans, as in PyTorch: refused.
+///
+/// ```
+/// use kiln::nn::init::{fans, kaiming_uniform};
+/// assert_eq!(fans(&[64, 128]).unwrap(), (128, 64));
+/// assert_eq!(fans(&[16, 3, 5, 5]).unwrap(), (75, 400));
+/// assert!(fans(&[10]).is_err());
+/// let shape = [64, 128];
+/// let (fan_in, _) = fans(&shape).unwrap();
+/// let w = kaiming_uniform(&shape, fan_in, 0).unwrap();
+/// assert_eq!(w.shape(), &shape);
+/// ```
+pub fn fans(shape: &[usize]) -> Result<(usize, usize)> {
+    if shape.len() < 2 {
+        return Err(crate::error::KilnError::InvalidArgument {
+            op: "fans",
+            shape: shape.to_vec(),
+            reason: "fan in and fan out need a shape of at least two dimensions".into(),
+        });
+    }
+    let r: usize = shape[2..].iter().product();
+    Ok((shape[1] * r, shape[0] * r))
+}
+
 /// Kaiming (He) uniform for a layer with `fan_in` inputs and ReLU-like activations:
 /// `U(-b, b)` with `b = sqrt(6 / fan_in)`.
 pub fn kaiming_uniform(shape: &[usize], fan_in: usize, seed: u64) -> Result<Tensor> {
@@ -97,4 +125,23 @@ pub fn xavier_normal(shape: &[usize], fan_in: usize, fan_out: usize, seed: u64) 
         (2.0 / (fan_in + fan_out).max(1) as f64).sqrt(),
         seed,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// PyTorch's rule: dimension 1 is the inputs, dimension 0 the outputs, the rest a
+    /// receptive field multiplying both (values from `nn.init._calculate_fan_in_and_fan_out`).
+    #[test]
+    fn fans_follow_pytorch() {
+        assert_eq!(fans(&[3, 4]).unwrap(), (4, 3));
+        assert_eq!(fans(&[3, 4, 5, 6]).unwrap(), (120, 90));
+        assert_eq!(fans(&[8, 2, 7]).unwrap(), (14, 56));
+        assert_eq!(fans(&[5, 0]).unwrap(), (0, 5));
+        for bad in [&[][..], &[7][..]] {
+            let e = fans(bad).unwrap_err().to_string();
+            assert!(e.contains("fans") && e.contains("two dimensions"), "{e}");
+        }
+    }
 }
