@@ -632,6 +632,35 @@ enum Step {
     Logical(usize, u8, usize),
     /// `Tensor::einsum(equation, &[..])` of one or two values.
     Einsum(&'static str, Vec<usize>),
+    /// `conv1d`/`conv2d(input, weight, bias, ..)`.
+    Conv(usize, usize, Option<usize>, ConvSpec),
+    /// `max_pool`, `avg_pool` or `adaptive_avg_pool` (1-d or 2-d).
+    Pool(usize, PoolSpec),
+}
+
+/// A convolution's arguments (`d` spatial dimensions; the first `d` entries count).
+#[derive(Clone, Debug)]
+struct ConvSpec {
+    d: usize,
+    stride: [usize; 2],
+    padding: [usize; 2],
+    dilation: [usize; 2],
+    groups: usize,
+    same: bool,
+}
+
+/// A pooling's arguments: `kind` 0 max, 1 average, 2 adaptive average (to `kernel`).
+#[derive(Clone, Debug)]
+struct PoolSpec {
+    kind: u8,
+    d: usize,
+    kernel: [usize; 2],
+    stride: [usize; 2],
+    padding: [usize; 2],
+    dilation: [usize; 2],
+    ceil_mode: bool,
+    count_include_pad: bool,
+    divisor_override: Option<usize>,
 }
 
 /// The static model of one value.
@@ -2050,6 +2079,8 @@ fn step_inputs(s: &Step) -> Vec<usize> {
         | Step::Logical(a, 3, _) => vec![*a],
         Step::Logical(a, _, b) => vec![*a, *b],
         Step::Einsum(_, vs) => vs.clone(),
+        Step::Conv(x, w, b, _) => std::iter::once(*x).chain([*w]).chain(*b).collect(),
+        Step::Pool(a, _) => vec![*a],
         s => vec![movement_input(s).expect("movement step")],
     }
 }
@@ -2120,7 +2151,15 @@ fn replace_input(s: &mut Step, old: usize, new: usize) {
         | Step::MaxMinDim(a, ..)
         | Step::Roll(a, ..)
         | Step::Diagonal(a, ..)
-        | Step::Diag(a, _) => r(a),
+        | Step::Diag(a, _)
+        | Step::Pool(a, _) => r(a),
+        Step::Conv(x, w, b, _) => {
+            r(x);
+            r(w);
+            if let Some(b) = b {
+                r(b);
+            }
+        }
         // The other output of that very call: there is nothing to reroute.
         Step::Second(_) => {}
         Step::Reshape(a, _)
@@ -4779,6 +4818,11 @@ impl Res<'_> {
     /// exact values (they jump at zero) and give exact bools.
     fn composite_op(&mut self, a: usize, c: u8, i: &Index, j: &Index) {
         let max = self.max_numel();
+        match c % 9 {
+            7 => return self.conv_op(a, c / 9),
+            8 => return self.pool_op(a, c / 9),
+            _ => {}
+        }
         match c % 7 {
             6 => self.einsum_op(a, c / 7),
             0 => {
@@ -4866,6 +4910,245 @@ impl Res<'_> {
                 self.push(Step::Logical(a, op, b), Meta::exact_bool(shape));
             }
         }
+    }
+
+    /// A float value of shape `[n, c, *spatial]` (or `[c, *spatial]` when `unbatched`):
+    /// `a` itself (often a view) when it already has such a shape and dtype, else a new
+    /// value of that shape, cast to float.
+    fn spatial_input(
+        &mut self,
+        a: usize,
+        c: u8,
+        shape: Vec<usize>,
+        ok: impl Fn(&[usize]) -> bool,
+    ) -> usize {
+        let am = self.m(a).clone();
+        if am.dtype.is_float() && am.ndim() == shape.len() && ok(&am.shape) {
+            return a;
+        }
+        let v = self.gen_value(shape, c);
+        let d = self.m(v).dtype;
+        self.cast(v, float_of(d))
+    }
+
+    /// `conv1d`/`conv2d` of `a` or a new input, with random stride, padding (explicit or
+    /// `'same'`), dilation, groups and bias. The matmul model over the `C/G · K` terms
+    /// each output sums; the bias adds its own error and one rounding.
+    // The loops index several per-dimension arrays at once.
+    #[allow(clippy::needless_range_loop)]
+    fn conv_op(&mut self, a: usize, c: u8) {
+        let d = 1 + self.rng.below(2);
+        let groups = 1 + self.rng.below(2);
+        let same = self.rng.chance(1, 5);
+        let mut spec = conv_spec(d);
+        spec.groups = groups;
+        spec.same = same;
+        let mut kernel = [1usize; 2];
+        for i in 0..d {
+            kernel[i] = 1 + self.rng.below(3);
+            spec.dilation[i] = 1 + self.rng.below(2);
+            if !same {
+                spec.stride[i] = 1 + self.rng.below(2);
+                spec.padding[i] = self.rng.below(2);
+            }
+        }
+        let eff: Vec<usize> = (0..d)
+            .map(|i| spec.dilation[i] * (kernel[i] - 1) + 1)
+            .collect();
+        let pads: Vec<usize> = (0..d)
+            .map(|i| {
+                if same {
+                    eff[i] - 1
+                } else {
+                    2 * spec.padding[i]
+                }
+            })
+            .collect();
+        let unbatched = self.rng.chance(1, 4);
+        let cin = groups * (1 + self.rng.below(2));
+        let mut shape = if unbatched {
+            vec![]
+        } else {
+            vec![1 + self.rng.below(2)]
+        };
+        shape.push(cin);
+        for i in 0..d {
+            shape.push((eff[i] + self.rng.below(4)).saturating_sub(pads[i]).max(1));
+        }
+        let lead = shape.len() - d;
+        let x = self.spatial_input(a, c, shape, |s| {
+            s[lead - 1] % groups == 0
+                && s[lead - 1] > 0
+                && (0..d).all(|i| s[lead + i] + pads[i] >= eff[i])
+                && numel(s) <= 256
+        });
+        let xm = self.m(x).clone();
+        let cin = xm.shape[lead - 1];
+        let oc = groups * (1 + self.rng.below(2));
+        let mut wshape = vec![oc, cin / groups];
+        wshape.extend(&kernel[..d]);
+        let k = numel(&wshape[1..]);
+        let lim = (MAG_LIMIT / k as f64).sqrt();
+        let x = self.fit(x, lim);
+        let w = self.gen_value(wshape, c / 2);
+        let w = self.cast(w, xm.dtype);
+        let w = self.fit(w, lim);
+        let b = if self.rng.chance(1, 2) {
+            let b = self.gen_value(vec![oc], c / 3);
+            let b = self.cast(b, xm.dtype);
+            Some(self.fit(b, lim))
+        } else {
+            None
+        };
+        let (xm, wm) = (self.m(x).clone(), self.m(w).clone());
+        let mut out = xm.shape[..lead - 1].to_vec();
+        out.push(oc);
+        for i in 0..d {
+            let padded = xm.shape[lead + i] + pads[i];
+            out.push((padded - eff[i]) / spec.stride[i] + 1);
+        }
+        let dt = xm.dtype;
+        let mut mag = k as f64 * xm.mag * wm.mag;
+        let mut err = k as f64 * (xm.err * wm.mag + wm.err * xm.mag + xm.err * wm.err)
+            + accumulate(dt, k, mag);
+        if let Some(b) = b {
+            let bm = self.m(b).clone();
+            mag += bm.mag;
+            err += bm.err + ulp(dt, mag);
+        }
+        spec.d = d;
+        let meta = Meta {
+            shape: out,
+            dtype: dt,
+            mag,
+            err,
+            exact: false,
+            lo: None,
+        };
+        self.push(Step::Conv(x, w, b, spec), meta);
+    }
+
+    /// `max_pool`, `avg_pool` or `adaptive_avg_pool` (1-d or 2-d) of `a` or a new input,
+    /// with random kernel, stride, padding, dilation (max; unpadded, so no window is all
+    /// padding), `ceil_mode`, `count_include_pad` and `divisor_override`. A max moves
+    /// elements (1-Lipschitz: the value keeps its model); an average sums up to `K` terms
+    /// and divides.
+    // The loops index several per-dimension arrays at once.
+    #[allow(clippy::needless_range_loop)]
+    fn pool_op(&mut self, a: usize, c: u8) {
+        let d = 1 + self.rng.below(2);
+        let kind = self.rng.below(3) as u8;
+        let mut p = pool_spec(kind);
+        p.d = d;
+        p.ceil_mode = self.rng.chance(1, 2);
+        p.count_include_pad = self.rng.chance(1, 2);
+        for i in 0..d {
+            p.kernel[i] = 1 + self.rng.below(3);
+            p.stride[i] = 1 + self.rng.below(3);
+            if kind == 0 {
+                p.dilation[i] = 1 + self.rng.below(2);
+            }
+            let eff = p.dilation[i] * (p.kernel[i] - 1) + 1;
+            if kind != 2 && (kind == 1 || p.dilation[i] == 1) {
+                p.padding[i] = self.rng.below(eff / 2 + 1);
+            }
+        }
+        if kind == 1 && d == 2 && self.rng.chance(1, 4) {
+            p.divisor_override = Some(1 + self.rng.below(6));
+        }
+        let eff: Vec<usize> = (0..d)
+            .map(|i| p.dilation[i] * (p.kernel[i] - 1) + 1)
+            .collect();
+        let unbatched = self.rng.chance(1, 3);
+        let mut shape = if unbatched {
+            vec![]
+        } else {
+            vec![1 + self.rng.below(2)]
+        };
+        shape.push(1 + self.rng.below(3));
+        for i in 0..d {
+            let least = if kind == 2 {
+                1
+            } else {
+                eff[i].saturating_sub(2 * p.padding[i]).max(1)
+            };
+            shape.push(least + self.rng.below(5));
+        }
+        let lead = shape.len() - d;
+        let (pk, pp) = (p.kernel, p.padding);
+        let x = self.spatial_input(a, c, shape, |s| {
+            (0..d).all(|i| s[lead + i] > 0 && (kind == 2 || s[lead + i] + 2 * pp[i] >= eff[i]))
+                && numel(s) <= 256
+                && (kind != 2 || (0..d).all(|i| pk[i] <= s[lead + i]))
+        });
+        let xm = self.m(x).clone();
+        if kind == 2 {
+            // Adaptive: the output size, at most the input's.
+            for i in 0..d {
+                p.kernel[i] = 1 + self.rng.below(xm.shape[lead + i]);
+            }
+        }
+        let mut out = xm.shape[..lead].to_vec();
+        for i in 0..d {
+            let len = xm.shape[lead + i];
+            out.push(if kind == 2 {
+                p.kernel[i]
+            } else {
+                let (pad, s) = (p.padding[i], p.stride[i]);
+                let span = len + 2 * pad - eff[i];
+                let mut o = if p.ceil_mode {
+                    span.div_ceil(s)
+                } else {
+                    span / s
+                } + 1;
+                if p.ceil_mode && (o - 1) * s >= len + pad {
+                    o -= 1;
+                }
+                o
+            });
+        }
+        let dt = xm.dtype;
+        let meta = match kind {
+            0 => xm.with_shape(out),
+            1 => {
+                let k = numel(&p.kernel[..d]);
+                let x = self.fit(x, MAG_LIMIT / k as f64);
+                let xm = self.m(x).clone();
+                let over = p.divisor_override.unwrap_or(1) as f64;
+                let grow = if p.divisor_override.is_some() {
+                    k as f64 / over
+                } else {
+                    1.0
+                };
+                let mag = xm.mag * grow;
+                let meta = Meta {
+                    shape: out,
+                    dtype: dt,
+                    mag,
+                    err: xm.err * grow + accumulate(dt, k, k as f64 * xm.mag) + ulp(dt, mag),
+                    exact: false,
+                    lo: xm.lo.filter(|&l| l >= 0.0).map(|_| 0.0),
+                };
+                self.push(Step::Pool(x, p), meta);
+                return;
+            }
+            _ => {
+                let mut err = xm.err;
+                for i in 0..d {
+                    let n = xm.shape[lead + i];
+                    err += accumulate(dt, n, n as f64 * xm.mag) + ulp(dt, xm.mag);
+                }
+                Meta {
+                    shape: out,
+                    dtype: dt,
+                    mag: xm.mag,
+                    err,
+                    exact: false,
+                    lo: xm.lo,
+                }
+            }
+        };
+        self.push(Step::Pool(x, p), meta);
     }
 
     /// `einsum` of an equation from [`EINSUM_FORMS`]: the first operand is `a` where its
@@ -5388,6 +5671,89 @@ fn binary(t: &Tensor, op: BinaryOp, rhs: Operand<'_>) -> kiln::Result<Tensor> {
     }
 }
 
+/// A [`Step::Conv`] through the public functions.
+fn apply_conv(x: &Tensor, w: &Tensor, b: Option<&Tensor>, c: &ConvSpec) -> kiln::Result<Tensor> {
+    use kiln::nn::functional::{ConvPadding, conv1d, conv2d};
+    if c.d == 1 {
+        let p = if c.same {
+            ConvPadding::Same
+        } else {
+            ConvPadding::Explicit([c.padding[0]])
+        };
+        conv1d(x, w, b, [c.stride[0]], p, [c.dilation[0]], c.groups)
+    } else {
+        let p = if c.same {
+            ConvPadding::Same
+        } else {
+            ConvPadding::Explicit(c.padding)
+        };
+        conv2d(x, w, b, c.stride, p, c.dilation, c.groups)
+    }
+}
+
+/// A [`Step::Pool`] through the public functions.
+fn apply_pool(x: &Tensor, p: &PoolSpec) -> kiln::Result<Tensor> {
+    use kiln::nn::functional::*;
+    let one = |a: [usize; 2]| [a[0]];
+    match (p.kind, p.d) {
+        (0, 1) => max_pool1d(
+            x,
+            one(p.kernel),
+            one(p.stride),
+            one(p.padding),
+            one(p.dilation),
+            p.ceil_mode,
+        ),
+        (0, _) => max_pool2d(x, p.kernel, p.stride, p.padding, p.dilation, p.ceil_mode),
+        (1, 1) => avg_pool1d(
+            x,
+            one(p.kernel),
+            one(p.stride),
+            one(p.padding),
+            p.ceil_mode,
+            p.count_include_pad,
+        ),
+        (1, _) => avg_pool2d(
+            x,
+            p.kernel,
+            p.stride,
+            p.padding,
+            p.ceil_mode,
+            p.count_include_pad,
+            p.divisor_override,
+        ),
+        (_, 1) => adaptive_avg_pool1d(x, one(p.kernel)),
+        _ => adaptive_avg_pool2d(x, p.kernel),
+    }
+}
+
+/// A placeholder convolution of `d` dimensions (for the coverage list).
+fn conv_spec(d: usize) -> ConvSpec {
+    ConvSpec {
+        d,
+        stride: [1; 2],
+        padding: [0; 2],
+        dilation: [1; 2],
+        groups: 1,
+        same: false,
+    }
+}
+
+/// A placeholder pooling of `kind` (for the coverage list).
+fn pool_spec(kind: u8) -> PoolSpec {
+    PoolSpec {
+        kind,
+        d: 2,
+        kernel: [1; 2],
+        stride: [1; 2],
+        padding: [0; 2],
+        dilation: [1; 2],
+        ceil_mode: false,
+        count_include_pad: true,
+        divisor_override: None,
+    }
+}
+
 fn emit_step(v: &[Tensor], s: &Step, opts: Option<&RealizeOptions>) -> kiln::Result<Tensor> {
     Ok(match s {
         Step::Data { dtype, shape, vals } => {
@@ -5515,6 +5881,8 @@ fn emit_step(v: &[Tensor], s: &Step, opts: Option<&RealizeOptions>) -> kiln::Res
         }
         Step::Diagonal(a, off, d1, d2) => v[*a].try_diagonal(*off, *d1, *d2)?,
         Step::Diag(a, off) => v[*a].try_diag(*off)?,
+        Step::Conv(x, w, b, spec) => apply_conv(&v[*x], &v[*w], b.map(|b| &v[b]), spec)?,
+        Step::Pool(a, spec) => apply_pool(&v[*a], spec)?,
         Step::Logical(a, 0, b) => v[*a].try_logical_and(&v[*b])?,
         Step::Logical(a, 1, b) => v[*a].try_logical_or(&v[*b])?,
         Step::Logical(a, 2, b) => v[*a].try_logical_xor(&v[*b])?,
@@ -5771,6 +6139,55 @@ fn render_step(s: &Step) -> String {
         Step::Einsum(eq, vs) => format!("Tensor::einsum({eq:?}, &[{}])", refs(vs)),
         Step::Diagonal(a, off, d1, d2) => format!("v{a}.diagonal({off}, {d1}, {d2})"),
         Step::Diag(a, off) => format!("v{a}.diag({off})"),
+        Step::Conv(x, w, b, c) => {
+            let p = if c.same {
+                "ConvPadding::Same".to_string()
+            } else {
+                format!("ConvPadding::Explicit({:?})", &c.padding[..c.d])
+            };
+            format!(
+                "conv{}d(&v{x}, &v{w}, {}, {:?}, {p}, {:?}, {}).unwrap()",
+                c.d,
+                b.map_or("None".into(), |b| format!("Some(&v{b})")),
+                &c.stride[..c.d],
+                &c.dilation[..c.d],
+                c.groups
+            )
+        }
+        Step::Pool(a, p) => {
+            let d = p.d;
+            match p.kind {
+                0 => format!(
+                    "max_pool{d}d(&v{a}, {:?}, {:?}, {:?}, {:?}, {}).unwrap()",
+                    &p.kernel[..d],
+                    &p.stride[..d],
+                    &p.padding[..d],
+                    &p.dilation[..d],
+                    p.ceil_mode
+                ),
+                1 if d == 1 => format!(
+                    "avg_pool1d(&v{a}, {:?}, {:?}, {:?}, {}, {}).unwrap()",
+                    &p.kernel[..1],
+                    &p.stride[..1],
+                    &p.padding[..1],
+                    p.ceil_mode,
+                    p.count_include_pad
+                ),
+                1 => format!(
+                    "avg_pool2d(&v{a}, {:?}, {:?}, {:?}, {}, {}, {:?}).unwrap()",
+                    &p.kernel[..2],
+                    &p.stride[..2],
+                    &p.padding[..2],
+                    p.ceil_mode,
+                    p.count_include_pad,
+                    p.divisor_override
+                ),
+                _ => format!(
+                    "adaptive_avg_pool{d}d(&v{a}, {:?}).unwrap()",
+                    &p.kernel[..d]
+                ),
+            }
+        }
         Step::Logical(a, 3, _) => format!("v{a}.logical_not()"),
         Step::Logical(a, op, b) => {
             let name = ["and", "or", "xor"][*op as usize];
@@ -6713,6 +7130,11 @@ fn family(s: &Step) -> Option<&'static str> {
         Step::Logical(..) => "logical_not",
         Step::Einsum(_, vs) if vs.len() == 1 => "einsum (one operand)",
         Step::Einsum(..) => "einsum (two operands)",
+        Step::Conv(_, _, _, c) if c.d == 1 => "conv1d",
+        Step::Conv(..) => "conv2d",
+        Step::Pool(_, p) if p.kind == 0 => "max_pool",
+        Step::Pool(_, p) if p.kind == 1 => "avg_pool",
+        Step::Pool(..) => "adaptive_avg_pool",
         _ => return None,
     })
 }
@@ -6779,6 +7201,11 @@ fn fuzz_generators_cover_every_family() {
         Step::Logical(0, 3, 0),
         Step::Einsum("", vec![0]),
         Step::Einsum("", vec![0, 0]),
+        Step::Conv(0, 0, None, conv_spec(1)),
+        Step::Conv(0, 0, None, conv_spec(2)),
+        Step::Pool(0, pool_spec(0)),
+        Step::Pool(0, pool_spec(1)),
+        Step::Pool(0, pool_spec(2)),
     ]
     .iter()
     .filter_map(family)

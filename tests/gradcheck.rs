@@ -739,3 +739,77 @@ fn kink_free(n: usize, seed: u64, width: f64) -> Vec<f64> {
         .take(n)
         .collect()
 }
+
+#[test]
+fn convolution_and_pooling() {
+    use kiln::nn::functional::{
+        ConvPadding, adaptive_avg_pool2d, avg_pool1d, avg_pool2d, conv1d, conv2d, conv3d,
+        max_pool1d, max_pool2d,
+    };
+    // The input reached through a transposed view; groups, stride, padding and dilation.
+    check(
+        "conv2d",
+        &[
+            (values(2 * 4 * 5 * 4, 101, -1.0, 1.0), vec![2, 4, 4, 5]),
+            (values(6 * 2 * 3 * 2, 102, -1.0, 1.0), vec![6, 2, 3, 2]),
+            (values(6, 103, -1.0, 1.0), vec![6]),
+        ],
+        |t| {
+            conv2d(
+                &t[0].transpose(2, 3),
+                &t[1],
+                Some(&t[2]),
+                (2, 1),
+                (1, 2),
+                (1, 2),
+                2,
+            )
+            .unwrap()
+        },
+    );
+    check(
+        "conv1d same",
+        &[
+            (values(3 * 7, 104, -1.0, 1.0), vec![3, 7]),
+            (values(2 * 3 * 4, 105, -1.0, 1.0), vec![2, 3, 4]),
+        ],
+        |t| conv1d(&t[0], &t[1], None, 1, ConvPadding::Same, 1, 1).unwrap(),
+    );
+    check(
+        "conv3d",
+        &[
+            (values(2 * 3 * 4 * 3, 106, -1.0, 1.0), vec![1, 2, 3, 4, 3]),
+            (
+                values(2 * 2 * 2 * 2 * 2, 107, -1.0, 1.0),
+                vec![2, 2, 2, 2, 2],
+            ),
+        ],
+        |t| conv3d(&t[0], &t[1], None, 1, [1, 0, 1], 1, 1).unwrap(),
+    );
+    // Distinct random values: no window has a tie, so the max is differentiable.
+    check(
+        "max_pool2d",
+        &[(values(2 * 6 * 7, 108, -2.0, 2.0), vec![1, 2, 6, 7])],
+        |t| max_pool2d(&t[0], 3, 2, 1, [1, 2], true).unwrap(),
+    );
+    check(
+        "max_pool1d of a padded view",
+        &[(values(2 * 7, 109, -2.0, 2.0), vec![2, 7])],
+        |t| max_pool1d(&t[0].pad(&[(0, 0), (1, 0)], 0.5), 2, 2, 1, 1, false).unwrap(),
+    );
+    check(
+        "avg_pool2d",
+        &[(values(2 * 5 * 7, 110, -2.0, 2.0), vec![1, 2, 5, 7])],
+        |t| avg_pool2d(&t[0], 3, 2, 1, true, false, None).unwrap(),
+    );
+    check(
+        "avg_pool1d",
+        &[(values(9, 111, -2.0, 2.0), vec![1, 9])],
+        |t| avg_pool1d(&t[0], 4, 2, 2, true, true).unwrap(),
+    );
+    check(
+        "adaptive_avg_pool2d",
+        &[(values(2 * 5 * 7, 112, -2.0, 2.0), vec![2, 5, 7])],
+        |t| adaptive_avg_pool2d(&t[0], (3, 4)).unwrap(),
+    );
+}

@@ -1,6 +1,10 @@
-//! Functional forms of layers, and the losses ([`super::loss`], re-exported here as
-//! PyTorch's `torch.nn.functional` has them).
+//! Functional forms of layers (convolution and pooling among them), and the losses
+//! ([`super::loss`], re-exported here as PyTorch's `torch.nn.functional` has them).
 
+pub use super::conv::{
+    ConvPadding, Spatial, adaptive_avg_pool1d, adaptive_avg_pool2d, avg_pool1d, avg_pool2d,
+    avg_pool3d, conv1d, conv2d, conv3d, max_pool1d, max_pool2d, max_pool3d,
+};
 pub use super::loss::*;
 
 use crate::autograd::composite;

@@ -294,6 +294,83 @@ impl Module for Gelu {
     fn set_training(&mut self, _training: bool) {}
 }
 
+macro_rules! activation_modules {
+    ($($name:ident, $method:ident, $doc:literal;)*) => {
+        $(
+            #[doc = $doc]
+            #[derive(Debug, Clone, Copy, Default)]
+            pub struct $name;
+
+            impl Module for $name {
+                fn forward(&self, x: &Tensor) -> Result<Tensor> {
+                    x.$method()
+                }
+
+                fn visit_parameters(&self, _: &mut dyn FnMut(&str, &Tensor)) {}
+
+                fn visit_parameters_mut(&mut self, _: &mut dyn FnMut(&str, &mut Tensor)) {}
+
+                /// No mode: the same in training and evaluation.
+                fn set_training(&mut self, _training: bool) {}
+            }
+        )*
+    };
+}
+
+activation_modules! {
+    Relu, try_relu, "`max(x, 0)` ([`Tensor::relu`]), PyTorch's `nn.ReLU`.";
+    Sigmoid, try_sigmoid, "The logistic function ([`Tensor::sigmoid`]), PyTorch's `nn.Sigmoid`.";
+    Tanh, try_tanh, "The hyperbolic tangent ([`Tensor::tanh`]), PyTorch's `nn.Tanh`.";
+    Silu, try_silu, "`x·sigmoid(x)` ([`Tensor::silu`]), PyTorch's `nn.SiLU`.";
+}
+
+/// Flattens dimensions `start_dim..=end_dim` into one (a view), PyTorch's `nn.Flatten`;
+/// [`Flatten::new`] keeps the batch dimension (`start_dim = 1`, `end_dim = -1`), as
+/// PyTorch's default does.
+///
+/// ```
+/// use kiln::nn::{Flatten, Module};
+/// use kiln::Tensor;
+/// let y = Flatten::new().forward(&Tensor::ones(&[2, 3, 4, 4])).unwrap();
+/// assert_eq!(y.shape(), &[2, 48]);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Flatten {
+    /// The first dimension flattened.
+    pub start_dim: isize,
+    /// The last dimension flattened (negative counts from the end).
+    pub end_dim: isize,
+}
+
+impl Flatten {
+    /// `start_dim = 1`, `end_dim = -1`.
+    pub fn new() -> Flatten {
+        Flatten {
+            start_dim: 1,
+            end_dim: -1,
+        }
+    }
+}
+
+impl Default for Flatten {
+    fn default() -> Self {
+        Flatten::new()
+    }
+}
+
+impl Module for Flatten {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        x.try_flatten_dims(self.start_dim, self.end_dim)
+    }
+
+    fn visit_parameters(&self, _: &mut dyn FnMut(&str, &Tensor)) {}
+
+    fn visit_parameters_mut(&mut self, _: &mut dyn FnMut(&str, &mut Tensor)) {}
+
+    /// No mode: the same in training and evaluation.
+    fn set_training(&mut self, _training: bool) {}
+}
+
 /// Modules applied in order; parameters are named by position (`0.weight`, `2.bias`).
 #[derive(Default)]
 pub struct Sequential {

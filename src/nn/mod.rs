@@ -1,7 +1,8 @@
 //! Neural-network building blocks on kiln's lazy tensors: the [`Module`] trait (named,
 //! nested parameters; train/eval mode), layers ([`Linear`], [`Embedding`], [`LayerNorm`],
-//! [`Dropout`], [`Gelu`], [`GeluTanh`], [`Sequential`], [`CausalSelfAttention`],
-//! [`Block`]), losses ([`loss`]), functional forms ([`functional`], which re-exports the
+//! [`Dropout`], [`Gelu`], [`GeluTanh`], [`Relu`], [`Flatten`], [`Sequential`],
+//! [`CausalSelfAttention`], [`Block`]), convolution and pooling ([`Conv2d`], [`MaxPool2d`],
+//! [`AvgPool2d`], [`AdaptiveAvgPool2d`] and their 1-d forms), losses ([`loss`]), functional forms ([`functional`], which re-exports the
 //! losses) and seeded initializers ([`init`]).
 //!
 //! A module's parameters are realized leaves that require grad. Everything a forward pass
@@ -19,13 +20,22 @@
 //! ```
 
 mod attention;
+mod conv;
+mod conv_layers;
 pub mod functional;
 pub mod init;
 mod layers;
 pub mod loss;
 
 pub use attention::{Block, CausalSelfAttention};
-pub use layers::{Dropout, Embedding, Gelu, GeluTanh, LayerNorm, Linear, Mlp, Sequential};
+pub use conv_layers::{
+    AdaptiveAvgPool, AdaptiveAvgPool1d, AdaptiveAvgPool2d, AvgPool, AvgPool1d, AvgPool2d, Conv,
+    Conv1d, Conv2d, Conv3d, ConvOptions, MaxPool, MaxPool1d, MaxPool2d,
+};
+pub use layers::{
+    Dropout, Embedding, Flatten, Gelu, GeluTanh, LayerNorm, Linear, Mlp, Relu, Sequential, Sigmoid,
+    Silu, Tanh,
+};
 
 use crate::error::Result;
 use crate::tensor::Tensor;

@@ -1,0 +1,766 @@
+//! Convolution and pooling over 1, 2 or 3 spatial dimensions: PyTorch's `conv1d/2d/3d`,
+//! `max_pool1d/2d/3d`, `avg_pool1d/2d/3d` and `adaptive_avg_pool1d/2d`, with their arguments,
+//! output sizes, errors and gradients.
+//!
+//! Each is recorded as kiln's primitives, so it plans, fuses, runs on every device and
+//! differentiates as they do:
+//! - the input is padded and permuted batch last (views), and each kernel offset's strided
+//!   window is a slice (a view); the `K` windows are stacked into one `[C, K, *out, N]`
+//!   tensor (one copy: the im2col columns);
+//! - a convolution is one batched matmul of the weight, seen as `[G, O/G, C/G·K]`, with
+//!   those columns seen as `[G, C/G·K, L·N]`; the result is viewed batch first again;
+//! - the batch is the innermost dimension of every window kernel because the spatial rows
+//!   are short (4 to 32): with them innermost, the CPU interpreter paid its per-run setup
+//!   every few elements, and a small CNN's training step took 65 ms instead of 8 (AMD EPYC
+//!   Zen 4). Consecutive layers' permutations cancel, so nothing is transposed between
+//!   them;
+//! - max pooling takes each window's first largest element (`argmax`, then `gather`), so
+//!   its gradient goes to that one element as PyTorch's does (`amax` would split it among
+//!   ties, which the zeros after a ReLU make common);
+//! - average pooling sums each window and divides by PyTorch's divisor, a constant per
+//!   output position when padding or `ceil_mode` clips windows;
+//! - adaptive average pooling averages PyTorch's cells one spatial dimension at a time (a
+//!   reshape and a mean when the size divides, else one slice per cell).
+
+use crate::dtype::Scalar;
+use crate::error::{KilnError, Result};
+use crate::tensor::Tensor;
+
+/// A size per spatial dimension (kernel, stride, dilation, pooling padding): one value for
+/// every dimension, as PyTorch's `int` argument, or one each.
+///
+/// ```
+/// use kiln::nn::functional::Spatial;
+/// assert_eq!(Spatial::<2>::from(3), Spatial([3, 3]));
+/// assert_eq!(Spatial::<2>::from((1, 2)), Spatial([1, 2]));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Spatial<const N: usize>(pub [usize; N]);
+
+impl<const N: usize> From<usize> for Spatial<N> {
+    fn from(v: usize) -> Self {
+        Spatial([v; N])
+    }
+}
+
+impl<const N: usize> From<[usize; N]> for Spatial<N> {
+    fn from(v: [usize; N]) -> Self {
+        Spatial(v)
+    }
+}
+
+impl From<(usize, usize)> for Spatial<2> {
+    fn from((a, b): (usize, usize)) -> Self {
+        Spatial([a, b])
+    }
+}
+
+impl From<(usize, usize, usize)> for Spatial<3> {
+    fn from((a, b, c): (usize, usize, usize)) -> Self {
+        Spatial([a, b, c])
+    }
+}
+
+/// A convolution's zero padding: explicit sizes, or PyTorch's `'same'` and `'valid'`.
+///
+/// ```
+/// use kiln::nn::functional::ConvPadding;
+/// assert_eq!(ConvPadding::<2>::from(1), ConvPadding::Explicit([1, 1]));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConvPadding<const N: usize> {
+    /// `p` zeros before and after each spatial dimension.
+    Explicit([usize; N]),
+    /// PyTorch's `padding='same'`: the output is as large as the input (stride 1 only);
+    /// an odd total puts the extra zero after, as PyTorch does.
+    Same,
+    /// PyTorch's `padding='valid'`: no padding.
+    Valid,
+}
+
+impl<const N: usize> From<usize> for ConvPadding<N> {
+    fn from(v: usize) -> Self {
+        ConvPadding::Explicit([v; N])
+    }
+}
+
+impl<const N: usize> From<[usize; N]> for ConvPadding<N> {
+    fn from(v: [usize; N]) -> Self {
+        ConvPadding::Explicit(v)
+    }
+}
+
+impl From<(usize, usize)> for ConvPadding<2> {
+    fn from((a, b): (usize, usize)) -> Self {
+        ConvPadding::Explicit([a, b])
+    }
+}
+
+/// The name PyTorch gives the `N`-dimensional convolution (for errors).
+pub(crate) const fn conv_name(n: usize) -> &'static str {
+    match n {
+        1 => "conv1d",
+        2 => "conv2d",
+        _ => "conv3d",
+    }
+}
+
+fn invalid(op: &'static str, shape: &[usize], reason: String) -> KilnError {
+    KilnError::InvalidArgument {
+        op,
+        shape: shape.to_vec(),
+        reason,
+    }
+}
+
+/// `x` as `[N, C, *spatial]`, and whether it came so (PyTorch also takes one unbatched
+/// `[C, *spatial]` sample).
+fn batched(op: &'static str, x: &Tensor, n: usize) -> Result<(Tensor, bool)> {
+    if x.ndim() == n + 2 {
+        Ok((x.clone(), true))
+    } else if x.ndim() == n + 1 {
+        Ok((x.try_unsqueeze(0)?, false))
+    } else {
+        Err(invalid(
+            op,
+            x.shape(),
+            format!(
+                "expects a [C, *spatial] or [N, C, *spatial] input of {} or {} dimensions, not {}",
+                n + 1,
+                n + 2,
+                x.ndim()
+            ),
+        ))
+    }
+}
+
+fn require_float(op: &'static str, x: &Tensor) -> Result<()> {
+    if x.dtype().is_float() {
+        Ok(())
+    } else {
+        Err(KilnError::UnsupportedDType {
+            op,
+            dtype: x.dtype(),
+            detail: ": it takes float tensors, as PyTorch's CPU kernels do".into(),
+        })
+    }
+}
+
+/// `other` (a weight or bias) has `x`'s dtype and device.
+fn same_dtype_and_device(op: &'static str, x: &Tensor, other: &Tensor) -> Result<()> {
+    if other.dtype() != x.dtype() {
+        return Err(KilnError::DTypeMismatch {
+            op,
+            lhs: x.dtype(),
+            rhs: other.dtype(),
+        });
+    }
+    if other.device() != x.device() {
+        return Err(KilnError::DeviceMismatch {
+            op,
+            lhs: x.device(),
+            rhs: other.device(),
+        });
+    }
+    Ok(())
+}
+
+fn require_positive<const N: usize>(
+    op: &'static str,
+    shape: &[usize],
+    what: &str,
+    v: Spatial<N>,
+) -> Result<()> {
+    if v.0.contains(&0) {
+        return Err(invalid(
+            op,
+            shape,
+            format!("{what} {:?} must be positive in every dimension", v.0),
+        ));
+    }
+    Ok(())
+}
+
+/// Output length of a window `eff` long moved by `stride` over `len` elements padded with
+/// `pad` on each side; `ceil_mode` keeps a last partial window that starts inside the
+/// input or its left padding (PyTorch's pooling rule).
+fn pooled_len(
+    op: &'static str,
+    shape: &[usize],
+    len: usize,
+    pad: usize,
+    eff: usize,
+    stride: usize,
+    ceil_mode: bool,
+) -> Result<usize> {
+    let padded = len + 2 * pad;
+    if padded < eff {
+        return Err(invalid(
+            op,
+            shape,
+            format!(
+                "the window ({eff} elements with dilation) is larger than the padded input ({padded})"
+            ),
+        ));
+    }
+    let span = padded - eff;
+    let mut out = if ceil_mode {
+        span.div_ceil(stride)
+    } else {
+        span / stride
+    } + 1;
+    if ceil_mode && (out - 1) * stride >= len + pad {
+        out -= 1;
+    }
+    Ok(out)
+}
+
+/// The `K = Π kernel` strided windows of `x` (`[N, C, *spatial]`, already padded), stacked
+/// as `[C, K, *out, N]` with the last kernel dimension varying fastest (the order of
+/// PyTorch's weight layout) and the batch last.
+fn windows(
+    x: &Tensor,
+    kernel: &[usize],
+    stride: &[usize],
+    dilation: &[usize],
+    out: &[usize],
+) -> Result<Tensor> {
+    let d = kernel.len();
+    // Batch last: every window's rows then run along the batch (see the module notes).
+    let mut perm: Vec<isize> = (1..=d as isize + 1).collect();
+    perm.push(0);
+    let x = &x.try_permute(perm)?;
+    let count: usize = kernel.iter().product();
+    let mut parts = Vec::with_capacity(count);
+    let mut offset = vec![0usize; d];
+    for _ in 0..count {
+        let mut ranges = vec![(0isize, isize::MAX, 1isize); 1];
+        for i in 0..d {
+            let start = offset[i] * dilation[i];
+            let end = start + (out[i] - 1) * stride[i] + 1;
+            ranges.push((start as isize, end as isize, stride[i] as isize));
+        }
+        parts.push(x.try_slice(&ranges)?);
+        for i in (0..d).rev() {
+            offset[i] += 1;
+            if offset[i] < kernel[i] {
+                break;
+            }
+            offset[i] = 0;
+        }
+    }
+    if let [only] = parts.as_slice() {
+        return only.try_unsqueeze(1);
+    }
+    let refs: Vec<&Tensor> = parts.iter().collect();
+    Tensor::try_stack(&refs, 1)
+}
+
+/// `y` (`[C, *spatial, N]`, batch last) as `[N, C, *spatial]` (a view).
+fn batch_first(y: &Tensor) -> Result<Tensor> {
+    let nd = y.ndim() as isize;
+    let mut perm = vec![nd - 1];
+    perm.extend(0..nd - 1);
+    y.try_permute(perm)
+}
+
+fn unbatch(y: Tensor, batched: bool) -> Result<Tensor> {
+    if batched { Ok(y) } else { y.try_squeeze_dim(0) }
+}
+
+/// The `N`-dimensional convolution behind [`conv1d`], [`conv2d`] and [`conv3d`].
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn conv_nd<const N: usize>(
+    input: &Tensor,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+    stride: Spatial<N>,
+    padding: ConvPadding<N>,
+    dilation: Spatial<N>,
+    groups: usize,
+) -> Result<Tensor> {
+    let op = conv_name(N);
+    let (x, was_batched) = batched(op, input, N)?;
+    require_float(op, &x)?;
+    if weight.ndim() != N + 2 {
+        return Err(invalid(
+            op,
+            weight.shape(),
+            format!(
+                "the weight must be [out_channels, in_channels / groups, *kernel], {} dimensions, not {}",
+                N + 2,
+                weight.ndim()
+            ),
+        ));
+    }
+    same_dtype_and_device(op, &x, weight)?;
+    let (cin, oc) = (x.shape()[1], weight.shape()[0]);
+    if groups == 0 || !oc.is_multiple_of(groups) || weight.shape()[1] * groups != cin {
+        return Err(KilnError::ShapeMismatch {
+            op,
+            lhs: x.shape().to_vec(),
+            rhs: weight.shape().to_vec(),
+            detail: format!(
+                ": with groups={groups} the input's {cin} channels must be weight.shape[1] · groups \
+                 and the weight's {oc} output channels a multiple of groups (groups ≥ 1)"
+            ),
+        });
+    }
+    let kernel: [usize; N] = std::array::from_fn(|i| weight.shape()[2 + i]);
+    require_positive(op, weight.shape(), "the kernel size", Spatial(kernel))?;
+    require_positive(op, x.shape(), "stride", stride)?;
+    require_positive(op, x.shape(), "dilation", dilation)?;
+    if let Some(b) = bias {
+        if b.shape() != [oc] {
+            return Err(KilnError::ShapeMismatch {
+                op,
+                lhs: weight.shape().to_vec(),
+                rhs: b.shape().to_vec(),
+                detail: format!(": the bias must be [{oc}], one per output channel"),
+            });
+        }
+        same_dtype_and_device(op, &x, b)?;
+    }
+    let eff: [usize; N] = std::array::from_fn(|i| dilation.0[i] * (kernel[i] - 1) + 1);
+    let pads: [(usize, usize); N] = match padding {
+        ConvPadding::Explicit(p) => p.map(|v| (v, v)),
+        ConvPadding::Valid => [(0, 0); N],
+        ConvPadding::Same => {
+            if stride.0.iter().any(|&s| s != 1) {
+                return Err(invalid(
+                    op,
+                    x.shape(),
+                    format!(
+                        "padding 'same' needs stride 1, not {:?} (as PyTorch)",
+                        stride.0
+                    ),
+                ));
+            }
+            std::array::from_fn(|i| {
+                let total = eff[i] - 1;
+                (total / 2, total - total / 2)
+            })
+        }
+    };
+    let spatial = &x.shape()[2..];
+    let mut out = [0usize; N];
+    for i in 0..N {
+        let padded = spatial[i] + pads[i].0 + pads[i].1;
+        if padded < eff[i] {
+            return Err(invalid(
+                op,
+                x.shape(),
+                format!(
+                    "the kernel {:?} (dilation {:?}) is larger than the padded input {:?} in dimension {}",
+                    kernel,
+                    dilation.0,
+                    padded,
+                    2 + i
+                ),
+            ));
+        }
+        out[i] = (padded - eff[i]) / stride.0[i] + 1;
+    }
+    let mut all_pads = vec![(0, 0); 2];
+    all_pads.extend_from_slice(&pads);
+    let xp = x.try_pad(&all_pads, 0)?;
+    let cols = windows(&xp, &kernel, &stride.0, &dilation.0, &out)?;
+    let n = x.shape()[0];
+    let k: usize = kernel.iter().product();
+    let l: usize = out.iter().product();
+    let cg = cin / groups;
+    let cols = cols.try_reshape([groups, cg * k, l * n])?;
+    let w = weight.try_reshape([groups, oc / groups, cg * k])?;
+    let mut shape = vec![oc];
+    shape.extend_from_slice(&out);
+    shape.push(n);
+    let mut y = batch_first(&w.try_matmul(&cols)?.try_reshape(shape)?)?;
+    if let Some(b) = bias {
+        let mut bs = vec![oc];
+        bs.extend([1; N]);
+        y = y.try_add(&b.try_reshape(bs)?)?;
+    }
+    unbatch(y, was_batched)
+}
+
+macro_rules! conv_functions {
+    ($($(#[$doc:meta])* $name:ident, $n:literal;)*) => {$(
+        $(#[$doc])*
+        pub fn $name(
+            input: &Tensor,
+            weight: &Tensor,
+            bias: Option<&Tensor>,
+            stride: impl Into<Spatial<$n>>,
+            padding: impl Into<ConvPadding<$n>>,
+            dilation: impl Into<Spatial<$n>>,
+            groups: usize,
+        ) -> Result<Tensor> {
+            conv_nd(input, weight, bias, stride.into(), padding.into(), dilation.into(), groups)
+        }
+    )*};
+}
+
+conv_functions! {
+    /// PyTorch's `F.conv1d`: `input` `[N, C, L]` (or `[C, L]`), `weight` `[O, C / groups, k]`,
+    /// optional `bias` `[O]`. Float tensors of one dtype and device.
+    ///
+    /// ```
+    /// use kiln::Tensor;
+    /// use kiln::nn::functional::conv1d;
+    /// let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[1, 1, 4]);
+    /// let w = Tensor::from_vec(vec![1.0f32, -1.0], &[1, 1, 2]);
+    /// let y = conv1d(&x, &w, None, 1, 0, 1, 1).unwrap();
+    /// assert_eq!(y.to_vec::<f32>().unwrap(), vec![-1.0, -1.0, -1.0]);
+    /// ```
+    conv1d, 1;
+    /// PyTorch's `F.conv2d(input, weight, bias, stride, padding, dilation, groups)`: `input`
+    /// `[N, C, H, W]` (or `[C, H, W]`), `weight` `[O, C / groups, kH, kW]`, optional `bias`
+    /// `[O]`; output `[N, O, H', W']` with `H' = (H + 2p - d(kH - 1) - 1) / s + 1`. Strides,
+    /// paddings and dilations take one value or one per dimension; `padding` also takes
+    /// [`ConvPadding::Same`] and [`ConvPadding::Valid`]. Recorded as an im2col stack of
+    /// strided views and one batched matmul (see the module's notes), so it fuses, runs on
+    /// every device and has gradients for the input, weight and bias.
+    ///
+    /// ```
+    /// use kiln::Tensor;
+    /// use kiln::nn::functional::conv2d;
+    /// let x = Tensor::arange(0.0, 16.0, 1.0).reshape([1, 1, 4, 4]);
+    /// let w = Tensor::ones(&[2, 1, 3, 3]);
+    /// let y = conv2d(&x, &w, None, 1, 1, 1, 1).unwrap();
+    /// assert_eq!(y.shape(), &[1, 2, 4, 4]);
+    /// // The top-left output sums the 2×2 corner (the rest is padding): 0 + 1 + 4 + 5.
+    /// assert_eq!(y.to_vec::<f32>().unwrap()[0], 10.0);
+    /// ```
+    conv2d, 2;
+    /// PyTorch's `F.conv3d`: `input` `[N, C, D, H, W]` (or `[C, D, H, W]`), `weight`
+    /// `[O, C / groups, kD, kH, kW]`; see [`conv2d`].
+    conv3d, 3;
+}
+
+/// The name PyTorch gives the `N`-dimensional pooling `kind` (for errors).
+const fn pool_name(kind: u8, n: usize) -> &'static str {
+    match (kind, n) {
+        (b'm', 1) => "max_pool1d",
+        (b'm', 2) => "max_pool2d",
+        (b'm', _) => "max_pool3d",
+        (b'a', 1) => "avg_pool1d",
+        (b'a', 2) => "avg_pool2d",
+        (b'a', _) => "avg_pool3d",
+        (_, 1) => "adaptive_avg_pool1d",
+        (_, 2) => "adaptive_avg_pool2d",
+        _ => "adaptive_avg_pool3d",
+    }
+}
+
+/// The `N`-dimensional max pooling behind [`max_pool1d`] and [`max_pool2d`].
+pub(crate) fn max_pool_nd<const N: usize>(
+    input: &Tensor,
+    kernel: Spatial<N>,
+    stride: Spatial<N>,
+    padding: Spatial<N>,
+    dilation: Spatial<N>,
+    ceil_mode: bool,
+) -> Result<Tensor> {
+    let op = pool_name(b'm', N);
+    let (x, was_batched) = batched(op, input, N)?;
+    require_float(op, &x)?;
+    require_positive(op, x.shape(), "kernel_size", kernel)?;
+    require_positive(op, x.shape(), "stride", stride)?;
+    require_positive(op, x.shape(), "dilation", dilation)?;
+    let eff: [usize; N] = std::array::from_fn(|i| dilation.0[i] * (kernel.0[i] - 1) + 1);
+    let mut pads = vec![(0, 0); 2];
+    let mut out = [0usize; N];
+    for i in 0..N {
+        let (len, p, s) = (x.shape()[2 + i], padding.0[i], stride.0[i]);
+        if p > eff[i] / 2 {
+            return Err(invalid(
+                op,
+                x.shape(),
+                format!(
+                    "padding {:?} must be at most half the window ({:?} with dilation), as PyTorch requires",
+                    padding.0, eff
+                ),
+            ));
+        }
+        out[i] = pooled_len(op, x.shape(), len, p, eff[i], s, ceil_mode)?;
+        let needed = (out[i] - 1) * s + eff[i];
+        pads.push((p, needed.saturating_sub(p + len)));
+    }
+    let lowest = Scalar::Float(f64::NEG_INFINITY);
+    let w = windows(
+        &x.try_pad(&pads, lowest)?,
+        &kernel.0,
+        &stride.0,
+        &dilation.0,
+        &out,
+    )?;
+    let first_max = w.try_argmax_keepdim(1)?;
+    let y = w.try_gather(1, &first_max)?.try_squeeze_dim(1)?;
+    unbatch(batch_first(&y)?, was_batched)
+}
+
+macro_rules! max_pool_functions {
+    ($($(#[$doc:meta])* $name:ident, $n:literal;)*) => {$(
+        $(#[$doc])*
+        pub fn $name(
+            input: &Tensor,
+            kernel_size: impl Into<Spatial<$n>>,
+            stride: impl Into<Spatial<$n>>,
+            padding: impl Into<Spatial<$n>>,
+            dilation: impl Into<Spatial<$n>>,
+            ceil_mode: bool,
+        ) -> Result<Tensor> {
+            max_pool_nd(
+                input,
+                kernel_size.into(),
+                stride.into(),
+                padding.into(),
+                dilation.into(),
+                ceil_mode,
+            )
+        }
+    )*};
+}
+
+max_pool_functions! {
+    /// PyTorch's `F.max_pool1d(input, kernel_size, stride, padding, dilation, ceil_mode)` over
+    /// `[N, C, L]` or `[C, L]`; see [`max_pool2d`].
+    max_pool1d, 1;
+    /// PyTorch's `F.max_pool2d(input, kernel_size, stride, padding, dilation, ceil_mode)` over
+    /// `[N, C, H, W]` or `[C, H, W]` (float). PyTorch's default stride is the kernel size:
+    /// pass it. Padding is `-inf` and at most half the window; `ceil_mode` keeps a last
+    /// partial window that starts inside the input. Each output is its window's first
+    /// largest element (NaN propagates), and the gradient goes to that element alone, as
+    /// PyTorch's does. `return_indices` is not offered.
+    ///
+    /// ```
+    /// use kiln::Tensor;
+    /// use kiln::nn::functional::max_pool2d;
+    /// let x = Tensor::arange(0.0, 16.0, 1.0).reshape([1, 1, 4, 4]);
+    /// let y = max_pool2d(&x, 2, 2, 0, 1, false).unwrap();
+    /// assert_eq!(y.to_vec::<f32>().unwrap(), vec![5.0, 7.0, 13.0, 15.0]);
+    /// ```
+    max_pool2d, 2;
+    /// PyTorch's `F.max_pool3d` over `[N, C, D, H, W]` or `[C, D, H, W]`; see [`max_pool2d`].
+    max_pool3d, 3;
+}
+
+/// The `N`-dimensional average pooling behind [`avg_pool1d`] and [`avg_pool2d`].
+pub(crate) fn avg_pool_nd<const N: usize>(
+    input: &Tensor,
+    kernel: Spatial<N>,
+    stride: Spatial<N>,
+    padding: Spatial<N>,
+    ceil_mode: bool,
+    count_include_pad: bool,
+    divisor_override: Option<usize>,
+) -> Result<Tensor> {
+    let op = pool_name(b'a', N);
+    let (x, was_batched) = batched(op, input, N)?;
+    require_float(op, &x)?;
+    require_positive(op, x.shape(), "kernel_size", kernel)?;
+    require_positive(op, x.shape(), "stride", stride)?;
+    if divisor_override == Some(0) {
+        return Err(invalid(
+            op,
+            x.shape(),
+            "divisor_override must not be 0".into(),
+        ));
+    }
+    let mut pads = vec![(0, 0); 2];
+    let mut out = [0usize; N];
+    // Per dimension, each output position's divisor factor (PyTorch's rule: the window
+    // clipped to the padded input, or to the input itself without `count_include_pad`).
+    let mut factors: Vec<Vec<usize>> = Vec::with_capacity(N);
+    for (i, o_len) in out.iter_mut().enumerate() {
+        let (len, k, p, s) = (x.shape()[2 + i], kernel.0[i], padding.0[i], stride.0[i]);
+        if p > k / 2 {
+            return Err(invalid(
+                op,
+                x.shape(),
+                format!(
+                    "padding {:?} must be at most half the kernel {:?}, as PyTorch requires",
+                    padding.0, kernel.0
+                ),
+            ));
+        }
+        *o_len = pooled_len(op, x.shape(), len, p, k, s, ceil_mode)?;
+        let needed = (*o_len - 1) * s + k;
+        pads.push((p, needed.saturating_sub(p + len)));
+        factors.push(
+            (0..*o_len)
+                .map(|o| {
+                    // Positions in the padded input: the input is [p, p + len).
+                    let start = o * s;
+                    let end = (start + k).min(len + 2 * p);
+                    if count_include_pad {
+                        end - start
+                    } else {
+                        end.min(p + len) - start.max(p)
+                    }
+                })
+                .collect(),
+        );
+    }
+    let w = windows(&x.try_pad(&pads, 0)?, &kernel.0, &stride.0, &[1; N], &out)?;
+    let sum = batch_first(&w.try_sum(1)?)?;
+    let y = if let Some(d) = divisor_override {
+        sum.try_div(d as f64)?
+    } else if factors.iter().all(|f| f.iter().all(|&v| v == f[0])) {
+        let d: usize = factors.iter().map(|f| f[0]).product();
+        sum.try_div(d as f64)?
+    } else {
+        let total: usize = out.iter().product();
+        let mut divisor = Vec::with_capacity(total);
+        for flat in 0..total {
+            let (mut rest, mut d) = (flat, 1usize);
+            for i in (0..N).rev() {
+                d *= factors[i][rest % out[i]];
+                rest /= out[i];
+            }
+            divisor.push(d as f64);
+        }
+        let divisor = Tensor::try_from_vec(divisor, out.to_vec())?
+            .try_cast(x.dtype())?
+            .try_to(x.device())?;
+        sum.try_div(&divisor)?
+    };
+    unbatch(y, was_batched)
+}
+
+/// PyTorch's `F.avg_pool1d(input, kernel_size, stride, padding, ceil_mode,
+/// count_include_pad)` over `[N, C, L]` or `[C, L]`; see [`avg_pool2d`].
+pub fn avg_pool1d(
+    input: &Tensor,
+    kernel_size: impl Into<Spatial<1>>,
+    stride: impl Into<Spatial<1>>,
+    padding: impl Into<Spatial<1>>,
+    ceil_mode: bool,
+    count_include_pad: bool,
+) -> Result<Tensor> {
+    avg_pool_nd(
+        input,
+        kernel_size.into(),
+        stride.into(),
+        padding.into(),
+        ceil_mode,
+        count_include_pad,
+        None,
+    )
+}
+
+macro_rules! avg_pool_functions {
+    ($($(#[$doc:meta])* $name:ident, $n:literal;)*) => {$(
+        $(#[$doc])*
+        pub fn $name(
+            input: &Tensor,
+            kernel_size: impl Into<Spatial<$n>>,
+            stride: impl Into<Spatial<$n>>,
+            padding: impl Into<Spatial<$n>>,
+            ceil_mode: bool,
+            count_include_pad: bool,
+            divisor_override: Option<usize>,
+        ) -> Result<Tensor> {
+            avg_pool_nd(
+                input,
+                kernel_size.into(),
+                stride.into(),
+                padding.into(),
+                ceil_mode,
+                count_include_pad,
+                divisor_override,
+            )
+        }
+    )*};
+}
+
+avg_pool_functions! {
+    /// PyTorch's `F.avg_pool2d(input, kernel_size, stride, padding, ceil_mode,
+    /// count_include_pad, divisor_override)` over `[N, C, H, W]` or `[C, H, W]` (float).
+    /// PyTorch's defaults are `stride = kernel_size`, `padding = 0`, `ceil_mode = false`,
+    /// `count_include_pad = true`, no override. Each window's sum is divided by its size
+    /// clipped to the padded input (or to the input without `count_include_pad`), or by
+    /// `divisor_override`.
+    ///
+    /// ```
+    /// use kiln::Tensor;
+    /// use kiln::nn::functional::avg_pool2d;
+    /// let x = Tensor::arange(0.0, 16.0, 1.0).reshape([1, 1, 4, 4]);
+    /// let y = avg_pool2d(&x, 2, 2, 0, false, true, None).unwrap();
+    /// assert_eq!(y.to_vec::<f32>().unwrap(), vec![2.5, 4.5, 10.5, 12.5]);
+    /// ```
+    avg_pool2d, 2;
+    /// PyTorch's `F.avg_pool3d` over `[N, C, D, H, W]` or `[C, D, H, W]`; see [`avg_pool2d`].
+    avg_pool3d, 3;
+}
+
+/// The `N`-dimensional adaptive average pooling behind [`adaptive_avg_pool1d`] and
+/// [`adaptive_avg_pool2d`].
+pub(crate) fn adaptive_avg_pool_nd<const N: usize>(
+    input: &Tensor,
+    output_size: Spatial<N>,
+) -> Result<Tensor> {
+    let op = pool_name(b'd', N);
+    let (mut x, was_batched) = batched(op, input, N)?;
+    require_float(op, &x)?;
+    require_positive(op, x.shape(), "output_size", output_size)?;
+    if x.shape()[2..].contains(&0) {
+        return Err(invalid(
+            op,
+            x.shape(),
+            "the spatial dimensions must not be empty (as PyTorch requires)".into(),
+        ));
+    }
+    for i in 0..N {
+        let axis = (2 + i) as isize;
+        let (len, o) = (x.shape()[2 + i], output_size.0[i]);
+        if len.is_multiple_of(o) {
+            // Equal cells: split the axis into [o, len / o] (a view) and average the second.
+            let mut shape: Vec<usize> = x.shape().to_vec();
+            shape.splice(2 + i..3 + i, [o, len / o]);
+            x = x.try_reshape(shape)?.try_mean(axis + 1)?;
+        } else {
+            // PyTorch's cells: [⌊j·len/o⌋, ⌈(j+1)·len/o⌉), which overlap.
+            let cells: Vec<Tensor> = (0..o)
+                .map(|j| {
+                    let start = j * len / o;
+                    let end = ((j + 1) * len).div_ceil(o);
+                    x.try_slice_dim(axis, start as isize, end as isize, 1)?
+                        .try_mean_keepdim(axis)
+                })
+                .collect::<Result<_>>()?;
+            let refs: Vec<&Tensor> = cells.iter().collect();
+            x = Tensor::try_cat(&refs, axis)?;
+        }
+    }
+    unbatch(x, was_batched)
+}
+
+macro_rules! adaptive_avg_pool_functions {
+    ($($(#[$doc:meta])* $name:ident, $n:literal;)*) => {$(
+        $(#[$doc])*
+        pub fn $name(input: &Tensor, output_size: impl Into<Spatial<$n>>) -> Result<Tensor> {
+            adaptive_avg_pool_nd(input, output_size.into())
+        }
+    )*};
+}
+
+adaptive_avg_pool_functions! {
+    /// PyTorch's `F.adaptive_avg_pool1d(input, output_size)` over `[N, C, L]` or `[C, L]`;
+    /// see [`adaptive_avg_pool2d`].
+    adaptive_avg_pool1d, 1;
+    /// PyTorch's `F.adaptive_avg_pool2d(input, output_size)` over `[N, C, H, W]` or
+    /// `[C, H, W]` (float): output cell `j` of a dimension of length `n` pooled to `o` is the
+    /// mean of elements `⌊j·n/o⌋ .. ⌈(j+1)·n/o⌉`. `output_size = 1` is global average
+    /// pooling.
+    ///
+    /// ```
+    /// use kiln::Tensor;
+    /// use kiln::nn::functional::adaptive_avg_pool2d;
+    /// let x = Tensor::arange(0.0, 16.0, 1.0).reshape([1, 1, 4, 4]);
+    /// let y = adaptive_avg_pool2d(&x, 1).unwrap();
+    /// assert_eq!(y.shape(), &[1, 1, 1, 1]);
+    /// assert_eq!(y.to_vec::<f32>().unwrap(), vec![7.5]);
+    /// ```
+    adaptive_avg_pool2d, 2;
+}

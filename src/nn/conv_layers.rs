@@ -1,0 +1,402 @@
+//! Convolution and pooling layers, PyTorch's `nn.Conv1d/2d/3d`, `nn.MaxPool1d/2d`,
+//! `nn.AvgPool1d/2d` and `nn.AdaptiveAvgPool1d/2d`, over the functional forms in
+//! [`super::functional`].
+
+use super::conv::{
+    ConvPadding, Spatial, adaptive_avg_pool_nd, avg_pool_nd, conv_name, conv_nd, max_pool_nd,
+};
+use super::{Module, init};
+use crate::error::{KilnError, Result};
+use crate::tensor::Tensor;
+
+/// A convolution layer's settings besides its channels and kernel, PyTorch's defaults
+/// from [`Default`]: stride 1, no padding, dilation 1, one group, a bias.
+///
+/// ```
+/// use kiln::nn::{Conv2d, ConvOptions};
+/// let conv = Conv2d::with_options(3, 8, 3, ConvOptions { padding: 1.into(), ..Default::default() }, 0).unwrap();
+/// assert_eq!(conv.weight.shape(), &[8, 3, 3, 3]);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConvOptions<const N: usize> {
+    /// The step between windows.
+    pub stride: Spatial<N>,
+    /// Zero padding: sizes, [`ConvPadding::Same`] or [`ConvPadding::Valid`].
+    pub padding: ConvPadding<N>,
+    /// The spacing between a window's taps.
+    pub dilation: Spatial<N>,
+    /// Channel groups: each output channel sees `in_channels / groups` inputs.
+    pub groups: usize,
+    /// Whether the layer adds a learned bias per output channel.
+    pub bias: bool,
+}
+
+impl<const N: usize> Default for ConvOptions<N> {
+    fn default() -> Self {
+        ConvOptions {
+            stride: Spatial([1; N]),
+            padding: ConvPadding::Explicit([0; N]),
+            dilation: Spatial([1; N]),
+            groups: 1,
+            bias: true,
+        }
+    }
+}
+
+/// A convolution over `N` spatial dimensions with a learned weight
+/// `[out, in / groups, *kernel]` and bias `[out]`, initialized as PyTorch's are (uniform
+/// in `±1/sqrt(fan_in)`, `fan_in = in / groups · Π kernel`). See [`Conv1d`], [`Conv2d`],
+/// [`Conv3d`] and [`super::functional::conv2d`].
+///
+/// ```
+/// use kiln::nn::{Conv2d, Module};
+/// use kiln::Tensor;
+/// let conv = Conv2d::new(1, 4, 3, 0).unwrap();
+/// let y = conv.forward(&Tensor::ones(&[2, 1, 8, 8])).unwrap();
+/// assert_eq!(y.shape(), &[2, 4, 6, 6]);
+/// ```
+#[derive(Debug, Clone)]
+pub struct Conv<const N: usize> {
+    /// The weight, `[out_channels, in_channels / groups, *kernel]`.
+    pub weight: Tensor,
+    /// The bias, `[out_channels]`, if the layer has one.
+    pub bias: Option<Tensor>,
+    /// The step between windows.
+    pub stride: Spatial<N>,
+    /// Zero padding.
+    pub padding: ConvPadding<N>,
+    /// The spacing between a window's taps.
+    pub dilation: Spatial<N>,
+    /// Channel groups.
+    pub groups: usize,
+}
+
+/// PyTorch's `nn.Conv1d`.
+pub type Conv1d = Conv<1>;
+/// PyTorch's `nn.Conv2d`.
+pub type Conv2d = Conv<2>;
+/// PyTorch's `nn.Conv3d`.
+pub type Conv3d = Conv<3>;
+
+impl<const N: usize> Conv<N> {
+    /// A layer from `in_channels` to `out_channels` with PyTorch's default settings,
+    /// initialized from `seed`.
+    pub fn new(
+        in_channels: usize,
+        out_channels: usize,
+        kernel_size: impl Into<Spatial<N>>,
+        seed: u64,
+    ) -> Result<Conv<N>> {
+        Conv::with_options(
+            in_channels,
+            out_channels,
+            kernel_size,
+            ConvOptions::default(),
+            seed,
+        )
+    }
+
+    /// A layer with `options` (stride, padding, dilation, groups, bias).
+    pub fn with_options(
+        in_channels: usize,
+        out_channels: usize,
+        kernel_size: impl Into<Spatial<N>>,
+        options: ConvOptions<N>,
+        seed: u64,
+    ) -> Result<Conv<N>> {
+        let kernel = kernel_size.into();
+        let groups = options.groups;
+        let op = conv_name(N);
+        if groups == 0
+            || !in_channels.is_multiple_of(groups)
+            || !out_channels.is_multiple_of(groups)
+        {
+            return Err(KilnError::InvalidArgument {
+                op,
+                shape: vec![out_channels, in_channels],
+                reason: format!(
+                    "in_channels ({in_channels}) and out_channels ({out_channels}) must be multiples of groups ({groups} ≥ 1)"
+                ),
+            });
+        }
+        if kernel.0.contains(&0) {
+            return Err(KilnError::InvalidArgument {
+                op,
+                shape: vec![out_channels, in_channels],
+                reason: format!("kernel_size {:?} must be positive", kernel.0),
+            });
+        }
+        let mut shape = vec![out_channels, in_channels / groups];
+        shape.extend_from_slice(&kernel.0);
+        let fan_in = (in_channels / groups) * kernel.0.iter().product::<usize>();
+        let b = 1.0 / (fan_in.max(1) as f64).sqrt();
+        let weight = init::uniform(&shape, -b, b, init::derive_seed(seed, "conv.weight"))?;
+        let bias = if options.bias {
+            Some(init::uniform(
+                &[out_channels],
+                -b,
+                b,
+                init::derive_seed(seed, "conv.bias"),
+            )?)
+        } else {
+            None
+        };
+        Ok(Conv {
+            weight,
+            bias,
+            stride: options.stride,
+            padding: options.padding,
+            dilation: options.dilation,
+            groups,
+        })
+    }
+}
+
+impl<const N: usize> Module for Conv<N> {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        conv_nd(
+            x,
+            &self.weight,
+            self.bias.as_ref(),
+            self.stride,
+            self.padding,
+            self.dilation,
+            self.groups,
+        )
+    }
+
+    fn visit_parameters(&self, f: &mut dyn FnMut(&str, &Tensor)) {
+        f("weight", &self.weight);
+        if let Some(b) = &self.bias {
+            f("bias", b);
+        }
+    }
+
+    fn visit_parameters_mut(&mut self, f: &mut dyn FnMut(&str, &mut Tensor)) {
+        f("weight", &mut self.weight);
+        if let Some(b) = &mut self.bias {
+            f("bias", b);
+        }
+    }
+
+    /// No mode: the same in training and evaluation.
+    fn set_training(&mut self, _training: bool) {}
+}
+
+/// Max pooling over `N` spatial dimensions (PyTorch's `nn.MaxPool1d/2d`); the stride is
+/// the kernel size unless set. See [`super::functional::max_pool2d`].
+///
+/// ```
+/// use kiln::nn::{MaxPool2d, Module};
+/// use kiln::Tensor;
+/// let pool = MaxPool2d::new(3).stride(2).padding(1);
+/// assert_eq!(pool.forward(&Tensor::ones(&[1, 2, 8, 8])).unwrap().shape(), &[1, 2, 4, 4]);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MaxPool<const N: usize> {
+    /// The window.
+    pub kernel_size: Spatial<N>,
+    /// The step between windows.
+    pub stride: Spatial<N>,
+    /// `-inf` padding, at most half the window.
+    pub padding: Spatial<N>,
+    /// The spacing between a window's taps.
+    pub dilation: Spatial<N>,
+    /// Whether a last partial window is kept.
+    pub ceil_mode: bool,
+}
+
+/// PyTorch's `nn.MaxPool1d`.
+pub type MaxPool1d = MaxPool<1>;
+/// PyTorch's `nn.MaxPool2d`.
+pub type MaxPool2d = MaxPool<2>;
+
+impl<const N: usize> MaxPool<N> {
+    /// Windows of `kernel_size`, stride the kernel size, no padding, dilation 1.
+    pub fn new(kernel_size: impl Into<Spatial<N>>) -> MaxPool<N> {
+        let k = kernel_size.into();
+        MaxPool {
+            kernel_size: k,
+            stride: k,
+            padding: Spatial([0; N]),
+            dilation: Spatial([1; N]),
+            ceil_mode: false,
+        }
+    }
+
+    /// With this stride.
+    pub fn stride(mut self, stride: impl Into<Spatial<N>>) -> MaxPool<N> {
+        self.stride = stride.into();
+        self
+    }
+
+    /// With this padding.
+    pub fn padding(mut self, padding: impl Into<Spatial<N>>) -> MaxPool<N> {
+        self.padding = padding.into();
+        self
+    }
+
+    /// With this dilation.
+    pub fn dilation(mut self, dilation: impl Into<Spatial<N>>) -> MaxPool<N> {
+        self.dilation = dilation.into();
+        self
+    }
+
+    /// With PyTorch's `ceil_mode`.
+    pub fn ceil_mode(mut self, ceil_mode: bool) -> MaxPool<N> {
+        self.ceil_mode = ceil_mode;
+        self
+    }
+}
+
+impl<const N: usize> Module for MaxPool<N> {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        max_pool_nd(
+            x,
+            self.kernel_size,
+            self.stride,
+            self.padding,
+            self.dilation,
+            self.ceil_mode,
+        )
+    }
+
+    fn visit_parameters(&self, _: &mut dyn FnMut(&str, &Tensor)) {}
+
+    fn visit_parameters_mut(&mut self, _: &mut dyn FnMut(&str, &mut Tensor)) {}
+
+    /// No mode: the same in training and evaluation.
+    fn set_training(&mut self, _training: bool) {}
+}
+
+/// Average pooling over `N` spatial dimensions (PyTorch's `nn.AvgPool1d/2d`); the stride
+/// is the kernel size unless set. See [`super::functional::avg_pool2d`].
+///
+/// ```
+/// use kiln::nn::{AvgPool2d, Module};
+/// use kiln::Tensor;
+/// let pool = AvgPool2d::new(2);
+/// let y = pool.forward(&Tensor::ones(&[1, 1, 4, 4])).unwrap();
+/// assert_eq!(y.to_vec::<f32>().unwrap(), vec![1.0; 4]);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AvgPool<const N: usize> {
+    /// The window.
+    pub kernel_size: Spatial<N>,
+    /// The step between windows.
+    pub stride: Spatial<N>,
+    /// Zero padding, at most half the kernel.
+    pub padding: Spatial<N>,
+    /// Whether a last partial window is kept.
+    pub ceil_mode: bool,
+    /// Whether padding counts in a window's divisor.
+    pub count_include_pad: bool,
+    /// A fixed divisor instead.
+    pub divisor_override: Option<usize>,
+}
+
+/// PyTorch's `nn.AvgPool1d`.
+pub type AvgPool1d = AvgPool<1>;
+/// PyTorch's `nn.AvgPool2d`.
+pub type AvgPool2d = AvgPool<2>;
+
+impl<const N: usize> AvgPool<N> {
+    /// Windows of `kernel_size`, stride the kernel size, no padding, padding counted.
+    pub fn new(kernel_size: impl Into<Spatial<N>>) -> AvgPool<N> {
+        let k = kernel_size.into();
+        AvgPool {
+            kernel_size: k,
+            stride: k,
+            padding: Spatial([0; N]),
+            ceil_mode: false,
+            count_include_pad: true,
+            divisor_override: None,
+        }
+    }
+
+    /// With this stride.
+    pub fn stride(mut self, stride: impl Into<Spatial<N>>) -> AvgPool<N> {
+        self.stride = stride.into();
+        self
+    }
+
+    /// With this padding.
+    pub fn padding(mut self, padding: impl Into<Spatial<N>>) -> AvgPool<N> {
+        self.padding = padding.into();
+        self
+    }
+
+    /// With PyTorch's `ceil_mode`.
+    pub fn ceil_mode(mut self, ceil_mode: bool) -> AvgPool<N> {
+        self.ceil_mode = ceil_mode;
+        self
+    }
+
+    /// With PyTorch's `count_include_pad`.
+    pub fn count_include_pad(mut self, count_include_pad: bool) -> AvgPool<N> {
+        self.count_include_pad = count_include_pad;
+        self
+    }
+
+    /// With PyTorch's `divisor_override`.
+    pub fn divisor_override(mut self, divisor: Option<usize>) -> AvgPool<N> {
+        self.divisor_override = divisor;
+        self
+    }
+}
+
+impl<const N: usize> Module for AvgPool<N> {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        avg_pool_nd(
+            x,
+            self.kernel_size,
+            self.stride,
+            self.padding,
+            self.ceil_mode,
+            self.count_include_pad,
+            self.divisor_override,
+        )
+    }
+
+    fn visit_parameters(&self, _: &mut dyn FnMut(&str, &Tensor)) {}
+
+    fn visit_parameters_mut(&mut self, _: &mut dyn FnMut(&str, &mut Tensor)) {}
+
+    /// No mode: the same in training and evaluation.
+    fn set_training(&mut self, _training: bool) {}
+}
+
+/// Adaptive average pooling to a fixed output size (PyTorch's
+/// `nn.AdaptiveAvgPool1d/2d`); see [`super::functional::adaptive_avg_pool2d`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AdaptiveAvgPool<const N: usize> {
+    /// The output's spatial size.
+    pub output_size: Spatial<N>,
+}
+
+/// PyTorch's `nn.AdaptiveAvgPool1d`.
+pub type AdaptiveAvgPool1d = AdaptiveAvgPool<1>;
+/// PyTorch's `nn.AdaptiveAvgPool2d`.
+pub type AdaptiveAvgPool2d = AdaptiveAvgPool<2>;
+
+impl<const N: usize> AdaptiveAvgPool<N> {
+    /// Pools to `output_size`.
+    pub fn new(output_size: impl Into<Spatial<N>>) -> AdaptiveAvgPool<N> {
+        AdaptiveAvgPool {
+            output_size: output_size.into(),
+        }
+    }
+}
+
+impl<const N: usize> Module for AdaptiveAvgPool<N> {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        adaptive_avg_pool_nd(x, self.output_size)
+    }
+
+    fn visit_parameters(&self, _: &mut dyn FnMut(&str, &Tensor)) {}
+
+    fn visit_parameters_mut(&mut self, _: &mut dyn FnMut(&str, &mut Tensor)) {}
+
+    /// No mode: the same in training and evaluation.
+    fn set_training(&mut self, _training: bool) {}
+}

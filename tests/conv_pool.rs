@@ -1,0 +1,770 @@
+//! Convolution and pooling: PyTorch's outputs and gradients for fixed programs
+//! (`fixtures/conv_pytorch.rs`, written by `fixtures/make_conv_values.py`), random
+//! configurations of every argument against a plain loop evaluator written here from
+//! PyTorch's documented formulas, the max-pool tie rule, the errors, and the modules.
+
+use kiln::nn::functional::{
+    ConvPadding, adaptive_avg_pool1d, adaptive_avg_pool2d, avg_pool1d, avg_pool2d, conv1d, conv2d,
+    conv3d, max_pool1d, max_pool2d,
+};
+use kiln::nn::{
+    AdaptiveAvgPool2d, AvgPool2d, Conv2d, ConvOptions, Flatten, Linear, MaxPool2d, Module, Relu,
+    Sequential,
+};
+use kiln::optim::Optimizer;
+use kiln::{DType, KilnError, Tensor};
+
+include!("fixtures/conv_pytorch.rs");
+
+/// `sin(a·i + b)` in f64, rounded to f32: the fixtures' inputs.
+fn sines(n: usize, a: f64, b: f64) -> Vec<f32> {
+    (0..n).map(|i| (a * i as f64 + b).sin() as f32).collect()
+}
+
+fn leaf(data: Vec<f32>, shape: &[usize]) -> Tensor {
+    let t = Tensor::from_vec(data, shape).requires_grad_(true);
+    t.realize().unwrap();
+    t
+}
+
+/// `Σ y · cos(0.3 i)`, the fixtures' loss.
+fn weighted_sum(y: &Tensor) -> Tensor {
+    let w: Vec<f32> = (0..y.numel())
+        .map(|i| (0.3 * i as f64).cos() as f32)
+        .collect();
+    (y * Tensor::from_vec(w, y.shape())).sum(..)
+}
+
+fn close(name: &str, got: &Tensor, want: &[f32], tol: f32) {
+    let got = got.to_vec::<f32>().unwrap();
+    assert_eq!(got.len(), want.len(), "{name}: length");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g - w).abs() <= tol * (1.0 + w.abs()),
+            "{name}[{i}]: kiln {g}, PyTorch {w}"
+        );
+    }
+}
+
+#[test]
+fn conv2d_matches_pytorch_with_groups_strides_padding_and_dilation() {
+    let x = leaf(sines(2 * 4 * 5 * 6, 0.7, 0.3), &[2, 4, 5, 6]);
+    let w = leaf(sines(6 * 2 * 3 * 2, 1.3, -0.2), &[6, 2, 3, 2]);
+    let b = leaf(sines(6, 2.1, 0.5), &[6]);
+    let y = conv2d(&x, &w, Some(&b), (2, 1), (1, 2), (1, 2), 2).unwrap();
+    assert_eq!(y.shape(), &[2, 6, 3, 8]);
+    weighted_sum(&y).backward().unwrap();
+    close("conv2d y", &y, &CONV2D_Y, 1e-5);
+    close("conv2d dx", &x.grad().unwrap(), &CONV2D_DX, 1e-5);
+    close("conv2d dw", &w.grad().unwrap(), &CONV2D_DW, 1e-5);
+    close("conv2d db", &b.grad().unwrap(), &CONV2D_DB, 1e-5);
+}
+
+#[test]
+fn conv1d_same_padding_with_an_even_kernel_matches_pytorch() {
+    let x = leaf(sines(3 * 7, 0.7, 0.3), &[1, 3, 7]);
+    let w = leaf(sines(2 * 3 * 4, 1.3, -0.2), &[2, 3, 4]);
+    let y = conv1d(&x, &w, None, 1, ConvPadding::Same, 1, 1).unwrap();
+    assert_eq!(y.shape(), &[1, 2, 7]);
+    weighted_sum(&y).backward().unwrap();
+    close("conv1d y", &y, &CONV1D_Y, 1e-5);
+    close("conv1d dx", &x.grad().unwrap(), &CONV1D_DX, 1e-5);
+    close("conv1d dw", &w.grad().unwrap(), &CONV1D_DW, 1e-5);
+}
+
+#[test]
+fn max_pool2d_matches_pytorch_including_the_gradient_at_ties() {
+    // Clamped at 0: many windows hold several zeros, and PyTorch sends each window's
+    // gradient to its first largest element only.
+    let data: Vec<f32> = sines(2 * 6 * 7, 0.9, 0.1)
+        .into_iter()
+        .map(|v| v.max(0.0))
+        .collect();
+    let x = leaf(data, &[1, 2, 6, 7]);
+    let y = max_pool2d(&x, 3, 2, 1, 1, true).unwrap();
+    assert_eq!(y.shape(), &[1, 2, 4, 4]);
+    weighted_sum(&y).backward().unwrap();
+    close("max_pool2d y", &y, &MAXPOOL_Y, 0.0);
+    close("max_pool2d dx", &x.grad().unwrap(), &MAXPOOL_DX, 1e-6);
+
+    let x = leaf(sines(2 * 7 * 8, 0.45, 0.2), &[2, 1, 7, 8]);
+    let y = max_pool2d(&x, (2, 3), (1, 2), (1, 1), 2, false).unwrap();
+    assert_eq!(y.shape(), &[2, 1, 7, 3]);
+    weighted_sum(&y).backward().unwrap();
+    close("dilated max_pool2d y", &y, &MAXPOOL_DIL_Y, 0.0);
+    close(
+        "dilated max_pool2d dx",
+        &x.grad().unwrap(),
+        &MAXPOOL_DIL_DX,
+        1e-6,
+    );
+}
+
+#[test]
+fn a_window_of_equal_values_gives_its_whole_gradient_to_the_first() {
+    let x = leaf(vec![0.0; 16], &[1, 1, 4, 4]);
+    let y = max_pool2d(&x, 2, 2, 0, 1, false).unwrap();
+    y.sum(..).backward().unwrap();
+    let mut want = vec![0.0f32; 16];
+    for i in [0, 2, 8, 10] {
+        want[i] = 1.0;
+    }
+    assert_eq!(x.grad().unwrap().to_vec::<f32>().unwrap(), want);
+}
+
+#[test]
+fn avg_pool2d_matches_pytorch_for_every_divisor_rule() {
+    let x = leaf(sines(2 * 5 * 7, 0.8, 0.4), &[1, 2, 5, 7]);
+    let y = avg_pool2d(&x, 3, 2, 1, true, false, None).unwrap();
+    assert_eq!(y.shape(), &[1, 2, 3, 4]);
+    weighted_sum(&y).backward().unwrap();
+    close("avg_pool2d y", &y, &AVGPOOL_Y, 1e-6);
+    close("avg_pool2d dx", &x.grad().unwrap(), &AVGPOOL_DX, 1e-6);
+
+    let x = Tensor::from_vec(sines(25, 0.8, 0.4), [1, 1, 5, 5]);
+    let counted = avg_pool2d(&x, 2, 2, 1, true, true, None).unwrap();
+    close(
+        "avg_pool2d count_include_pad",
+        &counted,
+        &AVGPOOL_INC_Y,
+        1e-6,
+    );
+    let fixed = avg_pool2d(&x, 3, 2, 1, false, true, Some(2)).unwrap();
+    close("avg_pool2d divisor_override", &fixed, &AVGPOOL_DIV_Y, 1e-6);
+}
+
+#[test]
+fn adaptive_avg_pool2d_matches_pytorch_with_overlapping_cells() {
+    let x = leaf(sines(2 * 3 * 5 * 7, 0.6, 0.9), &[2, 3, 5, 7]);
+    let y = adaptive_avg_pool2d(&x, (3, 4)).unwrap();
+    assert_eq!(y.shape(), &[2, 3, 3, 4]);
+    weighted_sum(&y).backward().unwrap();
+    close("adaptive y", &y, &ADAPTIVE_Y, 1e-6);
+    close("adaptive dx", &x.grad().unwrap(), &ADAPTIVE_DX, 1e-6);
+}
+
+#[test]
+fn one_dimensional_pools_of_an_unbatched_input_match_pytorch() {
+    let x = Tensor::from_vec(sines(18, 0.5, 0.0), [2, 9]);
+    close(
+        "max_pool1d",
+        &max_pool1d(&x, 2, 3, 1, 1, true).unwrap(),
+        &MAXPOOL1D_Y,
+        0.0,
+    );
+    close(
+        "avg_pool1d",
+        &avg_pool1d(&x, 4, 2, 2, false, true).unwrap(),
+        &AVGPOOL1D_Y,
+        1e-6,
+    );
+    close(
+        "adaptive_avg_pool1d",
+        &adaptive_avg_pool1d(&x, 4).unwrap(),
+        &ADAPTIVE1D_Y,
+        1e-6,
+    );
+}
+
+// ---- A plain evaluator, from PyTorch's documented formulas ----
+
+/// A deterministic generator of small integers and values.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+    fn values(&mut self, n: usize) -> Vec<f64> {
+        (0..n)
+            .map(|_| (self.next() >> 11) as f64 / (1u64 << 53) as f64 * 4.0 - 2.0)
+            .collect()
+    }
+}
+
+/// Every index of `shape`, last dimension fastest.
+fn indices(shape: &[usize]) -> Vec<Vec<usize>> {
+    let mut out = vec![vec![]];
+    for &n in shape {
+        out = out
+            .into_iter()
+            .flat_map(|p| {
+                (0..n).map(move |i| {
+                    let mut q = p.clone();
+                    q.push(i);
+                    q
+                })
+            })
+            .collect();
+    }
+    out
+}
+
+fn flat(shape: &[usize], idx: &[usize]) -> usize {
+    idx.iter().zip(shape).fold(0, |acc, (&i, &n)| acc * n + i)
+}
+
+struct ConvCase {
+    x_shape: Vec<usize>,
+    w_shape: Vec<usize>,
+    stride: Vec<usize>,
+    pads: Vec<(usize, usize)>,
+    dilation: Vec<usize>,
+    groups: usize,
+}
+
+/// The convolution by its definition: `y[n, o, p] = b[o] + Σ_{c, q} x[n, g·C/G + c,
+/// p·s + q·d - pad] · w[o, c, q]`, terms outside the input being zero.
+fn conv_reference(
+    case: &ConvCase,
+    x: &[f64],
+    w: &[f64],
+    b: Option<&[f64]>,
+) -> (Vec<usize>, Vec<f64>) {
+    let d = case.stride.len();
+    let (n, c) = (case.x_shape[0], case.x_shape[1]);
+    let oc = case.w_shape[0];
+    let cg = c / case.groups;
+    let og = oc / case.groups;
+    let kernel = &case.w_shape[2..];
+    let out: Vec<usize> = (0..d)
+        .map(|i| {
+            let padded = case.x_shape[2 + i] + case.pads[i].0 + case.pads[i].1;
+            (padded - case.dilation[i] * (kernel[i] - 1) - 1) / case.stride[i] + 1
+        })
+        .collect();
+    let mut y_shape = vec![n, oc];
+    y_shape.extend(&out);
+    let y = indices(&y_shape)
+        .into_iter()
+        .map(|yi| {
+            let (bn, o, p) = (yi[0], yi[1], &yi[2..]);
+            let g = o / og;
+            let mut acc = b.map_or(0.0, |b| b[o]);
+            for ci in 0..cg {
+                for q in indices(kernel) {
+                    let mut xi = vec![bn, g * cg + ci];
+                    let mut inside = true;
+                    for i in 0..d {
+                        let pos = (p[i] * case.stride[i] + q[i] * case.dilation[i]) as isize
+                            - case.pads[i].0 as isize;
+                        inside &= pos >= 0 && (pos as usize) < case.x_shape[2 + i];
+                        xi.push(pos.max(0) as usize);
+                    }
+                    if inside {
+                        let mut wi = vec![o, ci];
+                        wi.extend(&q);
+                        acc += x[flat(&case.x_shape, &xi)] * w[flat(&case.w_shape, &wi)];
+                    }
+                }
+            }
+            acc
+        })
+        .collect();
+    (y_shape, y)
+}
+
+fn assert_close64(name: &str, got: &[f64], want: &[f64]) {
+    assert_eq!(got.len(), want.len(), "{name}: length");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g - w).abs() <= 1e-12 * (1.0 + w.abs()),
+            "{name}[{i}]: kiln {g}, reference {w}"
+        );
+    }
+}
+
+#[test]
+fn random_convolutions_match_the_definition() {
+    let mut rng = Rng(0x5EED_C0DE);
+    for case_no in 0..160 {
+        let d = [1, 2, 2, 2, 3][rng.below(5)];
+        let groups = 1 + rng.below(3);
+        let cin = groups * (1 + rng.below(2));
+        let oc = groups * (1 + rng.below(2));
+        let n = rng.below(3);
+        let kernel: Vec<usize> = (0..d)
+            .map(|_| 1 + rng.below(if d == 3 { 2 } else { 3 }))
+            .collect();
+        let dilation: Vec<usize> = (0..d).map(|_| 1 + rng.below(2)).collect();
+        let same = rng.below(5) == 0;
+        let stride: Vec<usize> = if same {
+            vec![1; d]
+        } else {
+            (0..d).map(|_| 1 + rng.below(3)).collect()
+        };
+        let pads: Vec<(usize, usize)> = (0..d)
+            .map(|i| {
+                if same {
+                    let total = dilation[i] * (kernel[i] - 1);
+                    (total / 2, total - total / 2)
+                } else {
+                    let p = rng.below(3);
+                    (p, p)
+                }
+            })
+            .collect();
+        let spatial: Vec<usize> = (0..d)
+            .map(|i| {
+                let eff = dilation[i] * (kernel[i] - 1) + 1;
+                (eff + rng.below(4)).saturating_sub(2 * pads[i].0).max(1)
+            })
+            .collect();
+        let mut x_shape = vec![n, cin];
+        x_shape.extend(&spatial);
+        let mut w_shape = vec![oc, cin / groups];
+        w_shape.extend(&kernel);
+        let case = ConvCase {
+            x_shape: x_shape.clone(),
+            w_shape: w_shape.clone(),
+            stride: stride.clone(),
+            pads: pads.clone(),
+            dilation: dilation.clone(),
+            groups,
+        };
+        let x = rng.values(x_shape.iter().product());
+        let w = rng.values(w_shape.iter().product());
+        let b = rng.values(oc);
+        let with_bias = rng.below(2) == 0;
+        let (want_shape, want) = conv_reference(&case, &x, &w, with_bias.then_some(&b[..]));
+        // Half the cases read the input through a transposed view of the same values.
+        let xt = if rng.below(2) == 0 && d >= 2 {
+            let mut swapped = x_shape.clone();
+            swapped.swap(2, 3);
+            let mut moved = vec![0.0; x.len()];
+            for idx in indices(&x_shape) {
+                let mut j = idx.clone();
+                j.swap(2, 3);
+                moved[flat(&swapped, &j)] = x[flat(&x_shape, &idx)];
+            }
+            Tensor::from_vec(moved, swapped).transpose(2, 3)
+        } else {
+            Tensor::from_vec(x.clone(), x_shape.clone())
+        };
+        let wt = Tensor::from_vec(w.clone(), w_shape.clone());
+        let bt = Tensor::from_vec(b.clone(), [oc]);
+        let bias = with_bias.then_some(&bt);
+        let padding: Vec<usize> = pads.iter().map(|p| p.0).collect();
+        let y = match d {
+            1 => {
+                let p = if same {
+                    ConvPadding::Same
+                } else {
+                    ConvPadding::Explicit([padding[0]])
+                };
+                conv1d(&xt, &wt, bias, [stride[0]], p, [dilation[0]], groups)
+            }
+            2 => {
+                let p = if same {
+                    ConvPadding::Same
+                } else {
+                    ConvPadding::Explicit([padding[0], padding[1]])
+                };
+                conv2d(
+                    &xt,
+                    &wt,
+                    bias,
+                    [stride[0], stride[1]],
+                    p,
+                    [dilation[0], dilation[1]],
+                    groups,
+                )
+            }
+            _ => {
+                let p = if same {
+                    ConvPadding::Same
+                } else {
+                    ConvPadding::Explicit([padding[0], padding[1], padding[2]])
+                };
+                conv3d(
+                    &xt,
+                    &wt,
+                    bias,
+                    [stride[0], stride[1], stride[2]],
+                    p,
+                    [dilation[0], dilation[1], dilation[2]],
+                    groups,
+                )
+            }
+        }
+        .unwrap_or_else(|e| panic!("case {case_no}: {e}"));
+        assert_eq!(y.shape(), &want_shape[..], "case {case_no}: shape");
+        assert_close64(
+            &format!("case {case_no}"),
+            &y.to_vec::<f64>().unwrap(),
+            &want,
+        );
+    }
+}
+
+/// PyTorch's pooled length (`pooling_output_shape`).
+fn pooled(len: usize, k_eff: usize, s: usize, p: usize, ceil: bool) -> usize {
+    let span = len + 2 * p - k_eff;
+    let mut o = if ceil { span.div_ceil(s) } else { span / s } + 1;
+    if ceil && (o - 1) * s >= len + p {
+        o -= 1;
+    }
+    o
+}
+
+#[test]
+fn random_pools_match_pytorchs_loops() {
+    let mut rng = Rng(0xB00C_5EED);
+    for case_no in 0..200 {
+        let (n, c) = (1 + rng.below(2), 1 + rng.below(3));
+        let k = [1 + rng.below(3), 1 + rng.below(4)];
+        let s = [1 + rng.below(3), 1 + rng.below(3)];
+        let dil = [1 + rng.below(2), 1 + rng.below(2)];
+        let ceil = rng.below(2) == 0;
+        let is_max = rng.below(2) == 0;
+        let eff: [usize; 2] = if is_max {
+            [dil[0] * (k[0] - 1) + 1, dil[1] * (k[1] - 1) + 1]
+        } else {
+            k
+        };
+        let p = [rng.below(eff[0] / 2 + 1), rng.below(eff[1] / 2 + 1)];
+        let hw = [eff[0] + rng.below(5), eff[1] + rng.below(5)];
+        let shape = [n, c, hw[0], hw[1]];
+        let x = rng.values(shape.iter().product());
+        let xt = Tensor::from_vec(x.clone(), shape);
+        let out = [
+            pooled(hw[0], eff[0], s[0], p[0], ceil),
+            pooled(hw[1], eff[1], s[1], p[1], ceil),
+        ];
+        let windows = |oh: usize, ow: usize| {
+            // The window's real elements, in PyTorch's scan order.
+            let mut v = vec![];
+            for i in 0..k[0] {
+                for j in 0..k[1] {
+                    let (d0, d1) = if is_max { (dil[0], dil[1]) } else { (1, 1) };
+                    let h = (oh * s[0] + i * d0) as isize - p[0] as isize;
+                    let w = (ow * s[1] + j * d1) as isize - p[1] as isize;
+                    if h >= 0 && w >= 0 && (h as usize) < hw[0] && (w as usize) < hw[1] {
+                        v.push((h as usize, w as usize));
+                    }
+                }
+            }
+            v
+        };
+        if is_max {
+            let y = max_pool2d(&xt, k, s, p, dil, ceil)
+                .unwrap_or_else(|e| panic!("case {case_no}: {e}"));
+            assert_eq!(y.shape(), &[n, c, out[0], out[1]], "case {case_no}");
+            let want: Vec<f64> = indices(&[n, c, out[0], out[1]])
+                .into_iter()
+                .map(|i| {
+                    windows(i[2], i[3])
+                        .into_iter()
+                        .map(|(h, w)| x[flat(&shape, &[i[0], i[1], h, w])])
+                        .fold(f64::NEG_INFINITY, f64::max)
+                })
+                .collect();
+            assert_close64(
+                &format!("max case {case_no}"),
+                &y.to_vec::<f64>().unwrap(),
+                &want,
+            );
+        } else {
+            let include = rng.below(2) == 0;
+            let over = (rng.below(4) == 0).then(|| 1 + rng.below(5));
+            let y = avg_pool2d(&xt, k, s, p, ceil, include, over)
+                .unwrap_or_else(|e| panic!("case {case_no}: {e}"));
+            assert_eq!(y.shape(), &[n, c, out[0], out[1]], "case {case_no}");
+            let want: Vec<f64> = indices(&[n, c, out[0], out[1]])
+                .into_iter()
+                .map(|i| {
+                    let sum: f64 = windows(i[2], i[3])
+                        .into_iter()
+                        .map(|(h, w)| x[flat(&shape, &[i[0], i[1], h, w])])
+                        .sum();
+                    // PyTorch's avg_pool2d divisor.
+                    let (h0, w0) = (
+                        (i[2] * s[0]) as isize - p[0] as isize,
+                        (i[3] * s[1]) as isize - p[1] as isize,
+                    );
+                    let h1 = (h0 + k[0] as isize).min((hw[0] + p[0]) as isize);
+                    let w1 = (w0 + k[1] as isize).min((hw[1] + p[1]) as isize);
+                    let pool = (h1 - h0) * (w1 - w0);
+                    let clipped =
+                        (h1.min(hw[0] as isize) - h0.max(0)) * (w1.min(hw[1] as isize) - w0.max(0));
+                    let divisor = match over {
+                        Some(d) => d as isize,
+                        None if include => pool,
+                        None => clipped,
+                    };
+                    sum / divisor as f64
+                })
+                .collect();
+            assert_close64(
+                &format!("avg case {case_no}"),
+                &y.to_vec::<f64>().unwrap(),
+                &want,
+            );
+        }
+        // Adaptive pooling to a random size, from PyTorch's cell bounds.
+        let o = [1 + rng.below(hw[0]), 1 + rng.below(hw[1])];
+        let y = adaptive_avg_pool2d(&xt, o).unwrap();
+        let want: Vec<f64> = indices(&[n, c, o[0], o[1]])
+            .into_iter()
+            .map(|i| {
+                let (h0, h1) = (i[2] * hw[0] / o[0], ((i[2] + 1) * hw[0]).div_ceil(o[0]));
+                let (w0, w1) = (i[3] * hw[1] / o[1], ((i[3] + 1) * hw[1]).div_ceil(o[1]));
+                let mut sum = 0.0;
+                for h in h0..h1 {
+                    for w in w0..w1 {
+                        sum += x[flat(&shape, &[i[0], i[1], h, w])];
+                    }
+                }
+                sum / ((h1 - h0) * (w1 - w0)) as f64
+            })
+            .collect();
+        assert_eq!(y.shape(), &[n, c, o[0], o[1]]);
+        for (g, w) in y.to_vec::<f64>().unwrap().iter().zip(&want) {
+            assert!(
+                (g - w).abs() <= 1e-12,
+                "adaptive case {case_no}: {g} vs {w}"
+            );
+        }
+    }
+}
+
+#[test]
+fn half_precision_and_an_empty_batch_work() {
+    let x = Tensor::from_vec(sines(2 * 3 * 6 * 6, 0.7, 0.3), [2, 3, 6, 6]);
+    let w = Tensor::from_vec(sines(4 * 3 * 3 * 3, 1.3, -0.2), [4, 3, 3, 3]);
+    let full = conv2d(&x, &w, None, 1, 1, 1, 1)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    for dt in [DType::F16, DType::BF16] {
+        let y = conv2d(&x.cast(dt), &w.cast(dt), None, 1, 1, 1, 1).unwrap();
+        assert_eq!(y.dtype(), dt);
+        let tol = if dt == DType::F16 { 2e-2 } else { 1e-1 };
+        for (g, f) in y.to_vec::<f32>().unwrap().iter().zip(&full) {
+            assert!((g - f).abs() <= tol * (1.0 + f.abs()), "{dt:?}: {g} vs {f}");
+        }
+        let m = max_pool2d(&x.cast(dt), 2, 2, 0, 1, false).unwrap();
+        assert_eq!(m.dtype(), dt);
+    }
+    let empty = Tensor::zeros([0, 3, 6, 6]);
+    let y = conv2d(&empty, &w, None, 2, 1, 1, 1).unwrap();
+    assert_eq!(y.shape(), &[0, 4, 3, 3]);
+    assert!(y.to_vec::<f32>().unwrap().is_empty());
+}
+
+#[test]
+fn bad_arguments_are_refused_when_recorded_with_the_shapes() {
+    let x = Tensor::zeros([1, 3, 8, 8]);
+    let msg = |e: KilnError| e.to_string();
+    // Channels that do not match the weight.
+    let e = conv2d(&x, &Tensor::zeros([4, 2, 3, 3]), None, 1, 0, 1, 1).unwrap_err();
+    assert!(
+        matches!(e, KilnError::ShapeMismatch { op: "conv2d", .. }),
+        "{e}"
+    );
+    assert!(msg(e).contains("[4, 2, 3, 3]"));
+    // Output channels not a multiple of groups.
+    let e = conv2d(&x, &Tensor::zeros([4, 1, 3, 3]), None, 1, 0, 1, 3).unwrap_err();
+    assert!(matches!(e, KilnError::ShapeMismatch { .. }), "{e}");
+    // A kernel larger than the padded input.
+    let e = conv2d(&x, &Tensor::zeros([1, 3, 9, 9]), None, 1, 0, 1, 1).unwrap_err();
+    assert!(msg(e).contains("larger than the padded input"));
+    // Dtypes, ranks, biases, strides, 'same' with a stride.
+    let e = conv2d(
+        &x,
+        &Tensor::zeros([1, 3, 3, 3]).cast(DType::F64),
+        None,
+        1,
+        0,
+        1,
+        1,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(e, KilnError::DTypeMismatch { op: "conv2d", .. }),
+        "{e}"
+    );
+    let e = conv2d(
+        &Tensor::zeros([8, 8]),
+        &Tensor::zeros([1, 1, 3, 3]),
+        None,
+        1,
+        0,
+        1,
+        1,
+    )
+    .unwrap_err();
+    assert!(msg(e).contains("3 or 4 dimensions"));
+    let e = conv2d(
+        &x,
+        &Tensor::zeros([2, 3, 3, 3]),
+        Some(&Tensor::zeros([3])),
+        1,
+        0,
+        1,
+        1,
+    )
+    .unwrap_err();
+    assert!(msg(e).contains("one per output channel"));
+    let e = conv2d(&x, &Tensor::zeros([2, 3, 3, 3]), None, 0, 0, 1, 1).unwrap_err();
+    assert!(msg(e).contains("stride"));
+    let e = conv2d(
+        &x,
+        &Tensor::zeros([2, 3, 3, 3]),
+        None,
+        2,
+        ConvPadding::Same,
+        1,
+        1,
+    )
+    .unwrap_err();
+    assert!(msg(e).contains("'same'"));
+    let e = conv2d(
+        &x.cast(DType::I64),
+        &Tensor::zeros([2, 3, 3, 3]).cast(DType::I64),
+        None,
+        1,
+        0,
+        1,
+        1,
+    )
+    .unwrap_err();
+    assert!(matches!(e, KilnError::UnsupportedDType { .. }), "{e}");
+    // Pooling: padding over half the window, windows larger than the input, zero output.
+    let e = max_pool2d(&x, 3, 1, 2, 1, false).unwrap_err();
+    assert!(msg(e).contains("at most half"));
+    let e = avg_pool2d(&x, 2, 2, 2, false, true, None).unwrap_err();
+    assert!(msg(e).contains("at most half"));
+    let e = max_pool2d(&x, 9, 1, 0, 1, false).unwrap_err();
+    assert!(msg(e).contains("larger than the padded input"));
+    let e = avg_pool2d(&x, 2, 2, 0, false, true, Some(0)).unwrap_err();
+    assert!(msg(e).contains("divisor_override"));
+    let e = adaptive_avg_pool2d(&x, (0, 2)).unwrap_err();
+    assert!(msg(e).contains("output_size"));
+    // Modules check their channels against groups.
+    assert!(
+        Conv2d::with_options(
+            3,
+            4,
+            3,
+            ConvOptions {
+                groups: 2,
+                ..Default::default()
+            },
+            0
+        )
+        .is_err()
+    );
+}
+
+#[test]
+fn conv2d_module_has_pytorchs_parameters_and_initialization() {
+    let conv = Conv2d::with_options(
+        4,
+        6,
+        (3, 2),
+        ConvOptions {
+            groups: 2,
+            padding: 1.into(),
+            ..Default::default()
+        },
+        7,
+    )
+    .unwrap();
+    let names: Vec<String> = conv
+        .named_parameters()
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(names, ["weight", "bias"]);
+    assert_eq!(conv.weight.shape(), &[6, 2, 3, 2]);
+    // PyTorch's bound 1/sqrt(fan_in), fan_in = 2 channels · 3 · 2 taps.
+    let bound = 1.0 / 12f32.sqrt();
+    let w = conv.weight.to_vec::<f32>().unwrap();
+    assert!(w.iter().all(|v| v.abs() <= bound));
+    assert!(
+        w.iter().any(|v| v.abs() > bound * 0.8),
+        "spread over the range"
+    );
+    assert!(conv.bias.as_ref().unwrap().requires_grad());
+    let y = conv.forward(&Tensor::ones([2, 4, 5, 5])).unwrap();
+    assert_eq!(y.shape(), &[2, 6, 5, 6]);
+    let no_bias = Conv2d::with_options(
+        4,
+        6,
+        3,
+        ConvOptions {
+            bias: false,
+            ..Default::default()
+        },
+        7,
+    )
+    .unwrap();
+    assert_eq!(no_bias.parameters().len(), 1);
+}
+
+#[test]
+fn a_small_cnn_learns_to_separate_two_patterns() {
+    // Vertical against horizontal bars at random places, 8×8: a conv, ReLU, pool, linear
+    // classifier trained by SGD must drive its loss well below chance.
+    let mut rng = Rng(42);
+    let (count, side) = (64usize, 8usize);
+    let mut images = vec![0.0f32; count * side * side];
+    let mut labels = vec![0i64; count];
+    for i in 0..count {
+        let vertical = i % 2 == 0;
+        let at = 1 + rng.below(side - 2);
+        for t in 0..side {
+            let (r, c) = if vertical { (t, at) } else { (at, t) };
+            images[i * side * side + r * side + c] = 1.0;
+        }
+        labels[i] = i64::from(vertical);
+    }
+    let x = Tensor::from_vec(images, [count, 1, side, side]);
+    let y = Tensor::from_vec(labels, [count]);
+    let model = Sequential::new()
+        .push(
+            Conv2d::with_options(
+                1,
+                4,
+                3,
+                ConvOptions {
+                    padding: 1.into(),
+                    ..Default::default()
+                },
+                1,
+            )
+            .unwrap(),
+        )
+        .push(Relu)
+        .push(MaxPool2d::new(2))
+        .push(AvgPool2d::new(2))
+        .push(AdaptiveAvgPool2d::new(2))
+        .push(Flatten::new())
+        .push(Linear::new(16, 2, true, 2).unwrap());
+    let params = model.parameters();
+    let mut opt = kiln::optim::Sgd::with_momentum(params, 0.5, 0.9, 0.0, false).unwrap();
+    let loss_at = || {
+        let logits = model.forward(&x).unwrap();
+        kiln::nn::functional::cross_entropy(&logits, &y).unwrap()
+    };
+    let first = loss_at().item::<f32>().unwrap();
+    for _ in 0..60 {
+        model.zero_grad();
+        let loss = loss_at();
+        loss.backward().unwrap();
+        opt.step().unwrap();
+    }
+    let last = loss_at().item::<f32>().unwrap();
+    assert!(
+        (first - std::f32::consts::LN_2).abs() < 0.2,
+        "starts near chance: {first}"
+    );
+    assert!(last < 0.1, "loss {first} -> {last}");
+}
