@@ -1,5 +1,6 @@
-//! Joins and pads whose blocks between mask edges hold 128K elements and more run on the
-//! CPU as one kernel per block. Every case here is exact arithmetic on exactly representable
+//! Joins and pads whose blocks between mask edges hold 128K elements and more, or that have
+//! three or more blocks of 4K elements and more (run at once), run on the CPU as one kernel
+//! per block. Every case here is exact arithmetic on exactly representable
 //! values, so fused, unfused and the reference evaluator must agree bit for bit; each case
 //! also checks that the split happened (or, for blocks too small to pay, that it did not).
 //! Random programs of the same families: `fuzz_large_joins_and_pads` in `differential.rs`.
@@ -100,11 +101,47 @@ fn pads_with_fill_values_flips_and_broadcasts() {
 }
 
 #[test]
+fn small_stacks_of_many_windows_run_as_parallel_blocks() {
+    // A convolution's im2col columns: nine strided windows of a padded batch-last input,
+    // stacked ([16, 9, 4, 4, 64]: nine blocks of 16K elements), and the same of a computed
+    // value (the windows then read through a fused producer).
+    let x = input(&[16, 8, 8, 64], 12, DType::F32);
+    let windows = |v: &Tensor| {
+        let p = v.pad(&[(0, 0), (1, 1), (1, 1)], 0.0);
+        let taps: Vec<Tensor> = (0..9)
+            .map(|k| {
+                let (i, j) = ((k / 3) as isize, (k % 3) as isize);
+                p.slice(&[(0, 16, 1), (i, i + 7, 2), (j, j + 7, 2)])
+            })
+            .collect();
+        Tensor::stack(&taps.iter().collect::<Vec<_>>(), 1)
+    };
+    assert!(check(|| windows(&x)) > 0);
+    assert!(check(|| windows(&(&x * 2.0 + 1.0)) * 3.0) > 0);
+    // Mixed dtypes, and blocks of exactly the smallest size (4096 elements).
+    let h = input(&[4, 16, 16, 16], 13, DType::F16);
+    let three = || {
+        Tensor::stack(
+            &[
+                &h.slice(&[(0, 4, 1), (0, 16, 1), (0, 16, 1), (0, 16, 1)]),
+                &h.flip([3]),
+                &h.neg(),
+            ],
+            0,
+        )
+    };
+    assert!(check(three) > 0);
+}
+
+#[test]
 fn small_pads_and_small_tensors_stay_one_kernel() {
     // A pad of one position: blocks that short would cost more than the masks.
     let x = input(&[512, 256], 10, DType::F32);
     assert_eq!(check(|| x.pad(&[(1, 1), (1, 1)], 0.0) + 1.0), 0);
-    // Blocks under 128K elements (each would run on one thread).
+    // Two blocks under 128K elements (each would run on one thread).
     let s = input(&[256, 128], 11, DType::F32);
     assert_eq!(check(|| Tensor::cat(&[&s, &s], 1) * 3), 0);
+    // Three blocks, each under 4K elements.
+    let t = input(&[16, 16, 15], 14, DType::F32);
+    assert_eq!(check(|| Tensor::stack(&[&t, &t, &t], 0) + 1.0), 0);
 }

@@ -374,13 +374,14 @@ pub(crate) fn conv_nd<const N: usize>(
     let mut shape = vec![oc];
     shape.extend_from_slice(&out);
     shape.push(n);
-    let mut y = batch_first(&w.try_matmul(&cols)?.try_reshape(shape)?)?;
+    let mut y = w.try_matmul(&cols)?.try_reshape(shape)?;
     if let Some(b) = bias {
+        // Added batch last, so the sum is written in the product's order.
         let mut bs = vec![oc];
-        bs.extend([1; N]);
+        bs.resize(N + 2, 1);
         y = y.try_add(&b.try_reshape(bs)?)?;
     }
-    unbatch(y, was_batched)
+    unbatch(batch_first(&y)?, was_batched)
 }
 
 macro_rules! conv_functions {

@@ -43,6 +43,9 @@ use exec::ArgPtr;
 /// one per block for a kernel split at its mask edges (see [`pieces`]); else one.
 struct Compiled {
     programs: Vec<program::CpuKernel>,
+    /// The programs are blocks of a small kernel split at its masks, run at once (see
+    /// [`pieces::parallel_blocks`]).
+    parallel: bool,
     /// How a matmul kernel's epilogue runs (decided once, from the kernel alone).
     epilogue: Epilogue,
 }
@@ -87,8 +90,8 @@ pub fn kernels_compiled() -> u64 {
 static SPLIT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// How many of the compiled kernels run as blocks between the edges of their masks (a
-/// `cat`, `stack` or `pad` whose blocks hold 128K elements and more; see `pieces.rs` in
-/// the CPU backend).
+/// `cat`, `stack` or `pad` whose blocks hold 128K elements and more, or that has three or
+/// more blocks of 4K elements and more; see `pieces.rs` in the CPU backend).
 pub fn kernels_split_at_masks() -> u64 {
     SPLIT.load(std::sync::atomic::Ordering::Relaxed)
 }
@@ -122,6 +125,7 @@ fn compile(kernel: &Kernel) -> Result<Compiled> {
     if kernel.special.is_some() {
         return Ok(Compiled {
             programs: vec![],
+            parallel: false,
             epilogue: Epilogue::After,
         });
     }
@@ -134,6 +138,7 @@ fn compile(kernel: &Kernel) -> Result<Compiled> {
             programs.push(program::compile(b, &[]));
         }
         return Ok(Compiled {
+            parallel: pieces::parallel_blocks(numel(&kernel.shape), programs.len()),
             programs,
             epilogue: Epilogue::After,
         });
@@ -172,6 +177,7 @@ fn compile(kernel: &Kernel) -> Result<Compiled> {
         if trivial {
             return Ok(Compiled {
                 programs: vec![],
+                parallel: false,
                 epilogue: Epilogue::After,
             });
         }
@@ -181,6 +187,7 @@ fn compile(kernel: &Kernel) -> Result<Compiled> {
     Ok(Compiled {
         epilogue: Epilogue::of(kernel, &programs),
         programs,
+        parallel: false,
     })
 }
 
@@ -312,6 +319,13 @@ fn run_kernel_here(pk: &PlannedKernel, args: &[&Buffer], params: &[Scalar]) -> R
             }
             _ => matmul::run(mm, dtype, &ptrs)?,
         }
+    }
+    if compiled.parallel {
+        use rayon::prelude::*;
+        return compiled
+            .programs
+            .par_iter()
+            .try_for_each(|prog| run_program(prog, &ptrs, params));
     }
     for prog in &compiled.programs {
         run_program(prog, &ptrs, params)?;
