@@ -636,7 +636,21 @@ enum Step {
     Conv(usize, usize, Option<usize>, ConvSpec),
     /// `max_pool`, `avg_pool` or `adaptive_avg_pool` (1-d or 2-d).
     Pool(usize, PoolSpec),
+    /// `median()` (no dim) or the values of `median_dim(dim, keepdim)`.
+    Median(usize, Option<isize>, bool),
+    /// `quantiles(qs, dim, keepdim, interpolation)` (`interpolation` indexes
+    /// [`INTERPOLATIONS`]).
+    Quantile(usize, Vec<f64>, Option<isize>, bool, u8),
 }
+
+/// The quantile interpolations, in the order [`Step::Quantile`] numbers them.
+const INTERPOLATIONS: [kiln::QuantileInterpolation; 5] = [
+    kiln::QuantileInterpolation::Linear,
+    kiln::QuantileInterpolation::Lower,
+    kiln::QuantileInterpolation::Higher,
+    kiln::QuantileInterpolation::Nearest,
+    kiln::QuantileInterpolation::Midpoint,
+];
 
 /// A convolution's arguments (`d` spatial dimensions; the first `d` entries count).
 #[derive(Clone, Debug)]
@@ -2080,7 +2094,7 @@ fn step_inputs(s: &Step) -> Vec<usize> {
         Step::Logical(a, _, b) => vec![*a, *b],
         Step::Einsum(_, vs) => vs.clone(),
         Step::Conv(x, w, b, _) => std::iter::once(*x).chain([*w]).chain(*b).collect(),
-        Step::Pool(a, _) => vec![*a],
+        Step::Pool(a, _) | Step::Median(a, ..) | Step::Quantile(a, ..) => vec![*a],
         s => vec![movement_input(s).expect("movement step")],
     }
 }
@@ -2152,7 +2166,9 @@ fn replace_input(s: &mut Step, old: usize, new: usize) {
         | Step::Roll(a, ..)
         | Step::Diagonal(a, ..)
         | Step::Diag(a, _)
-        | Step::Pool(a, _) => r(a),
+        | Step::Pool(a, _)
+        | Step::Median(a, ..)
+        | Step::Quantile(a, ..) => r(a),
         Step::Conv(x, w, b, _) => {
             r(x);
             r(w);
@@ -5356,6 +5372,9 @@ impl Res<'_> {
     /// input's disagreement, but the indices (a [`Step::Second`]) are taken from exact values
     /// only, where a last-bit difference cannot reorder anything.
     fn sort_op(&mut self, a: usize, c: u8, i: &Index) {
+        if c % 7 >= 5 {
+            return self.order_stat_op(a, c % 7 == 5);
+        }
         let which = c % 5;
         let a = if which == 0 {
             let ex = self.candidates(|_, m| m.exact);
@@ -5418,6 +5437,70 @@ impl Res<'_> {
         if m.exact && self.rng.chance(2, 3) {
             self.push(Step::Second(v), indices(shape));
         }
+    }
+}
+
+impl Res<'_> {
+    /// `median`/`median_dim` (`median`) or `quantiles` of `a` over a random dim or all
+    /// elements. A median and the `lower`/`higher`/`nearest` quantiles select an element
+    /// (1-Lipschitz: the value keeps its model, exactness included); `linear` and
+    /// `midpoint` add a convex combination of two, a few roundings more.
+    fn order_stat_op(&mut self, a: usize, median: bool) {
+        let m = self.m(a).clone();
+        let nd = m.ndim();
+        let whole = self.rng.chance(1, 3);
+        let (axis, dd, n) = self.lane_axis(&m);
+        let n = if whole { m.numel() } else { n };
+        if n * m.numel() > SORT_WORK {
+            return;
+        }
+        let keep = self.rng.chance(1, 2);
+        let lanes = |shape: &[usize]| -> Vec<usize> {
+            if nd == 0 {
+                vec![]
+            } else {
+                reduced_shape(shape, &[axis], keep)
+            }
+        };
+        if median {
+            let (dim, shape) = if whole {
+                (None, vec![])
+            } else {
+                (Some(dd), lanes(&m.shape))
+            };
+            self.push(Step::Median(a, dim, keep), m.with_shape(shape));
+            return;
+        }
+        let x = if m.dtype.is_float() {
+            a
+        } else {
+            self.cast(a, DType::F32)
+        };
+        let xm = self.m(x).clone();
+        let count = 1 + self.rng.below(3);
+        let qs: Vec<f64> = (0..count)
+            .map(|_| [0.0, 0.1, 0.25, 0.5, 0.6, 0.875, 1.0][self.rng.below(7)])
+            .collect();
+        let interp = self.rng.below(5) as u8;
+        let mut shape = vec![count];
+        match (whole, nd) {
+            (true, _) if keep => shape.extend(std::iter::repeat_n(1, nd)),
+            (true, _) | (false, 0) => {}
+            (false, _) => shape.extend(lanes(&xm.shape)),
+        }
+        let dim = (!whole).then_some(dd);
+        let selects = matches!(interp, 1..=3);
+        let meta = if selects {
+            xm.with_shape(shape)
+        } else {
+            Meta {
+                shape,
+                err: xm.err + 4.0 * ulp(xm.dtype, 2.0 * xm.mag),
+                exact: false,
+                ..xm.clone()
+            }
+        };
+        self.push(Step::Quantile(x, qs, dim, keep, interp), meta);
     }
 }
 
@@ -5883,6 +5966,11 @@ fn emit_step(v: &[Tensor], s: &Step, opts: Option<&RealizeOptions>) -> kiln::Res
         Step::Diag(a, off) => v[*a].try_diag(*off)?,
         Step::Conv(x, w, b, spec) => apply_conv(&v[*x], &v[*w], b.map(|b| &v[b]), spec)?,
         Step::Pool(a, spec) => apply_pool(&v[*a], spec)?,
+        Step::Median(a, None, _) => v[*a].try_median()?,
+        Step::Median(a, Some(d), keep) => v[*a].try_median_dim(*d, *keep)?.0,
+        Step::Quantile(a, qs, dim, keep, m) => {
+            v[*a].try_quantiles(qs, *dim, *keep, INTERPOLATIONS[*m as usize])?
+        }
         Step::Logical(a, 0, b) => v[*a].try_logical_and(&v[*b])?,
         Step::Logical(a, 1, b) => v[*a].try_logical_or(&v[*b])?,
         Step::Logical(a, 2, b) => v[*a].try_logical_xor(&v[*b])?,
@@ -6154,6 +6242,12 @@ fn render_step(s: &Step) -> String {
                 c.groups
             )
         }
+        Step::Median(a, None, _) => format!("v{a}.median()"),
+        Step::Median(a, Some(d), keep) => format!("v{a}.median_dim({d}, {keep}).0"),
+        Step::Quantile(a, qs, dim, keep, m) => format!(
+            "v{a}.quantiles(&{qs:?}, {dim:?}, {keep}, QuantileInterpolation::{:?})",
+            INTERPOLATIONS[*m as usize]
+        ),
         Step::Pool(a, p) => {
             let d = p.d;
             match p.kind {
@@ -7135,6 +7229,9 @@ fn family(s: &Step) -> Option<&'static str> {
         Step::Pool(_, p) if p.kind == 0 => "max_pool",
         Step::Pool(_, p) if p.kind == 1 => "avg_pool",
         Step::Pool(..) => "adaptive_avg_pool",
+        Step::Median(_, None, _) => "median",
+        Step::Median(..) => "median_dim",
+        Step::Quantile(..) => "quantile",
         _ => return None,
     })
 }
@@ -7206,6 +7303,9 @@ fn fuzz_generators_cover_every_family() {
         Step::Pool(0, pool_spec(0)),
         Step::Pool(0, pool_spec(1)),
         Step::Pool(0, pool_spec(2)),
+        Step::Median(0, None, false),
+        Step::Median(0, Some(0), false),
+        Step::Quantile(0, vec![], None, false, 0),
     ]
     .iter()
     .filter_map(family)

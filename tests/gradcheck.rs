@@ -813,3 +813,25 @@ fn convolution_and_pooling() {
         |t| adaptive_avg_pool2d(&t[0], (3, 4)).unwrap(),
     );
 }
+
+#[test]
+fn median_and_quantile() {
+    use kiln::QuantileInterpolation as Q;
+    // Distinct random values: the chosen elements do not change within the step.
+    check(
+        "median_dim of a transposed view",
+        &[(values(20, 121, -2.0, 2.0), vec![4, 5])],
+        |t| t[0].t().median_dim(1, false).0,
+    );
+    check("median", &[(values(9, 122, -2.0, 2.0), vec![3, 3])], |t| {
+        t[0].median()
+    });
+    check(
+        "quantiles linear and midpoint",
+        &[(values(18, 123, -2.0, 2.0), vec![3, 6])],
+        |t| {
+            t[0].quantiles(&[0.1, 0.5, 0.9], Some(1), false, Q::Linear)
+                + t[0].quantiles(&[0.3, 0.7, 1.0], Some(1), false, Q::Midpoint)
+        },
+    );
+}

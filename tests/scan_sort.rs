@@ -271,3 +271,136 @@ fn scans_and_sorts_replay_from_the_plan_cache() {
     let (v, _) = x.sort(1, true);
     assert_eq!((x.cumsum(1) + v).to_vec::<f32>().unwrap(), b);
 }
+
+#[test]
+fn median_matches_pytorch_including_nan_lanes_and_edge_cases() {
+    let nan = f32::NAN;
+    // PyTorch 2.15: x.median(dim=1) -> values [nan, 2.], indices [1, 3].
+    let x = Tensor::from_vec(
+        vec![3.0f32, nan, 1.0, nan, 2.0, 4.0, 1.0, 1.0, 2.0, 4.0],
+        [2, 5],
+    );
+    let (v, i) = x.median_dim(1, false);
+    assert!(same_bits(&f32s(&v), &[nan, 2.0]));
+    assert_eq!(i64s(&i), vec![1, 3]);
+    let (vk, ik) = x.median_dim(-1, true);
+    assert_eq!(vk.shape(), &[2, 1]);
+    assert_eq!(ik.shape(), &[2, 1]);
+    // x.median() -> nan; tensor([1., 2., 3., 4.]).median() -> 2. (the lower median).
+    assert!(x.median().item::<f32>().unwrap().is_nan());
+    let even = Tensor::from_vec(vec![4.0f32, 1.0, 3.0, 2.0], [4]);
+    assert_eq!(even.median().item::<f32>().unwrap(), 2.0);
+    assert_eq!(even.median().shape(), &[] as &[usize]);
+    // Integers: tensor([[1, 5, 2], [3, 3, 9]]).median(1) -> values [2, 3].
+    let ints = Tensor::from_vec(vec![1i64, 5, 2, 3, 3, 9], [2, 3]);
+    let (v, i) = ints.median_dim(1, false);
+    assert_eq!(v.to_vec::<i64>().unwrap(), vec![2, 3]);
+    // The tied 3s: a stable sort puts index 1 in the middle, PyTorch's index too.
+    assert_eq!(i64s(&i), vec![2, 1]);
+    // tensor([5., 1., 5., 1.]).median(0) -> (1., index 3).
+    let (v, i) = Tensor::from_vec(vec![5.0f32, 1.0, 5.0, 1.0], [4]).median_dim(0, false);
+    assert_eq!(
+        (v.item::<f32>().unwrap(), i.item::<i64>().unwrap()),
+        (1.0, 3)
+    );
+    // tensor([]).median() -> nan; a dimension of size 0 is refused.
+    assert!(Tensor::zeros([0]).median().item::<f32>().unwrap().is_nan());
+    assert!(matches!(
+        Tensor::zeros([2, 0]).try_median_dim(1, false),
+        Err(KilnError::InvalidArgument { op: "median", .. })
+    ));
+    // Through a transposed view, against the reference evaluator.
+    let y = Tensor::from_vec(
+        (0..24).map(|k| ((k * 7) % 11) as f32).collect::<Vec<_>>(),
+        [4, 6],
+    );
+    let (v, i) = y.t().median_dim(1, false);
+    agrees_with_reference(&v);
+    agrees_with_reference(&i.cast(DType::F64));
+}
+
+#[test]
+fn quantile_matches_pytorch_for_every_interpolation() {
+    use kiln::QuantileInterpolation as Q;
+    let y = Tensor::from_vec(
+        vec![0.0f32, 1.0, 2.0, 3.0, 10.0, 5.0, f32::NAN, 1.0, 2.0, 3.0],
+        [2, 5],
+    );
+    let qs = [0.0, 0.25, 0.375, 0.5, 0.875, 1.0];
+    // PyTorch: torch.quantile(y, tensor(qs), dim=1, keepdim=True, interpolation=m); the
+    // second row holds a NaN, so all its quantiles are NaN.
+    let want: [(Q, [f32; 6]); 5] = [
+        (Q::Linear, [0.0, 1.0, 1.5, 2.0, 6.5, 10.0]),
+        (Q::Lower, [0.0, 1.0, 1.0, 2.0, 3.0, 10.0]),
+        (Q::Higher, [0.0, 1.0, 2.0, 2.0, 10.0, 10.0]),
+        (Q::Nearest, [0.0, 1.0, 2.0, 2.0, 10.0, 10.0]),
+        (Q::Midpoint, [0.0, 1.0, 1.5, 2.0, 6.5, 10.0]),
+    ];
+    for (mode, row0) in want {
+        let out = y.quantiles(&qs, Some(1), true, mode);
+        assert_eq!(out.shape(), &[6, 2, 1], "{mode:?}");
+        let v = f32s(&out);
+        for (k, &w) in row0.iter().enumerate() {
+            assert_eq!(v[2 * k], w, "{mode:?} q = {}", qs[k]);
+            assert!(v[2 * k + 1].is_nan(), "{mode:?}: a NaN lane gives NaN");
+        }
+    }
+    // torch.quantile(y[0], 0.3) -> 1.2 (0-d); nearest rounds the rank half to even:
+    // [1, 2, 3, 4] at 0.5 -> 3, [1..6] at 0.5 -> 3, [1, 2, 3] at 0.25 -> 1 and 0.75 -> 3.
+    let row = y.slice(&[(0, 1, 1)]).reshape([5]);
+    let q = row.quantile(0.3, None, false, Q::Linear);
+    assert_eq!(q.shape(), &[] as &[usize]);
+    assert!((q.item::<f32>().unwrap() - 1.2).abs() < 1e-6);
+    let ramp = |n: usize| Tensor::from_vec((1..=n).map(|k| k as f32).collect::<Vec<_>>(), [n]);
+    let nearest = |t: &Tensor, q: f64| {
+        t.quantile(q, None, false, Q::Nearest)
+            .item::<f32>()
+            .unwrap()
+    };
+    assert_eq!(nearest(&ramp(4), 0.5), 3.0);
+    assert_eq!(nearest(&ramp(6), 0.5), 3.0);
+    assert_eq!(nearest(&ramp(3), 0.25), 1.0);
+    assert_eq!(nearest(&ramp(3), 0.75), 3.0);
+    // Without dim, keepdim keeps every dimension as 1.
+    assert_eq!(
+        y.quantiles(&[0.5], None, true, Q::Linear).shape(),
+        &[1, 1, 1]
+    );
+    // PyTorch's refusals: integer input, q outside [0, 1], an empty input.
+    let e = ramp(3)
+        .cast(DType::I64)
+        .try_quantile(0.5, None, false, Q::Linear);
+    assert!(matches!(
+        e,
+        Err(KilnError::UnsupportedDType { op: "quantile", .. })
+    ));
+    let e = ramp(3)
+        .try_quantile(1.5, None, false, Q::Linear)
+        .unwrap_err();
+    assert!(e.to_string().contains("[0, 1]"), "{e}");
+    assert!(
+        Tensor::zeros([0])
+            .try_quantile(0.5, None, false, Q::Linear)
+            .is_err()
+    );
+}
+
+#[test]
+fn median_and_quantile_gradients_reach_the_chosen_elements() {
+    // PyTorch: z = [3, 1, 2, 5]; z.median().backward() -> [0, 0, 1, 0];
+    // torch.quantile(z, 0.4).backward() -> [0.2, 0, 0.8, 0].
+    let z = Tensor::from_vec(vec![3.0f32, 1.0, 2.0, 5.0], [4]).requires_grad_(true);
+    z.realize().unwrap();
+    z.median().backward().unwrap();
+    assert_eq!(f32s(&z.grad().unwrap()), vec![0.0, 0.0, 1.0, 0.0]);
+    z.zero_grad();
+    z.quantile(0.4, None, false, kiln::QuantileInterpolation::Linear)
+        .backward()
+        .unwrap();
+    let g = f32s(&z.grad().unwrap());
+    let want = [0.2f32, 0.0, 0.8, 0.0];
+    assert!(
+        g.iter().zip(&want).all(|(a, b)| (a - b).abs() < 1e-6),
+        "{g:?}"
+    );
+}

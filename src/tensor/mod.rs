@@ -16,6 +16,7 @@ mod masking;
 mod matmul;
 mod movement;
 mod operators;
+mod quantile;
 mod realize;
 mod reduce;
 mod scan;
@@ -24,6 +25,7 @@ mod transfer;
 
 pub use elementwise::Operand;
 pub use operators::ScalarOperand;
+pub use quantile::QuantileInterpolation;
 pub use realize::{RealizeReport, plan_all, realize_all, realize_all_with};
 
 use crate::device::Device;
