@@ -4,8 +4,8 @@
 //! PyTorch's documented formulas, the max-pool tie rule, the errors, and the modules.
 
 use kiln::nn::functional::{
-    ConvPadding, adaptive_avg_pool1d, adaptive_avg_pool2d, avg_pool1d, avg_pool2d, conv1d, conv2d,
-    conv3d, max_pool1d, max_pool2d,
+    ConvPadding, adaptive_avg_pool1d, adaptive_avg_pool2d, avg_pool1d, avg_pool2d,
+    conv_transpose1d, conv_transpose2d, conv1d, conv2d, conv3d, max_pool1d, max_pool2d,
 };
 use kiln::nn::{
     AdaptiveAvgPool2d, AvgPool2d, Conv2d, ConvOptions, Flatten, Linear, MaxPool2d, Module, Relu,
@@ -164,6 +164,174 @@ fn one_dimensional_pools_of_an_unbatched_input_match_pytorch() {
         &ADAPTIVE1D_Y,
         1e-6,
     );
+}
+
+#[test]
+fn conv_transpose_matches_pytorch_with_groups_output_padding_and_cropping() {
+    let x = leaf(sines(2 * 4 * 3 * 4, 0.7, 0.3), &[2, 4, 3, 4]);
+    let w = leaf(sines(4 * 3 * 3 * 2, 1.3, -0.2), &[4, 3, 3, 2]);
+    let b = leaf(sines(6, 2.1, 0.5), &[6]);
+    let y = conv_transpose2d(&x, &w, Some(&b), 2, 1, 1, 2, 1).unwrap();
+    assert_eq!(y.shape(), &[2, 6, 6, 7]);
+    weighted_sum(&y).backward().unwrap();
+    close("conv_transpose2d y", &y, &CONVT2D_Y, 1e-5);
+    close("conv_transpose2d dx", &x.grad().unwrap(), &CONVT2D_DX, 1e-5);
+    close("conv_transpose2d dw", &w.grad().unwrap(), &CONVT2D_DW, 1e-5);
+    close("conv_transpose2d db", &b.grad().unwrap(), &CONVT2D_DB, 1e-5);
+    // Unbatched, padding beyond dilation·(k - 1) (the zero-inserted input is cropped).
+    let x = Tensor::from_vec(sines(15, 0.7, 0.3), [3, 5]);
+    let w = Tensor::from_vec(sines(12, 1.3, -0.2), [3, 2, 2]);
+    let y = conv_transpose1d(&x, &w, None, 3, 3, 2, 1, 2).unwrap();
+    assert_eq!(y.shape(), &[2, 11]);
+    close("conv_transpose1d", &y, &CONVT1D_Y, 1e-5);
+    // PyTorch's refusals: output_padding not below stride or dilation; channels.
+    let e = conv_transpose2d(
+        &Tensor::zeros([1, 4, 3, 3]),
+        &Tensor::zeros([4, 2, 3, 3]),
+        None,
+        2,
+        0,
+        2,
+        1,
+        1,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("output_padding"), "{e}");
+    let e = conv_transpose2d(
+        &Tensor::zeros([1, 3, 3, 3]),
+        &Tensor::zeros([4, 2, 3, 3]),
+        None,
+        1,
+        0,
+        0,
+        1,
+        1,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            KilnError::ShapeMismatch {
+                op: "conv_transpose2d",
+                ..
+            }
+        ),
+        "{e}"
+    );
+}
+
+/// The transposed convolution by its definition (each input element scatters its
+/// weighted kernel): `y[n, g·O/G + o, p·s + q·d - pad] += x[n, c, p] · w[c, o, q]`.
+#[allow(clippy::too_many_arguments)]
+fn conv_transpose_reference(
+    x_shape: &[usize],
+    w_shape: &[usize],
+    x: &[f64],
+    w: &[f64],
+    s: &[usize],
+    pad: &[usize],
+    extra: &[usize],
+    dil: &[usize],
+    groups: usize,
+) -> (Vec<usize>, Vec<f64>) {
+    let d = s.len();
+    let (n, c) = (x_shape[0], x_shape[1]);
+    let og = w_shape[1];
+    let cg = c / groups;
+    let kernel = &w_shape[2..];
+    let out: Vec<usize> = (0..d)
+        .map(|i| (x_shape[2 + i] - 1) * s[i] + dil[i] * (kernel[i] - 1) + extra[i] + 1 - 2 * pad[i])
+        .collect();
+    let mut y_shape = vec![n, og * groups];
+    y_shape.extend(&out);
+    let mut y = vec![0.0; y_shape.iter().product()];
+    for xi in indices(x_shape) {
+        let (bn, ci, p) = (xi[0], xi[1], &xi[2..]);
+        let g = ci / cg;
+        for o in 0..og {
+            for q in indices(kernel) {
+                let mut yi = vec![bn, g * og + o];
+                let mut inside = true;
+                for i in 0..d {
+                    let pos = (p[i] * s[i] + q[i] * dil[i]) as isize - pad[i] as isize;
+                    inside &= pos >= 0 && (pos as usize) < out[i];
+                    yi.push(pos.max(0) as usize);
+                }
+                if inside {
+                    let mut wi = vec![ci, o];
+                    wi.extend(&q);
+                    y[flat(&y_shape, &yi)] += x[flat(x_shape, &xi)] * w[flat(w_shape, &wi)];
+                }
+            }
+        }
+    }
+    (y_shape, y)
+}
+
+#[test]
+fn random_transposed_convolutions_match_the_definition() {
+    let mut rng = Rng(0x7EA5_C0DE);
+    let mut tried = 0;
+    while tried < 120 {
+        let d = 1 + rng.below(2);
+        let groups = 1 + rng.below(2);
+        let cin = groups * (1 + rng.below(2));
+        let og = 1 + rng.below(2);
+        let n = 1 + rng.below(2);
+        let kernel: Vec<usize> = (0..d).map(|_| 1 + rng.below(3)).collect();
+        let s: Vec<usize> = (0..d).map(|_| 1 + rng.below(3)).collect();
+        let dil: Vec<usize> = (0..d).map(|_| 1 + rng.below(2)).collect();
+        let pad: Vec<usize> = (0..d).map(|_| rng.below(3)).collect();
+        let extra: Vec<usize> = (0..d).map(|i| rng.below(s[i].max(dil[i]))).collect();
+        let spatial: Vec<usize> = (0..d).map(|_| 1 + rng.below(4)).collect();
+        let fits = (0..d).all(|i| {
+            (spatial[i] - 1) * s[i] + dil[i] * (kernel[i] - 1) + extra[i] + 1 > 2 * pad[i]
+        });
+        if !fits {
+            continue;
+        }
+        tried += 1;
+        let mut x_shape = vec![n, cin];
+        x_shape.extend(&spatial);
+        let mut w_shape = vec![cin, og];
+        w_shape.extend(&kernel);
+        let x = rng.values(x_shape.iter().product());
+        let w = rng.values(w_shape.iter().product());
+        let (want_shape, want) =
+            conv_transpose_reference(&x_shape, &w_shape, &x, &w, &s, &pad, &extra, &dil, groups);
+        let xt = Tensor::from_vec(x, x_shape.clone());
+        let wt = Tensor::from_vec(w, w_shape.clone());
+        let y = if d == 1 {
+            conv_transpose1d(
+                &xt,
+                &wt,
+                None,
+                [s[0]],
+                [pad[0]],
+                [extra[0]],
+                groups,
+                [dil[0]],
+            )
+        } else {
+            conv_transpose2d(
+                &xt,
+                &wt,
+                None,
+                [s[0], s[1]],
+                [pad[0], pad[1]],
+                [extra[0], extra[1]],
+                groups,
+                [dil[0], dil[1]],
+            )
+        }
+        .unwrap_or_else(|e| panic!("case {tried}: {e}"));
+        assert_eq!(y.shape(), &want_shape[..], "case {tried}: shape");
+        assert_close64(
+            &format!("transposed case {tried}"),
+            &y.to_vec::<f64>().unwrap(),
+            &want,
+        );
+    }
 }
 
 // ---- A plain evaluator, from PyTorch's documented formulas ----

@@ -636,10 +636,11 @@ enum Step {
     Conv(usize, usize, Option<usize>, ConvSpec),
     /// `max_pool`, `avg_pool` or `adaptive_avg_pool` (1-d or 2-d).
     Pool(usize, PoolSpec),
-    /// `median()` (no dim) or the values of `median_dim(dim, keepdim)`.
-    Median(usize, Option<isize>, bool),
-    /// `quantiles(qs, dim, keepdim, interpolation)` (`interpolation` indexes
-    /// [`INTERPOLATIONS`]).
+    /// `median()` (no dim) or the values of `median_dim(dim, keepdim)`; the `nanmedian`
+    /// forms when the last flag is set.
+    Median(usize, Option<isize>, bool, bool),
+    /// `quantiles(qs, dim, keepdim, interpolation)` (`interpolation & 7` indexes
+    /// [`INTERPOLATIONS`]; `nanquantiles` when bit 3 is set).
     Quantile(usize, Vec<f64>, Option<isize>, bool, u8),
 }
 
@@ -661,6 +662,9 @@ struct ConvSpec {
     dilation: [usize; 2],
     groups: usize,
     same: bool,
+    /// `conv_transpose1d`/`2d` (with `output_padding`) instead.
+    transposed: bool,
+    output_padding: [usize; 2],
 }
 
 /// A pooling's arguments: `kind` 0 max, 1 average, 2 adaptive average (to `kernel`).
@@ -962,6 +966,10 @@ fn domain_shift(d: Domain, exact_input: bool) -> Option<f64> {
         // As for divisions: |x| + 2 (the sign is not kept: the model has no upper bound
         // below zero, so a negated input would look like it contained 0).
         Domain::NonZero => Some(2.0),
+        // Scaled into (-1, 1) instead (`input_limit`).
+        Domain::Unit => None,
+        // |x| + 2 keeps acosh away from its infinite slope at 1.
+        Domain::AtLeastOne => Some(2.0),
     }
 }
 
@@ -973,6 +981,11 @@ fn grows(u: UnaryOp) -> bool {
     let cache = GROWS.get_or_init(Default::default);
     if let Some(&g) = cache.lock().unwrap().get(&u) {
         return g;
+    }
+    if u.info().domain == Domain::Unit {
+        // Bounded by its own domain (`input_limit`).
+        cache.lock().unwrap().insert(u, false);
+        return false;
     }
     let lo = domain_shift(u.info().domain, false).unwrap_or(-MAG_LIMIT);
     let (bl, bh) = (
@@ -995,7 +1008,11 @@ fn grows(u: UnaryOp) -> bool {
 /// no limit for cheap exact ops on every value (neg, abs, relu).
 fn input_limit(u: UnaryOp) -> f64 {
     let i = u.info();
-    if grows(u) {
+    if i.domain == Domain::Unit {
+        // Inside (-1, 1): the sampled blocks around 0.8 end at 2^(-1/4) ≈ 0.84, where
+        // asin, acos, atanh and tan have slopes of at most 3.5.
+        0.8
+    } else if grows(u) {
         2.0
     } else if i.domain != Domain::All {
         MAG_LIMIT / 2.0
@@ -1136,6 +1153,8 @@ fn unary_meta(m: &Meta, u: UnaryOp) -> Meta {
         Domain::All => true,
         Domain::NonNegative => lo >= 0.0,
         Domain::Positive | Domain::NonZero => lo > 0.0,
+        Domain::Unit => lo > -1.0 && hi < 1.0,
+        Domain::AtLeastOne => lo >= 1.0,
     };
     assert!(
         inside,
@@ -2695,6 +2714,11 @@ impl<'p> Res<'p> {
             } else {
                 p
             };
+        }
+        if u.info().domain == Domain::Unit {
+            // A bool is never scaled by `fit`: make it a float first (atanh(1) = inf).
+            let f = self.as_float(v);
+            return self.fit(f, lim);
         }
         match domain_shift(u.info().domain, self.m(v).exact) {
             Some(shift) => self.positive(v, shift, lim),
@@ -4955,10 +4979,12 @@ impl Res<'_> {
     fn conv_op(&mut self, a: usize, c: u8) {
         let d = 1 + self.rng.below(2);
         let groups = 1 + self.rng.below(2);
-        let same = self.rng.chance(1, 5);
+        let transposed = self.rng.chance(1, 4);
+        let same = !transposed && self.rng.chance(1, 5);
         let mut spec = conv_spec(d);
         spec.groups = groups;
         spec.same = same;
+        spec.transposed = transposed;
         let mut kernel = [1usize; 2];
         for i in 0..d {
             kernel[i] = 1 + self.rng.below(3);
@@ -4966,6 +4992,9 @@ impl Res<'_> {
             if !same {
                 spec.stride[i] = 1 + self.rng.below(2);
                 spec.padding[i] = self.rng.below(2);
+            }
+            if transposed {
+                spec.output_padding[i] = self.rng.below(spec.stride[i].max(spec.dilation[i]));
             }
         }
         let eff: Vec<usize> = (0..d)
@@ -4988,22 +5017,46 @@ impl Res<'_> {
             vec![1 + self.rng.below(2)]
         };
         shape.push(cin);
+        // A transposed convolution's output length before the padding is cut from it.
+        let full = |i: usize, len: usize| {
+            (len.max(1) - 1) * spec.stride[i] + eff[i] + spec.output_padding[i]
+        };
         for i in 0..d {
-            shape.push((eff[i] + self.rng.below(4)).saturating_sub(pads[i]).max(1));
+            shape.push(if transposed {
+                // Long enough that cutting the padding leaves an output.
+                let mut len = 1 + self.rng.below(4);
+                while full(i, len) <= 2 * spec.padding[i] {
+                    len += 1;
+                }
+                len
+            } else {
+                (eff[i] + self.rng.below(4)).saturating_sub(pads[i]).max(1)
+            });
         }
         let lead = shape.len() - d;
         let x = self.spatial_input(a, c, shape, |s| {
             s[lead - 1] % groups == 0
                 && s[lead - 1] > 0
-                && (0..d).all(|i| s[lead + i] + pads[i] >= eff[i])
+                && (0..d).all(|i| {
+                    if transposed {
+                        s[lead + i] > 0 && full(i, s[lead + i]) > 2 * spec.padding[i]
+                    } else {
+                        s[lead + i] + pads[i] >= eff[i]
+                    }
+                })
                 && numel(s) <= 256
         });
         let xm = self.m(x).clone();
         let cin = xm.shape[lead - 1];
         let oc = groups * (1 + self.rng.below(2));
-        let mut wshape = vec![oc, cin / groups];
+        let mut wshape = if transposed {
+            vec![cin, oc / groups]
+        } else {
+            vec![oc, cin / groups]
+        };
         wshape.extend(&kernel[..d]);
-        let k = numel(&wshape[1..]);
+        // The terms each output sums, at most.
+        let k = cin / groups * numel(&kernel[..d]);
         let lim = (MAG_LIMIT / k as f64).sqrt();
         let x = self.fit(x, lim);
         let w = self.gen_value(wshape, c / 2);
@@ -5020,8 +5073,12 @@ impl Res<'_> {
         let mut out = xm.shape[..lead - 1].to_vec();
         out.push(oc);
         for i in 0..d {
-            let padded = xm.shape[lead + i] + pads[i];
-            out.push((padded - eff[i]) / spec.stride[i] + 1);
+            if transposed {
+                out.push(full(i, xm.shape[lead + i]) - 2 * spec.padding[i]);
+            } else {
+                let padded = xm.shape[lead + i] + pads[i];
+                out.push((padded - eff[i]) / spec.stride[i] + 1);
+            }
         }
         let dt = xm.dtype;
         let mut mag = k as f64 * xm.mag * wm.mag;
@@ -5468,7 +5525,8 @@ impl Res<'_> {
             } else {
                 (Some(dd), lanes(&m.shape))
             };
-            self.push(Step::Median(a, dim, keep), m.with_shape(shape));
+            let nan = self.rng.chance(1, 2);
+            self.push(Step::Median(a, dim, keep, nan), m.with_shape(shape));
             return;
         }
         let x = if m.dtype.is_float() {
@@ -5482,6 +5540,9 @@ impl Res<'_> {
             .map(|_| [0.0, 0.1, 0.25, 0.5, 0.6, 0.875, 1.0][self.rng.below(7)])
             .collect();
         let interp = self.rng.below(5) as u8;
+        // Without NaNs in the input the NaN-skipping form gives the same values through
+        // per-lane positions (a gather by computed indices, a lerp by a weight tensor).
+        let nan_bit = if self.rng.chance(1, 2) { 8 } else { 0 };
         let mut shape = vec![count];
         match (whole, nd) {
             (true, _) if keep => shape.extend(std::iter::repeat_n(1, nd)),
@@ -5500,7 +5561,7 @@ impl Res<'_> {
                 ..xm.clone()
             }
         };
-        self.push(Step::Quantile(x, qs, dim, keep, interp), meta);
+        self.push(Step::Quantile(x, qs, dim, keep, interp | nan_bit), meta);
     }
 }
 
@@ -5729,6 +5790,15 @@ fn unary(t: &Tensor, u: UnaryOp) -> kiln::Result<Tensor> {
         UnaryOp::Square => t.try_square(),
         UnaryOp::Softplus => t.try_softplus(),
         UnaryOp::Silu => t.try_silu(),
+        UnaryOp::Tan => t.try_tan(),
+        UnaryOp::Asin => t.try_asin(),
+        UnaryOp::Acos => t.try_acos(),
+        UnaryOp::Atan => t.try_atan(),
+        UnaryOp::Sinh => t.try_sinh(),
+        UnaryOp::Cosh => t.try_cosh(),
+        UnaryOp::Asinh => t.try_asinh(),
+        UnaryOp::Acosh => t.try_acosh(),
+        UnaryOp::Atanh => t.try_atanh(),
     }
 }
 
@@ -5751,12 +5821,21 @@ fn binary(t: &Tensor, op: BinaryOp, rhs: Operand<'_>) -> kiln::Result<Tensor> {
         BinaryOp::Remainder => t.try_remainder(rhs),
         BinaryOp::Fmod => t.try_fmod(rhs),
         BinaryOp::FloorDiv => t.try_floor_divide(rhs),
+        BinaryOp::Atan2 => t.try_atan2(rhs),
     }
 }
 
 /// A [`Step::Conv`] through the public functions.
 fn apply_conv(x: &Tensor, w: &Tensor, b: Option<&Tensor>, c: &ConvSpec) -> kiln::Result<Tensor> {
-    use kiln::nn::functional::{ConvPadding, conv1d, conv2d};
+    use kiln::nn::functional::{ConvPadding, conv_transpose1d, conv_transpose2d, conv1d, conv2d};
+    if c.transposed {
+        let (s, p, o, dl) = (c.stride, c.padding, c.output_padding, c.dilation);
+        return if c.d == 1 {
+            conv_transpose1d(x, w, b, [s[0]], [p[0]], [o[0]], c.groups, [dl[0]])
+        } else {
+            conv_transpose2d(x, w, b, s, p, o, c.groups, dl)
+        };
+    }
     if c.d == 1 {
         let p = if c.same {
             ConvPadding::Same
@@ -5819,6 +5898,8 @@ fn conv_spec(d: usize) -> ConvSpec {
         dilation: [1; 2],
         groups: 1,
         same: false,
+        transposed: false,
+        output_padding: [0; 2],
     }
 }
 
@@ -5966,10 +6047,15 @@ fn emit_step(v: &[Tensor], s: &Step, opts: Option<&RealizeOptions>) -> kiln::Res
         Step::Diag(a, off) => v[*a].try_diag(*off)?,
         Step::Conv(x, w, b, spec) => apply_conv(&v[*x], &v[*w], b.map(|b| &v[b]), spec)?,
         Step::Pool(a, spec) => apply_pool(&v[*a], spec)?,
-        Step::Median(a, None, _) => v[*a].try_median()?,
-        Step::Median(a, Some(d), keep) => v[*a].try_median_dim(*d, *keep)?.0,
+        Step::Median(a, None, _, false) => v[*a].try_median()?,
+        Step::Median(a, Some(d), keep, false) => v[*a].try_median_dim(*d, *keep)?.0,
+        Step::Median(a, None, _, true) => v[*a].try_nanmedian()?,
+        Step::Median(a, Some(d), keep, true) => v[*a].try_nanmedian_dim(*d, *keep)?.0,
+        Step::Quantile(a, qs, dim, keep, m) if m & 8 != 0 => {
+            v[*a].try_nanquantiles(qs, *dim, *keep, INTERPOLATIONS[(m & 7) as usize])?
+        }
         Step::Quantile(a, qs, dim, keep, m) => {
-            v[*a].try_quantiles(qs, *dim, *keep, INTERPOLATIONS[*m as usize])?
+            v[*a].try_quantiles(qs, *dim, *keep, INTERPOLATIONS[(m & 7) as usize])?
         }
         Step::Logical(a, 0, b) => v[*a].try_logical_and(&v[*b])?,
         Step::Logical(a, 1, b) => v[*a].try_logical_or(&v[*b])?,
@@ -6227,6 +6313,16 @@ fn render_step(s: &Step) -> String {
         Step::Einsum(eq, vs) => format!("Tensor::einsum({eq:?}, &[{}])", refs(vs)),
         Step::Diagonal(a, off, d1, d2) => format!("v{a}.diagonal({off}, {d1}, {d2})"),
         Step::Diag(a, off) => format!("v{a}.diag({off})"),
+        Step::Conv(x, w, b, c) if c.transposed => format!(
+            "conv_transpose{}d(&v{x}, &v{w}, {}, {:?}, {:?}, {:?}, {}, {:?}).unwrap()",
+            c.d,
+            b.map_or("None".into(), |b| format!("Some(&v{b})")),
+            &c.stride[..c.d],
+            &c.padding[..c.d],
+            &c.output_padding[..c.d],
+            c.groups,
+            &c.dilation[..c.d]
+        ),
         Step::Conv(x, w, b, c) => {
             let p = if c.same {
                 "ConvPadding::Same".to_string()
@@ -6242,11 +6338,17 @@ fn render_step(s: &Step) -> String {
                 c.groups
             )
         }
-        Step::Median(a, None, _) => format!("v{a}.median()"),
-        Step::Median(a, Some(d), keep) => format!("v{a}.median_dim({d}, {keep}).0"),
+        Step::Median(a, None, _, nan) => {
+            format!("v{a}.{}median()", if *nan { "nan" } else { "" })
+        }
+        Step::Median(a, Some(d), keep, nan) => format!(
+            "v{a}.{}median_dim({d}, {keep}).0",
+            if *nan { "nan" } else { "" }
+        ),
         Step::Quantile(a, qs, dim, keep, m) => format!(
-            "v{a}.quantiles(&{qs:?}, {dim:?}, {keep}, QuantileInterpolation::{:?})",
-            INTERPOLATIONS[*m as usize]
+            "v{a}.{}quantiles(&{qs:?}, {dim:?}, {keep}, QuantileInterpolation::{:?})",
+            if m & 8 != 0 { "nan" } else { "" },
+            INTERPOLATIONS[(m & 7) as usize]
         ),
         Step::Pool(a, p) => {
             let d = p.d;
@@ -7224,13 +7326,17 @@ fn family(s: &Step) -> Option<&'static str> {
         Step::Logical(..) => "logical_not",
         Step::Einsum(_, vs) if vs.len() == 1 => "einsum (one operand)",
         Step::Einsum(..) => "einsum (two operands)",
+        Step::Conv(_, _, _, c) if c.transposed => "conv_transpose",
         Step::Conv(_, _, _, c) if c.d == 1 => "conv1d",
         Step::Conv(..) => "conv2d",
         Step::Pool(_, p) if p.kind == 0 => "max_pool",
         Step::Pool(_, p) if p.kind == 1 => "avg_pool",
         Step::Pool(..) => "adaptive_avg_pool",
-        Step::Median(_, None, _) => "median",
-        Step::Median(..) => "median_dim",
+        Step::Median(_, None, _, false) => "median",
+        Step::Median(_, _, _, false) => "median_dim",
+        Step::Median(_, None, _, true) => "nanmedian",
+        Step::Median(..) => "nanmedian_dim",
+        Step::Quantile(.., m) if m & 8 != 0 => "nanquantile",
         Step::Quantile(..) => "quantile",
         _ => return None,
     })
@@ -7300,18 +7406,81 @@ fn fuzz_generators_cover_every_family() {
         Step::Einsum("", vec![0, 0]),
         Step::Conv(0, 0, None, conv_spec(1)),
         Step::Conv(0, 0, None, conv_spec(2)),
+        Step::Conv(
+            0,
+            0,
+            None,
+            ConvSpec {
+                transposed: true,
+                ..conv_spec(2)
+            },
+        ),
         Step::Pool(0, pool_spec(0)),
         Step::Pool(0, pool_spec(1)),
         Step::Pool(0, pool_spec(2)),
-        Step::Median(0, None, false),
-        Step::Median(0, Some(0), false),
+        Step::Median(0, None, false, false),
+        Step::Median(0, Some(0), false, false),
+        Step::Median(0, None, false, true),
+        Step::Median(0, Some(0), false, true),
         Step::Quantile(0, vec![], None, false, 0),
+        Step::Quantile(0, vec![], None, false, 8),
     ]
     .iter()
     .filter_map(family)
     .filter(|f| !counts.contains_key(f))
     .collect();
     assert!(missing.is_empty(), "never generated: {missing:?}");
+}
+
+/// Every op of `UnaryOp::ALL` (the trigonometric and hyperbolic ones with their own
+/// domains included) and of `BinaryOp::ALL` (`atan2` included) is drawn by the
+/// elementwise and mixed-dtype profiles.
+#[test]
+fn fuzz_generators_draw_every_elementwise_op() {
+    use proptest::strategy::ValueTree;
+    use proptest::test_runner::TestRunner;
+    let mut counts = vec![0usize; UnaryOp::ALL.len()];
+    let mut binary = vec![0usize; BinaryOp::ALL.len()];
+    for prof in [&ELEMENTWISE, &MIXED] {
+        let mut runner = TestRunner::new(config(1000));
+        let strategy = case_strategy(prof);
+        for _ in 0..1000 {
+            let Ok(tree) = strategy.new_tree(&mut runner) else {
+                continue;
+            };
+            for s in &resolve(&tree.current(), prof).steps {
+                if let Step::Unary(_, u) = s
+                    && let Some(i) = UnaryOp::ALL.iter().position(|v| v == u)
+                {
+                    counts[i] += 1;
+                }
+                if let Step::Binary(_, o, _) | Step::RScalar(_, o, _) = s
+                    && let Some(i) = BinaryOp::ALL.iter().position(|v| v == o)
+                {
+                    binary[i] += 1;
+                }
+            }
+        }
+    }
+    let named: Vec<(&str, usize)> = UnaryOp::ALL
+        .iter()
+        .map(|u| u.name())
+        .zip(counts.iter().copied())
+        .collect();
+    eprintln!("unary calls in 2 x 1000 programs: {named:?}");
+    let named_binary: Vec<(&str, usize)> = BinaryOp::ALL
+        .iter()
+        .map(|o| o.name())
+        .zip(binary.iter().copied())
+        .collect();
+    eprintln!("binary calls: {named_binary:?}");
+    let missing: Vec<&str> = named
+        .iter()
+        .chain(&named_binary)
+        .filter(|(_, c)| *c == 0)
+        .map(|(n, _)| *n)
+        .collect();
+    assert!(missing.is_empty(), "never drawn: {missing:?}");
 }
 
 // ---------------------------------------------------------------------------------------

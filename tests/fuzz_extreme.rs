@@ -563,6 +563,15 @@ fn unary(t: &Tensor, u: UnaryOp) -> kiln::Result<Tensor> {
         UnaryOp::Square => t.try_square(),
         UnaryOp::Softplus => t.try_softplus(),
         UnaryOp::Silu => t.try_silu(),
+        UnaryOp::Tan => t.try_tan(),
+        UnaryOp::Asin => t.try_asin(),
+        UnaryOp::Acos => t.try_acos(),
+        UnaryOp::Atan => t.try_atan(),
+        UnaryOp::Sinh => t.try_sinh(),
+        UnaryOp::Cosh => t.try_cosh(),
+        UnaryOp::Asinh => t.try_asinh(),
+        UnaryOp::Acosh => t.try_acosh(),
+        UnaryOp::Atanh => t.try_atanh(),
     }
 }
 
@@ -585,6 +594,7 @@ fn binary(t: &Tensor, op: BinaryOp, rhs: Operand<'_>) -> kiln::Result<Tensor> {
         BinaryOp::Remainder => t.try_remainder(rhs),
         BinaryOp::Fmod => t.try_fmod(rhs),
         BinaryOp::FloorDiv => t.try_floor_divide(rhs),
+        BinaryOp::Atan2 => t.try_atan2(rhs),
     }
 }
 

@@ -834,8 +834,14 @@ fn binary_ok(b: BinaryOp, ps: &[(f64, f64)]) -> bool {
         if b == BinaryOp::Pow && x <= 0.1 {
             return false;
         }
-        // An exact tie (x op x) is smooth for every op, or follows the tie rule.
-        let tie = x == y;
+        // atan2(x, y) jumps by 2π across the negative `y` axis (by the sign of a zero `x`
+        // on it) and has no derivative at the origin: keep clear of both.
+        if b == BinaryOp::Atan2 && x.abs() < 0.05 && y < 0.05 {
+            return false;
+        }
+        // An exact tie (x op x) is smooth for every op but atan2 (whose tie at the origin
+        // is where it jumps, by the zeros' signs), or follows the tie rule.
+        let tie = x == y && b != BinaryOp::Atan2;
         (tie || (smooth_at(&|t| f(t, y), x) && smooth_at(&|t| f(x, t), y))) && {
             let v = f(x, y);
             v.is_finite()

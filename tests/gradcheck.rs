@@ -91,6 +91,8 @@ fn domain(u: UnaryOp) -> (f64, f64) {
         Domain::All => (-2.0, 2.0),
         Domain::NonNegative | Domain::Positive => (0.2, 3.0),
         Domain::NonZero => (0.3, 2.0),
+        Domain::Unit => (-0.8, 0.8),
+        Domain::AtLeastOne => (1.3, 3.0),
     }
 }
 
@@ -808,6 +810,27 @@ fn convolution_and_pooling() {
         |t| avg_pool1d(&t[0], 4, 2, 2, true, true).unwrap(),
     );
     check(
+        "conv_transpose2d",
+        &[
+            (values(2 * 4 * 3 * 3, 113, -1.0, 1.0), vec![2, 4, 3, 3]),
+            (values(4 * 2 * 2 * 3, 114, -1.0, 1.0), vec![4, 2, 2, 3]),
+            (values(4, 115, -1.0, 1.0), vec![4]),
+        ],
+        |t| {
+            kiln::nn::functional::conv_transpose2d(
+                &t[0],
+                &t[1],
+                Some(&t[2]),
+                (2, 1),
+                (0, 1),
+                (1, 0),
+                2,
+                (1, 2),
+            )
+            .unwrap()
+        },
+    );
+    check(
         "adaptive_avg_pool2d",
         &[(values(2 * 5 * 7, 112, -2.0, 2.0), vec![2, 5, 7])],
         |t| adaptive_avg_pool2d(&t[0], (3, 4)).unwrap(),
@@ -832,6 +855,26 @@ fn median_and_quantile() {
         |t| {
             t[0].quantiles(&[0.1, 0.5, 0.9], Some(1), false, Q::Linear)
                 + t[0].quantiles(&[0.3, 0.7, 1.0], Some(1), false, Q::Midpoint)
+        },
+    );
+    // The NaN-skipping forms, with NaNs put in by a mask (their lanes then hold 3 to 5
+    // numbers) so that the finite differences move only the numbers.
+    let nan_mask = |t: &Tensor| {
+        let m = Tensor::from_vec(
+            vec![
+                false, true, false, false, false, false, true, false, false, true, false, false,
+                false, false, false, false, false, false,
+            ],
+            [3, 6],
+        );
+        t.masked_fill(&m, f64::NAN)
+    };
+    check(
+        "nanmedian_dim and nanquantiles",
+        &[(values(18, 124, -2.0, 2.0), vec![3, 6])],
+        |t| {
+            let x = nan_mask(&t[0]);
+            x.nanquantiles(&[0.1, 0.6], Some(1), false, Q::Linear) + x.nanmedian_dim(1, false).0
         },
     );
 }

@@ -386,6 +386,156 @@ fn quantile_matches_pytorch_for_every_interpolation() {
 }
 
 #[test]
+fn nanmedian_and_nanquantile_match_pytorch() {
+    use kiln::QuantileInterpolation as Q;
+    let nan = f32::NAN;
+    let x = Tensor::from_vec(
+        vec![
+            3.0f32, nan, 1.0, 4.0, nan, nan, nan, nan, 2.0, 5.0, nan, nan, 1.0, 1.0, 1.0, 2.0,
+        ],
+        [4, 4],
+    );
+    // PyTorch 2.15: torch.nanmedian(x, dim=1) -> values [3, nan, 2, 1], indices
+    // [0, 2, 0, 1] (for the lane of NaNs PyTorch's index is its own choice; kiln gives 0).
+    let (v, i) = x.nanmedian_dim(1, false);
+    let v = f32s(&v);
+    assert_eq!((v[0], v[2], v[3]), (3.0, 2.0, 1.0));
+    assert!(v[1].is_nan());
+    let i = i.to_vec::<i64>().unwrap();
+    assert_eq!((i[0], i[2], i[3]), (0, 0, 1));
+    assert!(x.isnan().to_vec::<u8>().unwrap()[4 + i[1] as usize] == 1);
+    // torch.nanmedian(x) -> 2; of NaNs only -> nan; integers -> the median
+    // (torch.nanmedian(tensor([[1, 5, 2]]), dim=1) -> (2, index 2)).
+    assert_eq!(x.nanmedian().item::<f32>().unwrap(), 2.0);
+    assert!(
+        Tensor::from_vec(vec![nan, nan], [2])
+            .nanmedian()
+            .item::<f32>()
+            .unwrap()
+            .is_nan()
+    );
+    let (iv, ii) = Tensor::from_vec(vec![1i64, 5, 2], [1, 3]).nanmedian_dim(1, false);
+    assert_eq!(
+        (iv.to_vec::<i64>().unwrap(), ii.to_vec::<i64>().unwrap()),
+        (vec![2], vec![2])
+    );
+    // torch.nanquantile(x, tensor([0, 0.3, 0.5, 1]), dim=1, interpolation=m).
+    let qs = [0.0, 0.3, 0.5, 1.0];
+    let want: [(Q, [[f32; 4]; 4]); 5] = [
+        (
+            Q::Linear,
+            [
+                [1.0, nan, 2.0, 1.0],
+                [2.2, nan, 2.9, 1.0],
+                [3.0, nan, 3.5, 1.0],
+                [4.0, nan, 5.0, 2.0],
+            ],
+        ),
+        (
+            Q::Lower,
+            [
+                [1.0, nan, 2.0, 1.0],
+                [1.0, nan, 2.0, 1.0],
+                [3.0, nan, 2.0, 1.0],
+                [4.0, nan, 5.0, 2.0],
+            ],
+        ),
+        (
+            Q::Higher,
+            [
+                [1.0, nan, 2.0, 1.0],
+                [3.0, nan, 5.0, 1.0],
+                [3.0, nan, 5.0, 1.0],
+                [4.0, nan, 5.0, 2.0],
+            ],
+        ),
+        (
+            Q::Nearest,
+            [
+                [1.0, nan, 2.0, 1.0],
+                [3.0, nan, 2.0, 1.0],
+                [3.0, nan, 2.0, 1.0],
+                [4.0, nan, 5.0, 2.0],
+            ],
+        ),
+        (
+            Q::Midpoint,
+            [
+                [1.0, nan, 2.0, 1.0],
+                [2.0, nan, 3.5, 1.0],
+                [3.0, nan, 3.5, 1.0],
+                [4.0, nan, 5.0, 2.0],
+            ],
+        ),
+    ];
+    for (mode, rows) in want {
+        let out = x.nanquantiles(&qs, Some(1), false, mode);
+        assert_eq!(out.shape(), &[4, 4], "{mode:?}");
+        let got = f32s(&out);
+        for (k, row) in rows.iter().enumerate() {
+            for (j, &w) in row.iter().enumerate() {
+                let g = got[4 * k + j];
+                assert!(
+                    (w.is_nan() && g.is_nan()) || (g - w).abs() <= 1e-6 * w.abs(),
+                    "{mode:?} q = {}: lane {j} gives {g}, want {w}",
+                    qs[k]
+                );
+            }
+        }
+    }
+    // torch.nanquantile(tensor([1, 2, nan, 7]), 0.4) -> 1.8; with keepdim over all.
+    let t = Tensor::from_vec(vec![1.0f32, 2.0, nan, 7.0], [4]);
+    let q = t.nanquantile(0.4, None, false, Q::Linear);
+    assert_eq!(q.shape(), &[] as &[usize]);
+    assert!((q.item::<f32>().unwrap() - 1.8).abs() < 1e-6);
+    assert_eq!(t.nanquantile(0.4, None, true, Q::Linear).shape(), &[1]);
+    // PyTorch's lerp at infinities: torch.nanquantile(tensor([[nan, 1, inf]]),
+    // tensor([0, 0.5, 1]), dim=1) -> [1, nan, nan]; torch.quantile(tensor([1, inf]), q)
+    // -> 1 at q = 0, nan at 1 (linear) and 0.5 (midpoint), inf at 1 (higher).
+    let inf = f32::INFINITY;
+    let got = f32s(&Tensor::from_vec(vec![nan, 1.0, inf], [1, 3]).nanquantiles(
+        &[0.0, 0.5, 1.0],
+        Some(1),
+        false,
+        Q::Linear,
+    ));
+    assert!(
+        got[0] == 1.0 && got[1].is_nan() && got[2].is_nan(),
+        "{got:?}"
+    );
+    let pair = Tensor::from_vec(vec![1.0f32, inf], [2]);
+    let one = |q: f64, m: Q| pair.quantile(q, None, false, m).item::<f32>().unwrap();
+    assert_eq!(one(0.0, Q::Linear), 1.0);
+    assert!(one(1.0, Q::Linear).is_nan() && one(0.5, Q::Midpoint).is_nan());
+    assert_eq!(one(1.0, Q::Higher), inf);
+    // Gradients (PyTorch): z = [3, nan, 2, 5, nan, 1]; nanquantile(z, 0.4) ->
+    // [0.2, 0, 0.8, 0, 0, 0]; nanmedian(z) -> [0, 0, 1, 0, 0, 0].
+    let z = Tensor::from_vec(vec![3.0f32, nan, 2.0, 5.0, nan, 1.0], [6]).requires_grad_(true);
+    z.realize().unwrap();
+    z.nanquantile(0.4, None, false, Q::Linear)
+        .backward()
+        .unwrap();
+    let g = f32s(&z.grad().unwrap());
+    let want = [0.2f32, 0.0, 0.8, 0.0, 0.0, 0.0];
+    assert!(
+        g.iter().zip(&want).all(|(a, b)| (a - b).abs() < 1e-6),
+        "{g:?}"
+    );
+    z.zero_grad();
+    z.nanmedian().backward().unwrap();
+    assert_eq!(f32s(&z.grad().unwrap()), vec![0.0, 0.0, 1.0, 0.0, 0.0, 0.0]);
+    // Refusals as quantile's: integer input, q outside [0, 1].
+    assert!(matches!(
+        Tensor::from_vec(vec![1i64, 2], [2]).try_nanquantile(0.5, None, false, Q::Linear),
+        Err(KilnError::UnsupportedDType {
+            op: "nanquantile",
+            ..
+        })
+    ));
+    assert!(t.try_nanquantile(-0.1, None, false, Q::Linear).is_err());
+}
+
+#[test]
 fn median_and_quantile_gradients_reach_the_chosen_elements() {
     // PyTorch: z = [3, 1, 2, 5]; z.median().backward() -> [0, 0, 1, 0];
     // torch.quantile(z, 0.4).backward() -> [0.2, 0, 0.8, 0].

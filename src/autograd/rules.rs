@@ -190,6 +190,19 @@ fn unary(u: UnaryOp, x: &Tensor, y: &Tensor, g: &Tensor) -> Result<Tensor> {
             let s = x.try_sigmoid()?;
             g.try_mul(&s.try_mul(&x.try_mul(&s.try_rsub(1.0)?)?.try_add(1.0)?)?)
         }
+        // 1 + tan², read off the output (PyTorch's rule).
+        UnaryOp::Tan => g.try_mul(&y.try_mul(y)?.try_add(1.0)?),
+        // ±1 / sqrt(1 - x²).
+        UnaryOp::Asin => g.try_mul(&x.try_mul(x)?.try_rsub(1.0)?.try_rsqrt()?),
+        UnaryOp::Acos => g
+            .try_mul(&x.try_mul(x)?.try_rsub(1.0)?.try_rsqrt()?)?
+            .try_neg(),
+        UnaryOp::Atan => g.try_div(&x.try_mul(x)?.try_add(1.0)?),
+        UnaryOp::Sinh => g.try_mul(&x.try_cosh()?),
+        UnaryOp::Cosh => g.try_mul(&x.try_sinh()?),
+        UnaryOp::Asinh => g.try_mul(&x.try_mul(x)?.try_add(1.0)?.try_rsqrt()?),
+        UnaryOp::Acosh => g.try_mul(&x.try_mul(x)?.try_sub(1.0)?.try_rsqrt()?),
+        UnaryOp::Atanh => g.try_div(&x.try_mul(x)?.try_rsub(1.0)?),
     }
 }
 
@@ -290,6 +303,12 @@ fn binary(
         ),
         // Piecewise constant in both operands.
         BinaryOp::FloorDiv => both(zeros_like(g), zeros_like(g)),
+        // atan2(x, y): ∂/∂x = y / (x² + y²), ∂/∂y = -x / (x² + y²).
+        BinaryOp::Atan2 => {
+            let r2 = x.try_mul(x)?.try_add(&y.try_mul(y)?)?;
+            let gr = g.try_div(&r2)?;
+            both(gr.try_mul(y), gr.try_mul(x)?.try_neg())
+        }
     }
 }
 

@@ -1060,6 +1060,49 @@ pub fn pow_f32(x: f32, y: f32) -> f32 {
 }
 
 // ---------------------------------------------------------------------------
+// through f64: the trigonometric and hyperbolic functions PyTorch users call less
+// often than those above, each computed in f64 and rounded once (within 1 ulp, and
+// correctly rounded but for the rare double rounding), one element at a time
+// ---------------------------------------------------------------------------
+
+macro_rules! through_f64 {
+    ($($(#[$doc:meta])* $name:ident = $f:path;)*) => {$(
+        $(#[$doc])*
+        #[inline(always)]
+        pub fn $name(x: f32) -> f32 {
+            $f(x as f64) as f32
+        }
+    )*};
+}
+
+through_f64! {
+    /// Tangent (the platform's f64 `tan`, rounded once).
+    tan_f32 = f64::tan;
+    /// Arcsine (NaN outside `[-1, 1]`).
+    asin_f32 = f64::asin;
+    /// Arccosine (NaN outside `[-1, 1]`).
+    acos_f32 = f64::acos;
+    /// Arctangent.
+    atan_f32 = f64::atan;
+    /// Hyperbolic sine (finite up to `|x|` ≈ 89.4, where f32 overflows).
+    sinh_f32 = f64::sinh;
+    /// Hyperbolic cosine.
+    cosh_f32 = f64::cosh;
+    /// Inverse hyperbolic sine ([`super::f64::asinh`]).
+    asinh_f32 = super::f64::asinh;
+    /// Inverse hyperbolic cosine ([`super::f64::acosh`]; NaN below 1).
+    acosh_f32 = super::f64::acosh;
+    /// Inverse hyperbolic tangent ([`super::f64::atanh`]; `±inf` at `±1`).
+    atanh_f32 = super::f64::atanh;
+}
+
+/// `atan2(y, x)`: the f64 `atan2` rounded once.
+#[inline(always)]
+pub fn atan2_f32(y: f32, x: f32) -> f32 {
+    (y as f64).atan2(x as f64) as f32
+}
+
+// ---------------------------------------------------------------------------
 // half-precision rounding
 // ---------------------------------------------------------------------------
 

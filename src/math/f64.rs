@@ -1,5 +1,6 @@
 //! Scalar special functions in f64, shared by the CPU backend's f64 kernels and the
-//! reference evaluator: logistic, exact GELU, erfc, and wrapping integer powers.
+//! reference evaluator: logistic, exact GELU, erfc, wrapping integer powers, and the
+//! inverse hyperbolic functions.
 
 /// Logistic function in f64, accurate for large negative inputs.
 pub fn sigmoid(a: f64) -> f64 {
@@ -137,6 +138,57 @@ pub fn int_pow(base: i64, exp: i64) -> i64 {
     r
 }
 
+/// Above this magnitude `asinh` and `acosh` are `ln(2|x|)` to working precision (the
+/// neglected term is below `2^-56` relative).
+const HUGE: f64 = 268_435_456.0; // 2^28
+
+/// Inverse hyperbolic sine without cancellation or overflow: `ln(2|x|)` for huge `|x|`,
+/// `ln(2a + 1/(sqrt(a² + 1) + a))` above 2, and `log1p(a + a²/(1 + sqrt(1 + a²)))` below
+/// (the classic fdlibm split), with `x`'s sign (`asinh(-0) = -0`).
+pub fn asinh(x: f64) -> f64 {
+    let a = x.abs();
+    let r = if a > HUGE {
+        a.ln() + core::f64::consts::LN_2
+    } else if a > 2.0 {
+        (2.0 * a + 1.0 / ((a * a + 1.0).sqrt() + a)).ln()
+    } else {
+        let a2 = a * a;
+        (a + a2 / (1.0 + (1.0 + a2).sqrt())).ln_1p()
+    };
+    r.copysign(x)
+}
+
+/// Inverse hyperbolic cosine, NaN below 1: `ln(2x)` for huge `x`,
+/// `ln(2x - 1/(x + sqrt(x² - 1)))` above 2, and `log1p(t + sqrt(2t + t²))` with the exact
+/// `t = x - 1` near 1 (where `ln(x + sqrt(x² - 1))` loses the small result).
+pub fn acosh(x: f64) -> f64 {
+    if x.is_nan() || x < 1.0 {
+        return f64::NAN;
+    }
+    if x > HUGE {
+        x.ln() + core::f64::consts::LN_2
+    } else if x > 2.0 {
+        (2.0 * x - 1.0 / (x + (x * x - 1.0).sqrt())).ln()
+    } else {
+        let t = x - 1.0;
+        (t + (2.0 * t + t * t).sqrt()).ln_1p()
+    }
+}
+
+/// Inverse hyperbolic tangent, `½·log1p(2a/(1 - a))` of `a = |x|` with `x`'s sign (so no
+/// `log1p` argument comes near -1, as it does for negative `x` in the unsigned form), and
+/// `2a + 2a²/(1 - a)` as that argument below ½. `±inf` at `±1`, NaN beyond.
+pub fn atanh(x: f64) -> f64 {
+    let a = x.abs();
+    let u = if a < 0.5 {
+        let t = a + a;
+        t + t * a / (1.0 - a)
+    } else {
+        (a + a) / (1.0 - a)
+    };
+    (0.5 * u.ln_1p()).copysign(x)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -164,6 +216,47 @@ mod tests {
         assert!(erf(f64::NAN).is_nan());
         assert_eq!(erf(f64::INFINITY), 1.0);
         assert_eq!(erfc(40.0), 0.0);
+    }
+
+    #[test]
+    fn inverse_hyperbolic_functions_invert_and_keep_small_results() {
+        // Round trips through sinh / cosh / tanh over every branch (near 0, around the
+        // switches at 1/2 and 2, and huge arguments), within a few ulp of the argument.
+        let mut y: f64 = 1e-12;
+        while y < 300.0 {
+            let close = |got: f64, want: f64, what: &str| {
+                assert!(
+                    (got - want).abs() <= 4.0 * f64::EPSILON * want.abs(),
+                    "{what}({y}) = {got}, want {want}"
+                );
+            };
+            close(asinh(y.sinh()), y, "asinh∘sinh");
+            close(asinh(-y.sinh()), -y, "asinh∘sinh");
+            if y > 1.0 {
+                // Below, rounding cosh(y) near 1 already moves the round trip (acosh's
+                // slope is 1/sinh(y)); the near-1 branch is checked by the series below.
+                close(acosh(y.cosh()), y, "acosh∘cosh");
+            }
+            if y < 0.7 {
+                // Beyond, rounding tanh(y) near 1 moves the round trip by cosh²(y) ulp.
+                close(atanh(y.tanh()), y, "atanh∘tanh");
+                close(atanh(-y.tanh()), -y, "atanh∘tanh");
+            }
+            y *= 1.37;
+        }
+        // Near 1, acosh(1 + t) = sqrt(2t)·(1 - t/12 + ...), which ln(x + sqrt(x² - 1))
+        // gets wrong in most of its digits.
+        let t: f64 = 1e-10;
+        let want = (2.0 * t).sqrt() * (1.0 - t / 12.0);
+        assert!((acosh(1.0 + t) - want).abs() <= 1e-6 * want);
+        assert_eq!(atanh(1.0), f64::INFINITY);
+        assert_eq!(atanh(-1.0), f64::NEG_INFINITY);
+        assert!(atanh(1.5).is_nan() && acosh(0.5).is_nan() && acosh(f64::NAN).is_nan());
+        assert_eq!(asinh(-0.0).to_bits(), (-0.0f64).to_bits());
+        assert_eq!(atanh(-0.0).to_bits(), (-0.0f64).to_bits());
+        assert_eq!(asinh(f64::NEG_INFINITY), f64::NEG_INFINITY);
+        assert_eq!(acosh(f64::INFINITY), f64::INFINITY);
+        assert_eq!(acosh(1.0), 0.0);
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Convolution and pooling over 1, 2 or 3 spatial dimensions: PyTorch's `conv1d/2d/3d`,
-//! `max_pool1d/2d/3d`, `avg_pool1d/2d/3d` and `adaptive_avg_pool1d/2d`, with their arguments,
-//! output sizes, errors and gradients.
+//! `conv_transpose1d/2d/3d`, `max_pool1d/2d/3d`, `avg_pool1d/2d/3d` and
+//! `adaptive_avg_pool1d/2d`, with their arguments, output sizes, errors and gradients.
 //!
 //! Each is recorded as kiln's primitives, so it plans, fuses, runs on every device and
 //! differentiates as they do:
@@ -436,6 +436,205 @@ conv_functions! {
     /// PyTorch's `F.conv3d`: `input` `[N, C, D, H, W]` (or `[C, D, H, W]`), `weight`
     /// `[O, C / groups, kD, kH, kW]`; see [`conv2d`].
     conv3d, 3;
+}
+
+/// The name PyTorch gives the `N`-dimensional transposed convolution (for errors).
+pub(crate) const fn conv_transpose_name(n: usize) -> &'static str {
+    match n {
+        1 => "conv_transpose1d",
+        2 => "conv_transpose2d",
+        _ => "conv_transpose3d",
+    }
+}
+
+/// The `N`-dimensional transposed convolution behind [`conv_transpose1d`],
+/// [`conv_transpose2d`] and [`conv_transpose3d`]: the input with `stride - 1` zeros
+/// between its elements, padded by `dilation·(k - 1) - padding` (plus `output_padding`
+/// after; a negative amount crops), convolved with stride 1 by the weight flipped in
+/// space with its input and output channels swapped per group. The gradient of
+/// [`conv_nd`] with respect to its input, as PyTorch defines it.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn conv_transpose_nd<const N: usize>(
+    input: &Tensor,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+    stride: Spatial<N>,
+    padding: Spatial<N>,
+    output_padding: Spatial<N>,
+    groups: usize,
+    dilation: Spatial<N>,
+) -> Result<Tensor> {
+    let op = conv_transpose_name(N);
+    let (x, was_batched) = batched(op, input, N)?;
+    require_float(op, &x)?;
+    if weight.ndim() != N + 2 {
+        return Err(invalid(
+            op,
+            weight.shape(),
+            format!(
+                "the weight must be [in_channels, out_channels / groups, *kernel], {} dimensions, not {}",
+                N + 2,
+                weight.ndim()
+            ),
+        ));
+    }
+    same_dtype_and_device(op, &x, weight)?;
+    let cin = x.shape()[1];
+    if groups == 0 || weight.shape()[0] != cin || !cin.is_multiple_of(groups) {
+        return Err(KilnError::ShapeMismatch {
+            op,
+            lhs: x.shape().to_vec(),
+            rhs: weight.shape().to_vec(),
+            detail: format!(
+                ": the input's {cin} channels must be weight.shape[0] and a multiple of \
+                 groups={groups} (groups ≥ 1)"
+            ),
+        });
+    }
+    let cout = weight.shape()[1] * groups;
+    let kernel: [usize; N] = std::array::from_fn(|i| weight.shape()[2 + i]);
+    require_positive(op, weight.shape(), "the kernel size", Spatial(kernel))?;
+    require_positive(op, x.shape(), "stride", stride)?;
+    require_positive(op, x.shape(), "dilation", dilation)?;
+    if let Some(b) = bias {
+        if b.shape() != [cout] {
+            return Err(KilnError::ShapeMismatch {
+                op,
+                lhs: weight.shape().to_vec(),
+                rhs: b.shape().to_vec(),
+                detail: format!(": the bias must be [{cout}], one per output channel"),
+            });
+        }
+        same_dtype_and_device(op, &x, b)?;
+    }
+    let mut z = x.clone();
+    for (i, &k) in kernel.iter().enumerate() {
+        let (len, s, p, d, extra) = (
+            x.shape()[2 + i],
+            stride.0[i],
+            padding.0[i],
+            dilation.0[i],
+            output_padding.0[i],
+        );
+        if extra >= s.max(d) {
+            return Err(invalid(
+                op,
+                x.shape(),
+                format!(
+                    "output_padding {:?} must be smaller than the stride {:?} or the dilation {:?} in each dimension (as PyTorch requires)",
+                    output_padding.0, stride.0, dilation.0
+                ),
+            ));
+        }
+        let full = (len.max(1) - 1) * s + d * (k - 1) + extra + 1;
+        if len == 0 || full <= 2 * p {
+            return Err(invalid(
+                op,
+                x.shape(),
+                format!(
+                    "the output would be empty in dimension {} (input {len}, stride {s}, padding {p}, kernel {k}, dilation {d})",
+                    2 + i
+                ),
+            ));
+        }
+        let ax = (2 + i) as isize;
+        if s > 1 {
+            // `s - 1` zeros after each element, then the trailing ones cut.
+            let mut pads = vec![(0, 0); 3 + i];
+            pads.push((0, s - 1));
+            z = z
+                .try_unsqueeze(ax + 1)?
+                .try_pad(&pads, 0)?
+                .try_flatten_dims(ax, ax + 1)?
+                .try_narrow(ax, 0, (len - 1) * s + 1)?;
+        }
+        // Pad by `d·(k - 1) - p` before and that plus `extra` after; crop where negative.
+        let before = (d * (k - 1)) as isize - p as isize;
+        let after = before + extra as isize;
+        let mut pads = vec![(0, 0); 2 + i];
+        pads.push((before.max(0) as usize, after.max(0) as usize));
+        z = z.try_pad(&pads, 0)?;
+        let n = z.shape()[2 + i] as isize;
+        z = z.try_slice_dim(ax, (-before).max(0), n - (-after).max(0), 1)?;
+    }
+    // [in, out/g, *k] -> [out, in/g, *k], flipped in space.
+    let (cig, cog) = (cin / groups, cout / groups);
+    let mut grouped = vec![groups, cig, cog];
+    grouped.extend_from_slice(&kernel);
+    let mut swapped = vec![cout, cig];
+    swapped.extend_from_slice(&kernel);
+    let space: Vec<isize> = (2..2 + N as isize).collect();
+    let w = weight
+        .try_reshape(grouped)?
+        .try_transpose(1, 2)?
+        .try_reshape(swapped)?
+        .try_flip(space)?;
+    let y = conv_nd(
+        &z,
+        &w,
+        bias,
+        Spatial([1; N]),
+        ConvPadding::Explicit([0; N]),
+        dilation,
+        groups,
+    )?;
+    unbatch(y, was_batched)
+}
+
+macro_rules! conv_transpose_functions {
+    ($($(#[$doc:meta])* $name:ident, $n:literal;)*) => {$(
+        $(#[$doc])*
+        #[allow(clippy::too_many_arguments)]
+        pub fn $name(
+            input: &Tensor,
+            weight: &Tensor,
+            bias: Option<&Tensor>,
+            stride: impl Into<Spatial<$n>>,
+            padding: impl Into<Spatial<$n>>,
+            output_padding: impl Into<Spatial<$n>>,
+            groups: usize,
+            dilation: impl Into<Spatial<$n>>,
+        ) -> Result<Tensor> {
+            conv_transpose_nd(
+                input,
+                weight,
+                bias,
+                stride.into(),
+                padding.into(),
+                output_padding.into(),
+                groups,
+                dilation.into(),
+            )
+        }
+    )*};
+}
+
+conv_transpose_functions! {
+    /// PyTorch's `F.conv_transpose1d(input, weight, bias, stride, padding,
+    /// output_padding, groups, dilation)` over `[N, C, L]` or `[C, L]`; see
+    /// [`conv_transpose2d`].
+    conv_transpose1d, 1;
+    /// PyTorch's `F.conv_transpose2d(input, weight, bias, stride, padding, output_padding,
+    /// groups, dilation)` (note PyTorch's order: `groups` before `dilation`): `input`
+    /// `[N, C, H, W]` (or `[C, H, W]`), `weight` `[C, O / groups, kH, kW]`, output
+    /// `[N, O, H', W']` with `H' = (H - 1)·s - 2p + d·(kH - 1) + output_padding + 1`. The
+    /// gradient of [`conv2d`] with respect to its input (a decoder's upsampling layer).
+    /// Recorded as a zero-inserted, padded input and a [`conv2d`] with the flipped weight.
+    ///
+    /// ```
+    /// use kiln::Tensor;
+    /// use kiln::nn::functional::conv_transpose2d;
+    /// let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[1, 1, 2, 2]);
+    /// let w = Tensor::ones(&[1, 1, 2, 2]);
+    /// // Stride 2 places each input's 2×2 footprint side by side.
+    /// let y = conv_transpose2d(&x, &w, None, 2, 0, 0, 1, 1).unwrap();
+    /// assert_eq!(y.shape(), &[1, 1, 4, 4]);
+    /// assert_eq!(&y.to_vec::<f32>().unwrap()[..4], &[1.0, 1.0, 2.0, 2.0]);
+    /// ```
+    conv_transpose2d, 2;
+    /// PyTorch's `F.conv_transpose3d` over `[N, C, D, H, W]` or `[C, D, H, W]`; see
+    /// [`conv_transpose2d`].
+    conv_transpose3d, 3;
 }
 
 /// The name PyTorch gives the `N`-dimensional pooling `kind` (for errors).

@@ -1,9 +1,10 @@
-//! Convolution and pooling layers, PyTorch's `nn.Conv1d/2d/3d`, `nn.MaxPool1d/2d`,
-//! `nn.AvgPool1d/2d` and `nn.AdaptiveAvgPool1d/2d`, over the functional forms in
-//! [`super::functional`].
+//! Convolution and pooling layers, PyTorch's `nn.Conv1d/2d/3d`, `nn.ConvTranspose1d/2d/3d`,
+//! `nn.MaxPool1d/2d`, `nn.AvgPool1d/2d` and `nn.AdaptiveAvgPool1d/2d`, over the functional
+//! forms in [`super::functional`].
 
 use super::conv::{
-    ConvPadding, Spatial, adaptive_avg_pool_nd, avg_pool_nd, conv_name, conv_nd, max_pool_nd,
+    ConvPadding, Spatial, adaptive_avg_pool_nd, avg_pool_nd, conv_name, conv_nd,
+    conv_transpose_name, conv_transpose_nd, max_pool_nd,
 };
 use super::{Module, init};
 use crate::error::{KilnError, Result};
@@ -162,6 +163,172 @@ impl<const N: usize> Module for Conv<N> {
             self.padding,
             self.dilation,
             self.groups,
+        )
+    }
+
+    fn visit_parameters(&self, f: &mut dyn FnMut(&str, &Tensor)) {
+        f("weight", &self.weight);
+        if let Some(b) = &self.bias {
+            f("bias", b);
+        }
+    }
+
+    fn visit_parameters_mut(&mut self, f: &mut dyn FnMut(&str, &mut Tensor)) {
+        f("weight", &mut self.weight);
+        if let Some(b) = &mut self.bias {
+            f("bias", b);
+        }
+    }
+
+    /// No mode: the same in training and evaluation.
+    fn set_training(&mut self, _training: bool) {}
+}
+
+/// A transposed convolution layer's settings besides its channels and kernel, PyTorch's
+/// defaults from [`Default`]: stride 1, no padding or output padding, one group,
+/// dilation 1, a bias.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConvTransposeOptions<const N: usize> {
+    /// The step between the input's footprints in the output.
+    pub stride: Spatial<N>,
+    /// Positions cut from each side of the full output.
+    pub padding: Spatial<N>,
+    /// Positions added after (below the stride or dilation).
+    pub output_padding: Spatial<N>,
+    /// Channel groups.
+    pub groups: usize,
+    /// The spacing between a kernel's taps.
+    pub dilation: Spatial<N>,
+    /// Whether the layer adds a learned bias per output channel.
+    pub bias: bool,
+}
+
+impl<const N: usize> Default for ConvTransposeOptions<N> {
+    fn default() -> Self {
+        ConvTransposeOptions {
+            stride: Spatial([1; N]),
+            padding: Spatial([0; N]),
+            output_padding: Spatial([0; N]),
+            groups: 1,
+            dilation: Spatial([1; N]),
+            bias: true,
+        }
+    }
+}
+
+/// A transposed convolution over `N` spatial dimensions (PyTorch's
+/// `nn.ConvTranspose1d/2d/3d`) with a learned weight `[in, out / groups, *kernel]` and bias
+/// `[out]`, initialized as PyTorch's are (uniform in `±1/sqrt(fan_in)` with PyTorch's
+/// `fan_in = out / groups · Π kernel` for this layout). See
+/// [`super::functional::conv_transpose2d`].
+///
+/// ```
+/// use kiln::nn::{ConvTranspose2d, ConvTransposeOptions, Module};
+/// use kiln::Tensor;
+/// let up = ConvTranspose2d::with_options(
+///     8, 4, 4, ConvTransposeOptions { stride: 2.into(), padding: 1.into(), ..Default::default() }, 0,
+/// ).unwrap();
+/// assert_eq!(up.forward(&Tensor::ones(&[1, 8, 5, 5])).unwrap().shape(), &[1, 4, 10, 10]);
+/// ```
+#[derive(Debug, Clone)]
+pub struct ConvTranspose<const N: usize> {
+    /// The weight, `[in_channels, out_channels / groups, *kernel]`.
+    pub weight: Tensor,
+    /// The bias, `[out_channels]`, if the layer has one.
+    pub bias: Option<Tensor>,
+    /// The settings besides the parameters (`bias` says whether there is one).
+    pub options: ConvTransposeOptions<N>,
+}
+
+/// PyTorch's `nn.ConvTranspose1d`.
+pub type ConvTranspose1d = ConvTranspose<1>;
+/// PyTorch's `nn.ConvTranspose2d`.
+pub type ConvTranspose2d = ConvTranspose<2>;
+/// PyTorch's `nn.ConvTranspose3d`.
+pub type ConvTranspose3d = ConvTranspose<3>;
+
+impl<const N: usize> ConvTranspose<N> {
+    /// A layer from `in_channels` to `out_channels` with PyTorch's default settings.
+    pub fn new(
+        in_channels: usize,
+        out_channels: usize,
+        kernel_size: impl Into<Spatial<N>>,
+        seed: u64,
+    ) -> Result<ConvTranspose<N>> {
+        ConvTranspose::with_options(
+            in_channels,
+            out_channels,
+            kernel_size,
+            ConvTransposeOptions::default(),
+            seed,
+        )
+    }
+
+    /// A layer with `options`.
+    pub fn with_options(
+        in_channels: usize,
+        out_channels: usize,
+        kernel_size: impl Into<Spatial<N>>,
+        options: ConvTransposeOptions<N>,
+        seed: u64,
+    ) -> Result<ConvTranspose<N>> {
+        let kernel = kernel_size.into();
+        let groups = options.groups;
+        let op = conv_transpose_name(N);
+        if groups == 0
+            || !in_channels.is_multiple_of(groups)
+            || !out_channels.is_multiple_of(groups)
+            || kernel.0.contains(&0)
+        {
+            return Err(KilnError::InvalidArgument {
+                op,
+                shape: vec![in_channels, out_channels],
+                reason: format!(
+                    "in_channels ({in_channels}) and out_channels ({out_channels}) must be multiples of groups ({groups} ≥ 1), and kernel_size {:?} positive",
+                    kernel.0
+                ),
+            });
+        }
+        let mut shape = vec![in_channels, out_channels / groups];
+        shape.extend_from_slice(&kernel.0);
+        let fan_in = (out_channels / groups) * kernel.0.iter().product::<usize>();
+        let b = 1.0 / (fan_in.max(1) as f64).sqrt();
+        let weight = init::uniform(
+            &shape,
+            -b,
+            b,
+            init::derive_seed(seed, "conv_transpose.weight"),
+        )?;
+        let bias = if options.bias {
+            Some(init::uniform(
+                &[out_channels],
+                -b,
+                b,
+                init::derive_seed(seed, "conv_transpose.bias"),
+            )?)
+        } else {
+            None
+        };
+        Ok(ConvTranspose {
+            weight,
+            bias,
+            options,
+        })
+    }
+}
+
+impl<const N: usize> Module for ConvTranspose<N> {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let o = &self.options;
+        conv_transpose_nd(
+            x,
+            &self.weight,
+            self.bias.as_ref(),
+            o.stride,
+            o.padding,
+            o.output_padding,
+            o.groups,
+            o.dilation,
         )
     }
 

@@ -30,7 +30,8 @@ pub mod loss;
 pub use attention::{Block, CausalSelfAttention};
 pub use conv_layers::{
     AdaptiveAvgPool, AdaptiveAvgPool1d, AdaptiveAvgPool2d, AvgPool, AvgPool1d, AvgPool2d, Conv,
-    Conv1d, Conv2d, Conv3d, ConvOptions, MaxPool, MaxPool1d, MaxPool2d,
+    Conv1d, Conv2d, Conv3d, ConvOptions, ConvTranspose, ConvTranspose1d, ConvTranspose2d,
+    ConvTranspose3d, ConvTransposeOptions, MaxPool, MaxPool1d, MaxPool2d,
 };
 pub use layers::{
     Dropout, Embedding, Flatten, Gelu, GeluTanh, LayerNorm, Linear, Mlp, Relu, Sequential, Sigmoid,

@@ -41,6 +41,9 @@ pub enum BinaryOp {
     Fmod,
     /// PyTorch's `floor_divide` (Python's `//`).
     FloorDiv,
+    /// PyTorch's `atan2(a, b)`: the angle of the point `(b, a)` in `[-π, π]`, with C's
+    /// signed zeros and infinities (integer operands are cast to f32 first).
+    Atan2,
 }
 
 /// What a binary op produces.
@@ -135,6 +138,7 @@ impl BinaryOp {
         BinaryOp::Remainder,
         BinaryOp::Fmod,
         BinaryOp::FloorDiv,
+        BinaryOp::Atan2,
     ];
 
     /// The op's facts.
@@ -160,6 +164,9 @@ impl BinaryOp {
             BinaryOp::Remainder => stepped("remainder", false),
             BinaryOp::Fmod => stepped("fmod", true),
             BinaryOp::FloorDiv => stepped("floor_divide", false),
+            // Continuous except across the negative `b` axis, which the fuzzers' positive
+            // operand box never crosses.
+            BinaryOp::Atan2 => info("atan2", Arithmetic, Polynomial, false, true),
         }
     }
 
@@ -203,6 +210,10 @@ impl BinaryOp {
             BinaryOp::Remainder => m.map2(inlined!(T::remainder)),
             BinaryOp::Fmod => m.map2(inlined!(T::fmod)),
             BinaryOp::FloorDiv => m.map2(inlined!(T::floor_divide)),
+            BinaryOp::Atan2 => m.map2(
+                #[inline(always)]
+                |y: T, x: T| T::float2(y, x, crate::math::f32::atan2_f32, f64::atan2),
+            ),
         }
     }
 
@@ -248,6 +259,8 @@ impl BinaryOp {
                 format!("kiln_ffloor_divide(({c}){x}, ({c}){y})")
             }
             BinaryOp::FloorDiv => format!("kiln_ifloor_divide<{c}>({x}, {y})"),
+            BinaryOp::Atan2 if f32_ => format!("atan2f({x}, {y})"),
+            BinaryOp::Atan2 => format!("atan2(({c}){x}, ({c}){y})"),
         }
     }
 }

@@ -87,6 +87,9 @@ pub trait Num: bytemuck::Pod + PartialOrd + Send + Sync + 'static {
     fn floor_divide(a: Self, b: Self) -> Self;
     /// `f` on an f32, `g` on an f64, identity on integers (float-only ops never see them).
     fn float(self, f: impl Fn(f32) -> f32, g: impl Fn(f64) -> f64) -> Self;
+    /// The two-operand [`Num::float`]: `f(a, b)` on f32, `g(a, b)` on f64, `a` on integers
+    /// (float-only ops never see them).
+    fn float2(a: Self, b: Self, f: impl Fn(f32, f32) -> f32, g: impl Fn(f64, f64) -> f64) -> Self;
     /// The run form of [`Num::float`]: `f` over f32 runs, `g` over f64 runs.
     #[inline(always)]
     fn float_run(
@@ -230,6 +233,15 @@ macro_rules! int_num {
             fn float(self, _: impl Fn(f32) -> f32, _: impl Fn(f64) -> f64) -> Self {
                 self
             }
+            #[inline(always)]
+            fn float2(
+                a: Self,
+                _: Self,
+                _: impl Fn(f32, f32) -> f32,
+                _: impl Fn(f64, f64) -> f64,
+            ) -> Self {
+                a
+            }
         }
     };
 }
@@ -354,6 +366,10 @@ impl Num for f32 {
     fn float(self, f: impl Fn(f32) -> f32, _: impl Fn(f64) -> f64) -> Self {
         f(self)
     }
+    #[inline(always)]
+    fn float2(a: Self, b: Self, f: impl Fn(f32, f32) -> f32, _: impl Fn(f64, f64) -> f64) -> Self {
+        f(a, b)
+    }
 }
 
 impl Num for f64 {
@@ -413,5 +429,9 @@ impl Num for f64 {
     #[inline(always)]
     fn float(self, _: impl Fn(f32) -> f32, g: impl Fn(f64) -> f64) -> Self {
         g(self)
+    }
+    #[inline(always)]
+    fn float2(a: Self, b: Self, _: impl Fn(f32, f32) -> f32, g: impl Fn(f64, f64) -> f64) -> Self {
+        g(a, b)
     }
 }

@@ -64,6 +64,24 @@ pub enum UnaryOp {
     Softplus,
     /// `x · sigmoid(x)` (PyTorch's `silu`, also called swish).
     Silu,
+    /// Tangent, of radians.
+    Tan,
+    /// Arcsine, in `[-π/2, π/2]` (NaN outside `[-1, 1]`).
+    Asin,
+    /// Arccosine, in `[0, π]` (NaN outside `[-1, 1]`).
+    Acos,
+    /// Arctangent, in `(-π/2, π/2)`.
+    Atan,
+    /// Hyperbolic sine.
+    Sinh,
+    /// Hyperbolic cosine.
+    Cosh,
+    /// Inverse hyperbolic sine.
+    Asinh,
+    /// Inverse hyperbolic cosine (NaN below 1).
+    Acosh,
+    /// Inverse hyperbolic tangent (`±inf` at `±1`, NaN beyond).
+    Atanh,
 }
 
 /// Which input dtypes an op takes.
@@ -86,6 +104,11 @@ pub enum Domain {
     Positive,
     /// `x != 0`.
     NonZero,
+    /// `-1 < x < 1`: asin, acos and atanh are defined there, and tan is well conditioned
+    /// (its poles at `±π/2` stay out of reach).
+    Unit,
+    /// `x >= 1` (acosh).
+    AtLeastOne,
 }
 
 /// The facts of one unary op.
@@ -214,6 +237,15 @@ impl UnaryOp {
         UnaryOp::Square,
         UnaryOp::Softplus,
         UnaryOp::Silu,
+        UnaryOp::Tan,
+        UnaryOp::Asin,
+        UnaryOp::Acos,
+        UnaryOp::Atan,
+        UnaryOp::Sinh,
+        UnaryOp::Cosh,
+        UnaryOp::Asinh,
+        UnaryOp::Acosh,
+        UnaryOp::Atanh,
     ];
 
     /// The op's facts.
@@ -248,6 +280,16 @@ impl UnaryOp {
             UnaryOp::Square => info("square", Numeric, Cheap, true, All, 0.0),
             UnaryOp::Softplus => info("softplus", Float, Polynomial, false, All, 2.0),
             UnaryOp::Silu => info("silu", Float, Polynomial, false, All, 1.0),
+            // Computed in f64 and rounded once (`math::f32::tan_f32` and the rest).
+            UnaryOp::Tan => info("tan", Float, Polynomial, false, Unit, 1.0),
+            UnaryOp::Asin => info("asin", Float, Polynomial, false, Unit, 1.0),
+            UnaryOp::Acos => info("acos", Float, Polynomial, false, Unit, 1.0),
+            UnaryOp::Atan => info("atan", Float, Polynomial, false, All, 1.0),
+            UnaryOp::Sinh => info("sinh", Float, Polynomial, false, All, 1.0),
+            UnaryOp::Cosh => info("cosh", Float, Polynomial, false, All, 1.0),
+            UnaryOp::Asinh => info("asinh", Float, Polynomial, false, All, 1.0),
+            UnaryOp::Acosh => info("acosh", Float, Polynomial, false, AtLeastOne, 1.0),
+            UnaryOp::Atanh => info("atanh", Float, Polynomial, false, Unit, 1.0),
         }
     }
 
@@ -309,6 +351,15 @@ impl UnaryOp {
             ),
             UnaryOp::Softplus => m.map(float_op!(m32::softplus_f32, m64::softplus)),
             UnaryOp::Silu => m.map(float_op!(m32::silu_f32, m64::silu)),
+            UnaryOp::Tan => m.map(float_op!(m32::tan_f32, f64::tan)),
+            UnaryOp::Asin => m.map(float_op!(m32::asin_f32, f64::asin)),
+            UnaryOp::Acos => m.map(float_op!(m32::acos_f32, f64::acos)),
+            UnaryOp::Atan => m.map(float_op!(m32::atan_f32, f64::atan)),
+            UnaryOp::Sinh => m.map(float_op!(m32::sinh_f32, f64::sinh)),
+            UnaryOp::Cosh => m.map(float_op!(m32::cosh_f32, f64::cosh)),
+            UnaryOp::Asinh => m.map(float_op!(m32::asinh_f32, m64::asinh)),
+            UnaryOp::Acosh => m.map(float_op!(m32::acosh_f32, m64::acosh)),
+            UnaryOp::Atanh => m.map(float_op!(m32::atanh_f32, m64::atanh)),
         }
     }
 
@@ -367,6 +418,15 @@ impl UnaryOp {
             UnaryOp::Square => format!("kiln_mul(({c}){a}, ({c}){a})"),
             UnaryOp::Softplus => format!("kiln_softplus({a})"),
             UnaryOp::Silu => format!("kiln_silu({a})"),
+            UnaryOp::Tan => call("tanf", "tan"),
+            UnaryOp::Asin => call("asinf", "asin"),
+            UnaryOp::Acos => call("acosf", "acos"),
+            UnaryOp::Atan => call("atanf", "atan"),
+            UnaryOp::Sinh => call("sinhf", "sinh"),
+            UnaryOp::Cosh => call("coshf", "cosh"),
+            UnaryOp::Asinh => call("asinhf", "asinh"),
+            UnaryOp::Acosh => call("acoshf", "acosh"),
+            UnaryOp::Atanh => call("atanhf", "atanh"),
         }
     }
 }

@@ -332,6 +332,15 @@ fn unary(u: UnaryOp, x: &[f64], g: &[f64]) -> Vec<f64> {
                 let s = 1.0 / (1.0 + (-x).exp());
                 s + x * s * (1.0 - s)
             }
+            UnaryOp::Tan => 1.0 / (x.cos() * x.cos()),
+            UnaryOp::Asin => 1.0 / (1.0 - x * x).sqrt(),
+            UnaryOp::Acos => -1.0 / (1.0 - x * x).sqrt(),
+            UnaryOp::Atan => 1.0 / (1.0 + x * x),
+            UnaryOp::Sinh => x.cosh(),
+            UnaryOp::Cosh => x.sinh(),
+            UnaryOp::Asinh => 1.0 / (x * x + 1.0).sqrt(),
+            UnaryOp::Acosh => 1.0 / (x * x - 1.0).sqrt(),
+            UnaryOp::Atanh => 1.0 / (1.0 - x * x),
         }
     };
     x.iter().zip(g).map(|(&x, &gv)| gv * d(x)).collect()
@@ -376,6 +385,10 @@ fn binary(b: BinaryOp, x: &[f64], y: &[f64], g: &[f64]) -> Pair {
             BinaryOp::Remainder => (1.0, -(x / y).floor()),
             BinaryOp::Fmod => (1.0, -(x / y).trunc()),
             BinaryOp::FloorDiv => (0.0, 0.0),
+            BinaryOp::Atan2 => {
+                let r2 = x * x + y * y;
+                (y / r2, -x / r2)
+            }
         }
     };
     if b.is_comparison() {

@@ -152,7 +152,7 @@ impl Tensor {
                 other => other,
             };
         }
-        if op == BinaryOp::Div && !dtype.is_float() {
+        if op.info().int_to_float && !dtype.is_float() {
             dtype = DType::default_float();
             x = Cow::Owned(x.try_cast(dtype)?);
             y = Cow::Owned(y.try_cast(dtype)?);
@@ -511,6 +511,7 @@ binary_methods! {
     eq, try_eq, Eq, "`self == rhs` as bool.";
     ne, try_ne, Ne, "`self != rhs` as bool.";
     remainder, try_remainder, Remainder, "Elementwise remainder with the divisor's sign (PyTorch's `remainder`, Python's `%`; integer division by zero gives 0, see `docs/semantics.md`).";
+    atan2, try_atan2, Atan2, "Elementwise `atan2(self, other)`: the angle of the point `(other, self)` in `[-π, π]` (PyTorch's `atan2`; integers are cast to f32 first).";
     fmod, try_fmod, Fmod, "Elementwise remainder with the dividend's sign (PyTorch's `fmod`, C's `fmod`; integer division by zero gives 0).";
     floor_divide, try_floor_divide, FloorDiv, "Elementwise floor division (PyTorch's `floor_divide`, Python's `//`; integers stay integers, integer division by zero gives 0).";
 }
@@ -590,6 +591,15 @@ unary_methods! {
     sin, try_sin, Sin, "Elementwise sine.";
     cos, try_cos, Cos, "Elementwise cosine.";
     tanh, try_tanh, Tanh, "Elementwise hyperbolic tangent.";
+    tan, try_tan, Tan, "Elementwise tangent (of radians).";
+    asin, try_asin, Asin, "Elementwise arcsine, in `[-π/2, π/2]`; NaN outside `[-1, 1]`.";
+    acos, try_acos, Acos, "Elementwise arccosine, in `[0, π]`; NaN outside `[-1, 1]`.";
+    atan, try_atan, Atan, "Elementwise arctangent, in `(-π/2, π/2)`.";
+    sinh, try_sinh, Sinh, "Elementwise hyperbolic sine.";
+    cosh, try_cosh, Cosh, "Elementwise hyperbolic cosine.";
+    asinh, try_asinh, Asinh, "Elementwise inverse hyperbolic sine.";
+    acosh, try_acosh, Acosh, "Elementwise inverse hyperbolic cosine; NaN below 1.";
+    atanh, try_atanh, Atanh, "Elementwise inverse hyperbolic tangent; `±inf` at `±1`, NaN beyond.";
     sigmoid, try_sigmoid, Sigmoid, "Elementwise logistic function `1/(1+e^-x)`.";
     relu, try_relu, Relu, "Elementwise `max(x, 0)` (NaN stays NaN).";
     gelu, try_gelu, Gelu, "Elementwise GELU, the exact erf form `x·Φ(x)`.";

@@ -25,6 +25,26 @@ pub enum QuantileInterpolation {
     Midpoint,
 }
 
+/// PyTorch's `lerp(a, b, w)` as its quantile uses it: `a + w·(b - a)` below `w = ½`,
+/// `b - (b - a)·(1 - w)` from there (so the same bits as PyTorch, and NaN where `a` and `b`
+/// are the same infinity, as PyTorch's `quantile` gives there).
+fn lerp(a: &Tensor, b: &Tensor, w: f64) -> Result<Tensor> {
+    let d = b.try_sub(a)?;
+    if w < 0.5 {
+        a.try_add(&d.try_mul(w)?)
+    } else {
+        b.try_sub(&d.try_mul(1.0 - w)?)
+    }
+}
+
+/// [`lerp`] with a weight per lane (`w`, of the values' dtype).
+fn lerp_tensor(a: &Tensor, b: &Tensor, w: &Tensor) -> Result<Tensor> {
+    let d = b.try_sub(a)?;
+    let low = a.try_add(&d.try_mul(w)?)?;
+    let high = b.try_sub(&d.try_mul(&w.try_rsub(1.0)?)?)?;
+    Tensor::try_where(&w.try_lt(0.5)?, &low, &high)
+}
+
 impl Tensor {
     /// PyTorch's `median()`: the lower median of all elements (the element at position
     /// `(n - 1) / 2` in sorted order) as a 0-d tensor; NaN if any element is NaN or there
@@ -79,30 +99,47 @@ impl Tensor {
 
     /// Fallible [`Tensor::median_dim`].
     pub fn try_median_dim(&self, dim: isize, keepdim: bool) -> Result<(Tensor, Tensor)> {
+        self.lower_median("median", dim, keepdim, false)
+    }
+
+    /// The lower median along `dim` and its index: of the whole lane (a NaN in it wins), or
+    /// of its numbers alone (`skip_nan`).
+    fn lower_median(
+        &self,
+        op: &'static str,
+        dim: isize,
+        keepdim: bool,
+        skip_nan: bool,
+    ) -> Result<(Tensor, Tensor)> {
         if self.ndim() == 0 {
-            normalize_axis("median", dim, &[1])?;
+            normalize_axis(op, dim, &[1])?;
             let idx = Tensor::try_full_on((), 0, DType::I64, self.device)?;
             return Ok((self.try_copy()?, idx));
         }
-        let d = normalize_axis("median", dim, &self.shape)?;
+        let d = normalize_axis(op, dim, &self.shape)?;
         let n = self.shape[d];
         if n == 0 {
             return Err(KilnError::InvalidArgument {
-                op: "median",
+                op,
                 shape: self.shape.clone(),
                 reason: format!("dimension {dim} has no elements to take a median of"),
             });
         }
         let (sorted, order) = self.try_sort(dim, false)?;
         let middle = ((n - 1) / 2) as i64;
-        // NaN sorts last: a lane with `k` NaNs has its first at position `n - k`.
-        let pos = if self.dtype.is_float() {
-            let nans = self.try_isnan()?.try_sum_keepdim(dim)?;
-            Tensor::try_where(&nans.try_gt(0)?, &nans.try_rsub(n as i64)?, middle)?
-        } else {
+        let pos = if !self.dtype.is_float() {
             let mut shape = self.shape.clone();
             shape[d] = 1;
             Tensor::try_full_on(shape, middle, DType::I64, self.device)?
+        } else if skip_nan {
+            // NaN sorts last: the `k` numbers come first, their lower median at
+            // `(k - 1) / 2`; a lane of NaNs (k = 0) takes position 0, a NaN.
+            let k = self.try_isnan()?.try_logical_not()?.try_sum_keepdim(dim)?;
+            k.try_sub(1)?.try_clamp(0, n as i64)?.try_floor_divide(2)?
+        } else {
+            // A lane with `k` NaNs has its first at position `n - k`.
+            let nans = self.try_isnan()?.try_sum_keepdim(dim)?;
+            Tensor::try_where(&nans.try_gt(0)?, &nans.try_rsub(n as i64)?, middle)?
         };
         let (v, i) = (sorted.try_gather(dim, &pos)?, order.try_gather(dim, &pos)?);
         if keepdim {
@@ -110,6 +147,112 @@ impl Tensor {
         } else {
             Ok((v.try_squeeze_dim(dim)?, i.try_squeeze_dim(dim)?))
         }
+    }
+
+    /// PyTorch's `nanmedian()`: the lower median of the elements that are not NaN (NaN
+    /// when all are, or there are none), as a 0-d tensor.
+    ///
+    /// ```
+    /// use kiln::Tensor;
+    /// let x = Tensor::from_vec(vec![4.0f32, f32::NAN, 1.0, 3.0], &[4]);
+    /// assert_eq!(x.nanmedian().item::<f32>().unwrap(), 3.0);
+    /// ```
+    #[track_caller]
+    pub fn nanmedian(&self) -> Tensor {
+        unwrap_or_panic(self.try_nanmedian())
+    }
+
+    /// Fallible [`Tensor::nanmedian`].
+    pub fn try_nanmedian(&self) -> Result<Tensor> {
+        if !self.dtype.is_float() {
+            // No NaN to skip: the median.
+            return self.try_median();
+        }
+        if self.numel() == 0 {
+            return Tensor::try_full_on((), f64::NAN, self.dtype, self.device);
+        }
+        let (v, _) = self.try_reshape([-1])?.try_nanmedian_dim(0, false)?;
+        Ok(v)
+    }
+
+    /// PyTorch's `nanmedian(dim, keepdim)`: the lower median of each lane's elements that
+    /// are not NaN (the element at position `(k - 1) / 2` of the `k` in sorted order) and
+    /// its i64 index. A lane of NaNs only gives NaN and the index of one of them (PyTorch
+    /// documents none; kiln's is that of its first). Integer lanes have no NaN: the median.
+    ///
+    /// ```
+    /// use kiln::Tensor;
+    /// let x = Tensor::from_vec(vec![3.0f32, f32::NAN, 1.0, 4.0, 2.0, 5.0, f32::NAN, f32::NAN], &[2, 4]);
+    /// let (v, i) = x.nanmedian_dim(1, false);
+    /// assert_eq!(v.to_vec::<f32>().unwrap(), vec![3.0, 2.0]);
+    /// assert_eq!(i.to_vec::<i64>().unwrap(), vec![0, 0]);
+    /// ```
+    #[track_caller]
+    pub fn nanmedian_dim(&self, dim: isize, keepdim: bool) -> (Tensor, Tensor) {
+        unwrap_or_panic(self.try_nanmedian_dim(dim, keepdim))
+    }
+
+    /// Fallible [`Tensor::nanmedian_dim`].
+    pub fn try_nanmedian_dim(&self, dim: isize, keepdim: bool) -> Result<(Tensor, Tensor)> {
+        self.lower_median("nanmedian", dim, keepdim, true)
+    }
+
+    /// PyTorch's `nanquantile(input, q, dim, keepdim, interpolation)` for one `q`:
+    /// [`Tensor::quantile`] over each lane's elements that are not NaN (NaN for a lane of
+    /// NaNs only). The rank `q·(k - 1)` among the `k` others is computed in the values'
+    /// dtype, as PyTorch computes it.
+    ///
+    /// ```
+    /// use kiln::{QuantileInterpolation, Tensor};
+    /// let x = Tensor::from_vec(vec![1.0f32, 2.0, f32::NAN, 7.0], &[4]);
+    /// let q = x.nanquantile(0.5, None, false, QuantileInterpolation::Linear);
+    /// assert_eq!(q.item::<f32>().unwrap(), 2.0);
+    /// ```
+    #[track_caller]
+    pub fn nanquantile(
+        &self,
+        q: f64,
+        dim: Option<isize>,
+        keepdim: bool,
+        interpolation: QuantileInterpolation,
+    ) -> Tensor {
+        unwrap_or_panic(self.try_nanquantile(q, dim, keepdim, interpolation))
+    }
+
+    /// Fallible [`Tensor::nanquantile`].
+    pub fn try_nanquantile(
+        &self,
+        q: f64,
+        dim: Option<isize>,
+        keepdim: bool,
+        interpolation: QuantileInterpolation,
+    ) -> Result<Tensor> {
+        let all = self.try_nanquantiles(&[q], dim, keepdim, interpolation)?;
+        all.try_squeeze_dim(0)
+    }
+
+    /// PyTorch's `nanquantile` with a 1-D `q`: [`Tensor::nanquantile`] for each of `qs`,
+    /// stacked along a new first dimension.
+    #[track_caller]
+    pub fn nanquantiles(
+        &self,
+        qs: &[f64],
+        dim: Option<isize>,
+        keepdim: bool,
+        interpolation: QuantileInterpolation,
+    ) -> Tensor {
+        unwrap_or_panic(self.try_nanquantiles(qs, dim, keepdim, interpolation))
+    }
+
+    /// Fallible [`Tensor::nanquantiles`].
+    pub fn try_nanquantiles(
+        &self,
+        qs: &[f64],
+        dim: Option<isize>,
+        keepdim: bool,
+        interpolation: QuantileInterpolation,
+    ) -> Result<Tensor> {
+        self.order_statistics("nanquantile", qs, dim, keepdim, interpolation, true)
     }
 
     /// PyTorch's `quantile(input, q, dim, keepdim, interpolation)` for one `q` in
@@ -175,14 +318,28 @@ impl Tensor {
         keepdim: bool,
         interpolation: QuantileInterpolation,
     ) -> Result<Tensor> {
+        self.order_statistics("quantile", qs, dim, keepdim, interpolation, false)
+    }
+
+    /// `quantiles` (`skip_nan = false`: a lane holding a NaN gives NaN) or `nanquantiles`
+    /// (`skip_nan = true`: the quantiles of the lane's other elements).
+    fn order_statistics(
+        &self,
+        op: &'static str,
+        qs: &[f64],
+        dim: Option<isize>,
+        keepdim: bool,
+        interpolation: QuantileInterpolation,
+        skip_nan: bool,
+    ) -> Result<Tensor> {
         let refuse = |reason: String| KilnError::InvalidArgument {
-            op: "quantile",
+            op,
             shape: self.shape.clone(),
             reason,
         };
         if !self.dtype.is_float() {
             return Err(KilnError::UnsupportedDType {
-                op: "quantile",
+                op,
                 dtype: self.dtype,
                 detail: ": the input must be float, as PyTorch requires".into(),
             });
@@ -195,11 +352,9 @@ impl Tensor {
         }
         // The lanes: `dim`, or everything flattened into one.
         let (x, d) = match dim {
-            Some(dim) if self.ndim() > 0 => {
-                (self.clone(), normalize_axis("quantile", dim, &self.shape)?)
-            }
+            Some(dim) if self.ndim() > 0 => (self.clone(), normalize_axis(op, dim, &self.shape)?),
             Some(dim) => {
-                normalize_axis("quantile", dim, &[1])?;
+                normalize_axis(op, dim, &[1])?;
                 (self.try_reshape([1])?, 0)
             }
             None => (self.try_reshape([-1])?, 0),
@@ -209,10 +364,45 @@ impl Tensor {
             return Err(refuse("the input must not be empty".into()));
         }
         let (sorted, _) = x.try_sort(d as isize, false)?;
+        let mut values = Vec::with_capacity(qs.len());
+        if skip_nan {
+            // Ranks per lane among its `k` elements that are not NaN (sorted first), in
+            // the values' dtype; positions clamped into the lane, and a lane of NaNs only
+            // (k = 0) reads a NaN.
+            let rank_dtype = if x.dtype.is_half() {
+                DType::F32
+            } else {
+                x.dtype
+            };
+            let k = x
+                .try_isnan()?
+                .try_logical_not()?
+                .try_sum_keepdim(d as isize)?
+                .try_cast(rank_dtype)?;
+            let last = (n - 1) as i64;
+            let at = |pos: &Tensor| -> Result<Tensor> {
+                let p = pos.try_cast(DType::I64)?.try_clamp(0, last)?;
+                sorted.try_gather(d as isize, &p)
+            };
+            for &q in qs {
+                let rank = k.try_sub(1.0)?.try_mul(q)?.try_clamp_min(0.0)?;
+                let (lo, hi) = (rank.try_floor()?, rank.try_ceil()?);
+                let v = match interpolation {
+                    QuantileInterpolation::Lower => at(&lo)?,
+                    QuantileInterpolation::Higher => at(&hi)?,
+                    QuantileInterpolation::Nearest => at(&rank.try_round()?)?,
+                    QuantileInterpolation::Linear => {
+                        let w = rank.try_sub(&lo)?.try_cast(x.dtype)?;
+                        lerp_tensor(&at(&lo)?, &at(&hi)?, &w)?
+                    }
+                    QuantileInterpolation::Midpoint => lerp(&at(&lo)?, &at(&hi)?, 0.5)?,
+                };
+                values.push(Tensor::try_where(&k.try_eq(0)?, f64::NAN, &v)?);
+            }
+        }
         let lane_has_nan = x.try_isnan()?.try_any_keepdim(d as isize)?;
         let at = |pos: usize| sorted.try_narrow(d as isize, pos as isize, 1);
-        let mut values = Vec::with_capacity(qs.len());
-        for &q in qs {
+        for &q in qs.iter().filter(|_| !skip_nan) {
             let rank = q * (n - 1) as f64;
             let (lo, hi) = (rank.floor() as usize, rank.ceil() as usize);
             let v = match interpolation {
@@ -225,12 +415,7 @@ impl Tensor {
                     } else {
                         rank - lo as f64
                     };
-                    let (a, b) = (at(lo)?, at(hi)?);
-                    if lo == hi {
-                        a
-                    } else {
-                        a.try_add(&b.try_sub(&a)?.try_mul(w)?)?
-                    }
+                    lerp(&at(lo)?, &at(hi)?, w)?
                 }
             };
             values.push(Tensor::try_where(&lane_has_nan, f64::NAN, &v)?);
