@@ -72,6 +72,33 @@ pub struct Conv<const N: usize> {
     pub groups: usize,
 }
 
+/// A convolution layer's weight of `shape` and, with `bias`, its `[out_channels]` bias,
+/// both uniform in `±1/sqrt(fan_in)` with PyTorch's fan in of the weight's shape
+/// ([`init::fans`]: `shape[1]` times the kernel's size), seeded from `seed` and `label`.
+fn uniform_parameters(
+    shape: &[usize],
+    out_channels: usize,
+    bias: bool,
+    seed: u64,
+    label: &str,
+) -> Result<(Tensor, Option<Tensor>)> {
+    let (fan_in, _) = init::fans(shape)?;
+    let b = 1.0 / (fan_in.max(1) as f64).sqrt();
+    let weight = init::uniform(
+        shape,
+        -b,
+        b,
+        init::derive_seed(seed, &format!("{label}.weight")),
+    )?;
+    let bias = if bias {
+        let s = init::derive_seed(seed, &format!("{label}.bias"));
+        Some(init::uniform(&[out_channels], -b, b, s)?)
+    } else {
+        None
+    };
+    Ok((weight, bias))
+}
+
 /// PyTorch's `nn.Conv1d`.
 pub type Conv1d = Conv<1>;
 /// PyTorch's `nn.Conv2d`.
@@ -129,19 +156,7 @@ impl<const N: usize> Conv<N> {
         }
         let mut shape = vec![out_channels, in_channels / groups];
         shape.extend_from_slice(&kernel.0);
-        let fan_in = (in_channels / groups) * kernel.0.iter().product::<usize>();
-        let b = 1.0 / (fan_in.max(1) as f64).sqrt();
-        let weight = init::uniform(&shape, -b, b, init::derive_seed(seed, "conv.weight"))?;
-        let bias = if options.bias {
-            Some(init::uniform(
-                &[out_channels],
-                -b,
-                b,
-                init::derive_seed(seed, "conv.bias"),
-            )?)
-        } else {
-            None
-        };
+        let (weight, bias) = uniform_parameters(&shape, out_channels, options.bias, seed, "conv")?;
         Ok(Conv {
             weight,
             bias,
@@ -291,24 +306,8 @@ impl<const N: usize> ConvTranspose<N> {
         }
         let mut shape = vec![in_channels, out_channels / groups];
         shape.extend_from_slice(&kernel.0);
-        let fan_in = (out_channels / groups) * kernel.0.iter().product::<usize>();
-        let b = 1.0 / (fan_in.max(1) as f64).sqrt();
-        let weight = init::uniform(
-            &shape,
-            -b,
-            b,
-            init::derive_seed(seed, "conv_transpose.weight"),
-        )?;
-        let bias = if options.bias {
-            Some(init::uniform(
-                &[out_channels],
-                -b,
-                b,
-                init::derive_seed(seed, "conv_transpose.bias"),
-            )?)
-        } else {
-            None
-        };
+        let (weight, bias) =
+            uniform_parameters(&shape, out_channels, options.bias, seed, "conv_transpose")?;
         Ok(ConvTranspose {
             weight,
             bias,

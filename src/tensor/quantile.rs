@@ -380,6 +380,7 @@ impl Tensor {
                 .try_sum_keepdim(d as isize)?
                 .try_cast(rank_dtype)?;
             let last = (n - 1) as i64;
+            let no_numbers = k.try_eq(0)?;
             let at = |pos: &Tensor| -> Result<Tensor> {
                 let p = pos.try_cast(DType::I64)?.try_clamp(0, last)?;
                 sorted.try_gather(d as isize, &p)
@@ -397,28 +398,31 @@ impl Tensor {
                     }
                     QuantileInterpolation::Midpoint => lerp(&at(&lo)?, &at(&hi)?, 0.5)?,
                 };
-                values.push(Tensor::try_where(&k.try_eq(0)?, f64::NAN, &v)?);
+                values.push(Tensor::try_where(&no_numbers, f64::NAN, &v)?);
             }
-        }
-        let lane_has_nan = x.try_isnan()?.try_any_keepdim(d as isize)?;
-        let at = |pos: usize| sorted.try_narrow(d as isize, pos as isize, 1);
-        for &q in qs.iter().filter(|_| !skip_nan) {
-            let rank = q * (n - 1) as f64;
-            let (lo, hi) = (rank.floor() as usize, rank.ceil() as usize);
-            let v = match interpolation {
-                QuantileInterpolation::Lower => at(lo)?,
-                QuantileInterpolation::Higher => at(hi)?,
-                QuantileInterpolation::Nearest => at(rank.round_ties_even() as usize)?,
-                QuantileInterpolation::Linear | QuantileInterpolation::Midpoint => {
-                    let w = if interpolation == QuantileInterpolation::Midpoint {
-                        0.5
-                    } else {
-                        rank - lo as f64
-                    };
-                    lerp(&at(lo)?, &at(hi)?, w)?
-                }
-            };
-            values.push(Tensor::try_where(&lane_has_nan, f64::NAN, &v)?);
+        } else {
+            // The same ranks in every lane, known when recorded; a lane holding a NaN
+            // gives NaN.
+            let lane_has_nan = x.try_isnan()?.try_any_keepdim(d as isize)?;
+            let at = |pos: usize| sorted.try_narrow(d as isize, pos as isize, 1);
+            for &q in qs {
+                let rank = q * (n - 1) as f64;
+                let (lo, hi) = (rank.floor() as usize, rank.ceil() as usize);
+                let v = match interpolation {
+                    QuantileInterpolation::Lower => at(lo)?,
+                    QuantileInterpolation::Higher => at(hi)?,
+                    QuantileInterpolation::Nearest => at(rank.round_ties_even() as usize)?,
+                    QuantileInterpolation::Linear | QuantileInterpolation::Midpoint => {
+                        let w = if interpolation == QuantileInterpolation::Midpoint {
+                            0.5
+                        } else {
+                            rank - lo as f64
+                        };
+                        lerp(&at(lo)?, &at(hi)?, w)?
+                    }
+                };
+                values.push(Tensor::try_where(&lane_has_nan, f64::NAN, &v)?);
+            }
         }
         let refs: Vec<&Tensor> = values.iter().collect();
         let out = Tensor::try_stack(&refs, 0)?;
