@@ -49,7 +49,9 @@ template <int OP, typename T> __device__ __forceinline__ void kiln_arg_combine(T
     if (better) { v = v2; i = i2; }
 }
 
-template <int OP, typename T> __device__ long long kiln_block_arg_reduce(T v, long long i, unsigned long long* smem) {
+// Leaves the block's (value, index) in every thread's `v` and `i`; `i` stays negative when the
+// block saw no element, so partial results of split reductions combine correctly.
+template <int OP, typename T> __device__ void kiln_block_arg_reduce(T& v, long long& i, unsigned long long* smem) {
     T* sv = (T*)smem;
     long long* si = (long long*)(smem + 32);
     for (int o = 16; o > 0; o >>= 1) {
@@ -69,8 +71,44 @@ template <int OP, typename T> __device__ long long kiln_block_arg_reduce(T v, lo
             long long i2 = __shfl_down_sync(0xffffffffu, i, o);
             kiln_arg_combine<OP>(v, i, v2, i2);
         }
-        if (lane == 0) si[0] = i;
+        if (lane == 0) { sv[0] = v; si[0] = i; }
     }
     __syncthreads();
-    return si[0] < 0 ? 0 : si[0];
+    v = sv[0];
+    i = si[0];
+}
+
+// Lane reductions, for blocks that reduce L rows at once (columns of a row-major tensor): thread
+// (lane = threadIdx.x % L, t = threadIdx.x / L) holds a partial result of row `lane`; the
+// partials of a lane are combined in t order through shared memory, and every thread gets its
+// lane's value. A warp's threads are L consecutive rows, so their loads are coalesced where the
+// rows are adjacent in memory. `smem` holds 2 * blockDim.x values of 8 bytes.
+template <int OP, int L, typename T> __device__ T kiln_lane_reduce(T v, unsigned long long* smem) {
+    T* s = (T*)smem;
+    __syncthreads();
+    s[threadIdx.x] = v;
+    __syncthreads();
+    if (threadIdx.x < L) {
+        for (int t = threadIdx.x + L; t < blockDim.x; t += L) v = kiln_combine<OP>(v, s[t]);
+        s[threadIdx.x] = v;
+    }
+    __syncthreads();
+    return s[threadIdx.x % L];
+}
+
+template <int OP, int L, typename T> __device__ void kiln_lane_arg_reduce(T& v, long long& i, unsigned long long* smem) {
+    T* sv = (T*)smem;
+    long long* si = (long long*)(smem + blockDim.x);
+    __syncthreads();
+    sv[threadIdx.x] = v;
+    si[threadIdx.x] = i;
+    __syncthreads();
+    if (threadIdx.x < L) {
+        for (int t = threadIdx.x + L; t < blockDim.x; t += L) kiln_arg_combine<OP>(v, i, sv[t], si[t]);
+        sv[threadIdx.x] = v;
+        si[threadIdx.x] = i;
+    }
+    __syncthreads();
+    v = sv[threadIdx.x % L];
+    i = si[threadIdx.x % L];
 }

@@ -164,6 +164,82 @@ fn gpu_results_match_the_cpu_backend() {
     }
 }
 
+/// Reductions large enough for the CUDA renderer's other layouts: full reductions and
+/// short-row reductions split over many blocks (partials combined by the last block), column
+/// reductions by blocks of 32 adjacent columns, and both at once.
+fn large_reductions(dev: Device) -> Vec<(String, Tensor)> {
+    let x = cpu_input(&[1 << 20], 30, DType::F32).to(dev);
+    let h = cpu_input(&[1 << 20], 31, DType::F16).to(dev);
+    let b = cpu_input(&[1 << 20], 32, DType::BF16).to(dev);
+    let cols = cpu_input(&[4096, 300], 33, DType::F32).to(dev);
+    let tall = cpu_input(&[70000, 40], 34, DType::F32).to(dev);
+    let wide = cpu_input(&[8, 200000], 35, DType::F32).to(dev);
+    let cube = cpu_input(&[64, 300, 64], 36, DType::F32).to(dev);
+    // Many ties (the first wins) and NaNs (the first NaN wins).
+    let ties = (&x * 2.0).round().clamp(-3.0, 3.0);
+    let nans = x.masked_fill(&x.gt(3.5), f32::NAN);
+    let col_ties = (&tall * 2.0).round().clamp(-3.0, 3.0);
+    vec![
+        ("sum all f32".into(), x.sum(..)),
+        ("sum of squares all f32".into(), (&x * &x).sum(..)),
+        ("sum all f16".into(), h.sum(..)),
+        ("mean all bf16".into(), b.mean(..)),
+        ("max all f32".into(), x.amax(..)),
+        ("var all f32".into(), x.var(.., 1)),
+        ("arg max ties".into(), ties.argmax(..).cast(DType::F32)),
+        ("arg min ties".into(), ties.argmin(..).cast(DType::F32)),
+        ("arg max nan".into(), nans.argmax(..).cast(DType::F32)),
+        ("column sum f32".into(), cols.sum(0)),
+        ("column max f32".into(), tall.amax(0)),
+        (
+            "arg column max ties".into(),
+            col_ties.argmax(0).cast(DType::F32),
+        ),
+        ("column softmax f32".into(), cols.softmax(0)),
+        (
+            "column mean then scale f32".into(),
+            tall.mean_keepdim(0) * 3.0 + 1.0,
+        ),
+        ("short rows sum f32".into(), wide.sum(1)),
+        ("outer axes sum f32".into(), cube.sum([0, 2])),
+        ("inner axis sum f32".into(), cube.sum(2)),
+    ]
+}
+
+#[test]
+fn large_reductions_match_the_cpu_backend_and_repeat_exactly() {
+    if let Err(why) = kiln::backend::cuda::availability() {
+        eprintln!("skipping large GPU reductions: {why}");
+        return;
+    }
+    let gpu = large_reductions(Device::Cuda(0));
+    let repeat = large_reductions(Device::Cuda(0));
+    let cpu = large_reductions(Device::Cpu);
+    for (((name, g), (_, c)), (_, g2)) in gpu.iter().zip(&cpu).zip(&repeat) {
+        let first = g.to(Device::Cpu).cast(DType::F64).to_vec::<f64>().unwrap();
+        let cv = c.cast(DType::F64).to_vec::<f64>().unwrap();
+        assert_eq!(first.len(), cv.len(), "{name}");
+        // The same graph again (the split counters were reset) gives the same bits: the
+        // partials are combined in a fixed order.
+        let again = g2.to(Device::Cpu).cast(DType::F64).to_vec::<f64>().unwrap();
+        let tol = if name.starts_with("arg") {
+            0.0
+        } else if name.ends_with("f16") || name.ends_with("bf16") {
+            2e-2
+        } else {
+            1e-4
+        };
+        for (i, ((a, b), a2)) in first.iter().zip(&cv).zip(&again).enumerate() {
+            let ok = (a - b).abs() <= tol * (1.0 + b.abs()) || (a.is_nan() && b.is_nan());
+            assert!(ok, "{name}: element {i}: gpu {a} vs cpu {b}");
+            assert!(
+                a.to_bits() == a2.to_bits(),
+                "{name}: element {i}: {a} then {a2}"
+            );
+        }
+    }
+}
+
 #[test]
 fn warm_repeated_realize_makes_no_new_device_allocations() {
     if let Err(why) = kiln::backend::cuda::availability() {
@@ -195,7 +271,10 @@ fn warm_repeated_realize_makes_no_new_device_allocations() {
 fn the_gpu_corpus_is_valid_on_the_cpu() {
     // The same expressions the GPU comparison uses must plan and run here, so a GPU run
     // fails only on a real CPU/GPU difference.
-    for (name, t) in corpus(Device::Cpu) {
+    for (name, t) in corpus(Device::Cpu)
+        .into_iter()
+        .chain(large_reductions(Device::Cpu))
+    {
         let v = t
             .cast(DType::F64)
             .to_vec::<f64>()

@@ -23,6 +23,9 @@ fn canonical() -> Vec<(&'static str, Tensor)> {
     let h = input(&[32, 100], DType::F16);
     let b = input(&[64, 48], DType::BF16);
     let i = input(&[16, 16], DType::I32);
+    let long = input(&[1 << 18], DType::F32);
+    let long_h = input(&[1 << 18], DType::F16);
+    let tall = input(&[1 << 14, 40], DType::F32);
     vec![
         (
             "elementwise_chain_f32",
@@ -53,6 +56,9 @@ fn canonical() -> Vec<(&'static str, Tensor)> {
         ("cumprod_i32", i.cumprod(0)),
         ("argsort_rows_f16_descending", h.argsort(-1, true)),
         ("argsort_i32", i.argsort(0, false)),
+        ("sum_all_split_f32", long.sum(..)),
+        ("argmax_all_split_f16", long_h.argmax(..)),
+        ("column_mean_split_lanes_f32", tall.mean(0)),
     ]
 }
 
@@ -117,21 +123,116 @@ fn rendering_follows_the_kernel_structure() {
     let x = input(&[32, 100], DType::F32);
     let ks = rendered(&x.softmax(-1));
     assert_eq!(ks.len(), 1);
-    assert!(matches!(ks[0].launch, Launch::Rows { rows: 32, .. }));
+    assert_eq!(
+        ks[0].launch,
+        Launch::Rows {
+            groups: 32,
+            block: 128,
+            splits: 1
+        }
+    );
     assert_eq!(
         ks[0].source.matches("kiln_block_reduce<").count(),
         2,
         "max and sum"
+    );
+    assert!(!ks[0].split_scratch);
+    // Softmax reads its row in three passes: a row of up to 16 elements per thread is kept
+    // in registers after the first (4096 over 256 threads: 16 slots, no guard needed).
+    let wide = input(&[4, 4096], DType::F32);
+    let src = &rendered(&wide.softmax(-1))[0].source;
+    assert!(src.contains("float rc0_[16];"), "{src}");
+    assert_eq!(src.matches("a0[").count(), 1, "one load from memory: {src}");
+    assert_eq!(src.matches("rc0_[q_]").count(), 3, "{src}");
+    assert!(!src.contains("if (a_ < 4096)"));
+    // A longer row streams from memory in every pass.
+    let longer = input(&[2, 4097], DType::F32);
+    let src = &rendered(&longer.softmax(-1))[0].source;
+    assert!(
+        !src.contains("rc0_") && src.matches("a0[").count() == 3,
+        "{src}"
+    );
+    // A column sum: blocks of 32 adjacent columns, 8 threads each, so a warp reads 32
+    // consecutive elements of a row.
+    let ks = rendered(&x.sum(0));
+    assert_eq!(
+        ks[0].launch,
+        Launch::Rows {
+            groups: 4,
+            block: 256,
+            splits: 1
+        }
+    );
+    assert!(ks[0].source.contains("kiln_lane_reduce<0, 32, float>"));
+    assert!(ks[0].source.contains("if (t_ == 0 && live_)"));
+    // A row sum keeps one block per row.
+    assert!(matches!(
+        rendered(&x.sum(1))[0].launch,
+        Launch::Rows {
+            groups: 32,
+            splits: 1,
+            ..
+        }
+    ));
+    // A full reduction of 1M elements is split over 256 blocks, combined by the last one.
+    let big = input(&[1 << 20], DType::F32);
+    for t in [big.sum(..), big.argmax(..)] {
+        let ks = rendered(&t);
+        assert_eq!(
+            ks[0].launch,
+            Launch::Rows {
+                groups: 1,
+                block: 256,
+                splits: 256
+            }
+        );
+        assert!(ks[0].split_scratch);
+        assert!(ks[0].source.contains("atomicAdd(&kcount_[g_], 1u) == 255u"));
+    }
+    // Columns of a tall matrix: split and laned at once.
+    let tall = input(&[1 << 16, 64], DType::F32);
+    let ks = rendered(&tall.max(0));
+    assert_eq!(
+        ks[0].launch,
+        Launch::Rows {
+            groups: 2,
+            block: 256,
+            splits: 512
+        }
     );
     let ks = rendered(&(&x + 1.0));
     assert!(matches!(ks[0].launch, Launch::Elementwise { numel: 3200 }));
     // Half types pull in the conversion helpers; only random kernels pull in the generator.
     let h = input(&[4], DType::F16);
     assert!(
-        rendered(&(&h * 2.0))[0]
+        rendered(&(h.flip([0]) * 2.0))[0]
             .source
             .contains("kiln_f16_to_f32(a0[")
     );
+    // Contiguous 2- and 4-byte operands load and store four elements as one vector; a view
+    // with an offset or a mask, or an 8-byte type, keeps scalar accesses.
+    let src = &rendered(&(&h * 2.0))[0].source;
+    assert!(src.contains("const ushort4 w0_ = reinterpret_cast<const ushort4*>(a0)[j_];"));
+    assert!(src.contains("kiln_f16_to_f32(w0_.w)"));
+    let src = &rendered(&(&x * 2.0 + 1.0))[0].source;
+    assert!(src.contains("reinterpret_cast<float4*>(a1)[j_] = make_float4("));
+    assert!(
+        !src.contains("for (long long i0_"),
+        "3200 elements leave no tail"
+    );
+    let odd = input(&[7, 3], DType::F32);
+    let src = &rendered(&(&odd * 2.0))[0].source;
+    assert!(
+        src.contains("nv_ = 5LL") && src.contains("i0_ = 4 * nv_"),
+        "{src}"
+    );
+    for t in [
+        x.slice(&[(1, 32, 1)]) * 2.0,
+        x.pad(&[(0, 0), (1, 0)], 0.0) * 2.0,
+        x.cast(DType::F64) * 2.0,
+    ] {
+        assert!(!rendered(&t)[0].source.contains("j_ < nv_"));
+    }
     assert!(
         !rendered(&(&x + 1.0))[0]
             .source

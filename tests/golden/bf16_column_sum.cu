@@ -1,4 +1,4 @@
-// launch: Rows { rows: 48, block: 64 }
+// launch: Rows { groups: 2, block: 256, splits: 1 }
 // kiln kernel k0_sum0 — generated from kernel IR; do not edit.
 // kiln_common.cuh — scalar helpers every rendered kernel may use.
 // Half types are stored as 16-bit patterns and computed in f32; conversions use PTX `cvt`
@@ -214,7 +214,9 @@ template <int OP, typename T> __device__ __forceinline__ void kiln_arg_combine(T
     if (better) { v = v2; i = i2; }
 }
 
-template <int OP, typename T> __device__ long long kiln_block_arg_reduce(T v, long long i, unsigned long long* smem) {
+// Leaves the block's (value, index) in every thread's `v` and `i`; `i` stays negative when the
+// block saw no element, so partial results of split reductions combine correctly.
+template <int OP, typename T> __device__ void kiln_block_arg_reduce(T& v, long long& i, unsigned long long* smem) {
     T* sv = (T*)smem;
     long long* si = (long long*)(smem + 32);
     for (int o = 16; o > 0; o >>= 1) {
@@ -234,26 +236,67 @@ template <int OP, typename T> __device__ long long kiln_block_arg_reduce(T v, lo
             long long i2 = __shfl_down_sync(0xffffffffu, i, o);
             kiln_arg_combine<OP>(v, i, v2, i2);
         }
-        if (lane == 0) si[0] = i;
+        if (lane == 0) { sv[0] = v; si[0] = i; }
     }
     __syncthreads();
-    return si[0] < 0 ? 0 : si[0];
+    v = sv[0];
+    i = si[0];
 }
 
-extern "C" __global__ void __launch_bounds__(64) k0_sum0(const unsigned short* __restrict__ a0, unsigned short* __restrict__ a1) {
-    __shared__ unsigned long long smem_[64];
-    for (long long row_ = blockIdx.x; row_ < 48LL; row_ += gridDim.x) {
+// Lane reductions, for blocks that reduce L rows at once (columns of a row-major tensor): thread
+// (lane = threadIdx.x % L, t = threadIdx.x / L) holds a partial result of row `lane`; the
+// partials of a lane are combined in t order through shared memory, and every thread gets its
+// lane's value. A warp's threads are L consecutive rows, so their loads are coalesced where the
+// rows are adjacent in memory. `smem` holds 2 * blockDim.x values of 8 bytes.
+template <int OP, int L, typename T> __device__ T kiln_lane_reduce(T v, unsigned long long* smem) {
+    T* s = (T*)smem;
+    __syncthreads();
+    s[threadIdx.x] = v;
+    __syncthreads();
+    if (threadIdx.x < L) {
+        for (int t = threadIdx.x + L; t < blockDim.x; t += L) v = kiln_combine<OP>(v, s[t]);
+        s[threadIdx.x] = v;
+    }
+    __syncthreads();
+    return s[threadIdx.x % L];
+}
+
+template <int OP, int L, typename T> __device__ void kiln_lane_arg_reduce(T& v, long long& i, unsigned long long* smem) {
+    T* sv = (T*)smem;
+    long long* si = (long long*)(smem + blockDim.x);
+    __syncthreads();
+    sv[threadIdx.x] = v;
+    si[threadIdx.x] = i;
+    __syncthreads();
+    if (threadIdx.x < L) {
+        for (int t = threadIdx.x + L; t < blockDim.x; t += L) kiln_arg_combine<OP>(v, i, sv[t], si[t]);
+        sv[threadIdx.x] = v;
+        si[threadIdx.x] = i;
+    }
+    __syncthreads();
+    v = sv[threadIdx.x % L];
+    i = si[threadIdx.x % L];
+}
+
+extern "C" __global__ void __launch_bounds__(256) k0_sum0(const unsigned short* __restrict__ a0, unsigned short* __restrict__ a1) {
+    __shared__ unsigned long long smem_[512];
+    const int lane_ = threadIdx.x % 32, t_ = threadIdx.x / 32;
+    for (long long g_ = blockIdx.x; g_ < 2LL; g_ += gridDim.x) {
+        const bool live_ = g_ * 32 + lane_ < 48LL;
+        const long long row_ = live_ ? g_ * 32 + lane_ : 47LL;
         int r_ = (int)row_;
         const int c1 = r_;
         float acc1 = (float)0;
-        for (int a_ = threadIdx.x; a_ < 64; a_ += blockDim.x) {
+        #pragma unroll 4
+        for (int a_ = t_; a_ < 64; a_ += 8) {
             int r_ = a_;
             const int c0 = r_;
             const float v0 = kiln_bf16_to_f32(a0[c0 * 48 + c1]);
             acc1 = kiln_combine<0>(acc1, (float)v0);
         }
-        const float v1 = kiln_round_bf16((float)kiln_block_reduce<0, float>(acc1, (float)0, smem_));
-        if (threadIdx.x == 0) {
+        acc1 = kiln_lane_reduce<0, 32, float>(acc1, smem_);
+        const float v1 = kiln_round_bf16((float)acc1);
+        if (t_ == 0 && live_) {
             a1[c1] = kiln_f32_to_bf16(v1);
         }
     }

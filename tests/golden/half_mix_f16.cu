@@ -165,61 +165,46 @@ __device__ __forceinline__ float kiln_gelu(float x) { return isinf(x) && x < 0.0
 __device__ __forceinline__ double kiln_gelu(double x) { return isinf(x) && x < 0.0 ? -0.0 : 0.5 * x * erfc(-x * 0.70710678118654752); }
 
 extern "C" __global__ void __launch_bounds__(256) k0_mul_tanh_sigmoid_add(const unsigned short* __restrict__ a0, unsigned short* __restrict__ a1, const unsigned long long p0) {
-    const long long n_ = 3200LL;
+    const long long n_ = 3200LL, nv_ = 800LL;
     const long long stride_ = (long long)gridDim.x * blockDim.x;
-    long long i0_ = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    for (; i0_ < n_ - 3 * stride_; i0_ += 4 * stride_) {
-        const int i__0 = (int)(i0_ + 0 * stride_);
+    for (long long j_ = (long long)blockIdx.x * blockDim.x + threadIdx.x; j_ < nv_; j_ += stride_) {
+        const ushort4 w0_ = reinterpret_cast<const ushort4*>(a0)[j_];
+        const int i__0 = (int)(4 * j_ + 0);
         int r__0 = i__0;
         const int c1_0 = r__0 % 100; r__0 /= 100;
         const int c0_0 = r__0;
-        const float v0_0 = kiln_f16_to_f32(a0[c0_0 * 100 + c1_0]);
+        const float v0_0 = kiln_f16_to_f32(w0_.x);
         const float v2_0 = kiln_round_f16(kiln_mul((float)v0_0, (float)(float)__longlong_as_double((long long)p0)));
         const float v3_0 = kiln_round_f16(tanhf(v2_0));
         const float v4_0 = kiln_round_f16(kiln_sigmoid(v0_0));
         const float v5_0 = kiln_round_f16(kiln_add((float)v3_0, (float)v4_0));
-        const int i__1 = (int)(i0_ + 1 * stride_);
+        const int i__1 = (int)(4 * j_ + 1);
         int r__1 = i__1;
         const int c1_1 = r__1 % 100; r__1 /= 100;
         const int c0_1 = r__1;
-        const float v0_1 = kiln_f16_to_f32(a0[c0_1 * 100 + c1_1]);
+        const float v0_1 = kiln_f16_to_f32(w0_.y);
         const float v2_1 = kiln_round_f16(kiln_mul((float)v0_1, (float)(float)__longlong_as_double((long long)p0)));
         const float v3_1 = kiln_round_f16(tanhf(v2_1));
         const float v4_1 = kiln_round_f16(kiln_sigmoid(v0_1));
         const float v5_1 = kiln_round_f16(kiln_add((float)v3_1, (float)v4_1));
-        const int i__2 = (int)(i0_ + 2 * stride_);
+        const int i__2 = (int)(4 * j_ + 2);
         int r__2 = i__2;
         const int c1_2 = r__2 % 100; r__2 /= 100;
         const int c0_2 = r__2;
-        const float v0_2 = kiln_f16_to_f32(a0[c0_2 * 100 + c1_2]);
+        const float v0_2 = kiln_f16_to_f32(w0_.z);
         const float v2_2 = kiln_round_f16(kiln_mul((float)v0_2, (float)(float)__longlong_as_double((long long)p0)));
         const float v3_2 = kiln_round_f16(tanhf(v2_2));
         const float v4_2 = kiln_round_f16(kiln_sigmoid(v0_2));
         const float v5_2 = kiln_round_f16(kiln_add((float)v3_2, (float)v4_2));
-        const int i__3 = (int)(i0_ + 3 * stride_);
+        const int i__3 = (int)(4 * j_ + 3);
         int r__3 = i__3;
         const int c1_3 = r__3 % 100; r__3 /= 100;
         const int c0_3 = r__3;
-        const float v0_3 = kiln_f16_to_f32(a0[c0_3 * 100 + c1_3]);
+        const float v0_3 = kiln_f16_to_f32(w0_.w);
         const float v2_3 = kiln_round_f16(kiln_mul((float)v0_3, (float)(float)__longlong_as_double((long long)p0)));
         const float v3_3 = kiln_round_f16(tanhf(v2_3));
         const float v4_3 = kiln_round_f16(kiln_sigmoid(v0_3));
         const float v5_3 = kiln_round_f16(kiln_add((float)v3_3, (float)v4_3));
-        a1[c0_0 * 100 + c1_0] = kiln_f32_to_f16(v5_0);
-        a1[c0_1 * 100 + c1_1] = kiln_f32_to_f16(v5_1);
-        a1[c0_2 * 100 + c1_2] = kiln_f32_to_f16(v5_2);
-        a1[c0_3 * 100 + c1_3] = kiln_f32_to_f16(v5_3);
-    }
-    for (; i0_ < n_; i0_ += stride_) {
-        const int i_ = (int)i0_;
-        int r_ = i_;
-        const int c1 = r_ % 100; r_ /= 100;
-        const int c0 = r_;
-        const float v0 = kiln_f16_to_f32(a0[c0 * 100 + c1]);
-        const float v2 = kiln_round_f16(kiln_mul((float)v0, (float)(float)__longlong_as_double((long long)p0)));
-        const float v3 = kiln_round_f16(tanhf(v2));
-        const float v4 = kiln_round_f16(kiln_sigmoid(v0));
-        const float v5 = kiln_round_f16(kiln_add((float)v3, (float)v4));
-        a1[c0 * 100 + c1] = kiln_f32_to_f16(v5);
+        reinterpret_cast<ushort4*>(a1)[j_] = make_ushort4(kiln_f32_to_f16(v5_0), kiln_f32_to_f16(v5_1), kiln_f32_to_f16(v5_2), kiln_f32_to_f16(v5_3));
     }
 }

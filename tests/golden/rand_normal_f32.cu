@@ -258,51 +258,37 @@ __device__ __forceinline__ double kiln_normal_f64(unsigned long long seed, unsig
 }
 
 extern "C" __global__ void __launch_bounds__(256) k0_add(float* __restrict__ a0, const unsigned long long p0, const unsigned long long p1) {
-    const long long n_ = 64LL;
+    const long long n_ = 64LL, nv_ = 16LL;
     const long long stride_ = (long long)gridDim.x * blockDim.x;
-    long long i0_ = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    for (; i0_ < n_ - 3 * stride_; i0_ += 4 * stride_) {
-        const int i__0 = (int)(i0_ + 0 * stride_);
+    for (long long j_ = (long long)blockIdx.x * blockDim.x + threadIdx.x; j_ < nv_; j_ += stride_) {
+        const int i__0 = (int)(4 * j_ + 0);
         int r__0 = i__0;
         const int c1_0 = r__0 % 8; r__0 /= 8;
         const int c0_0 = r__0;
         const float v0_0 = kiln_uniform_f32(p0, (unsigned long long)(c0_0 * 8 + c1_0));
         const float v1_0 = kiln_normal_f32(p1, (unsigned long long)(c0_0 * 8 + c1_0));
         const float v2_0 = kiln_add((float)v0_0, (float)v1_0);
-        const int i__1 = (int)(i0_ + 1 * stride_);
+        const int i__1 = (int)(4 * j_ + 1);
         int r__1 = i__1;
         const int c1_1 = r__1 % 8; r__1 /= 8;
         const int c0_1 = r__1;
         const float v0_1 = kiln_uniform_f32(p0, (unsigned long long)(c0_1 * 8 + c1_1));
         const float v1_1 = kiln_normal_f32(p1, (unsigned long long)(c0_1 * 8 + c1_1));
         const float v2_1 = kiln_add((float)v0_1, (float)v1_1);
-        const int i__2 = (int)(i0_ + 2 * stride_);
+        const int i__2 = (int)(4 * j_ + 2);
         int r__2 = i__2;
         const int c1_2 = r__2 % 8; r__2 /= 8;
         const int c0_2 = r__2;
         const float v0_2 = kiln_uniform_f32(p0, (unsigned long long)(c0_2 * 8 + c1_2));
         const float v1_2 = kiln_normal_f32(p1, (unsigned long long)(c0_2 * 8 + c1_2));
         const float v2_2 = kiln_add((float)v0_2, (float)v1_2);
-        const int i__3 = (int)(i0_ + 3 * stride_);
+        const int i__3 = (int)(4 * j_ + 3);
         int r__3 = i__3;
         const int c1_3 = r__3 % 8; r__3 /= 8;
         const int c0_3 = r__3;
         const float v0_3 = kiln_uniform_f32(p0, (unsigned long long)(c0_3 * 8 + c1_3));
         const float v1_3 = kiln_normal_f32(p1, (unsigned long long)(c0_3 * 8 + c1_3));
         const float v2_3 = kiln_add((float)v0_3, (float)v1_3);
-        a0[c0_0 * 8 + c1_0] = v2_0;
-        a0[c0_1 * 8 + c1_1] = v2_1;
-        a0[c0_2 * 8 + c1_2] = v2_2;
-        a0[c0_3 * 8 + c1_3] = v2_3;
-    }
-    for (; i0_ < n_; i0_ += stride_) {
-        const int i_ = (int)i0_;
-        int r_ = i_;
-        const int c1 = r_ % 8; r_ /= 8;
-        const int c0 = r_;
-        const float v0 = kiln_uniform_f32(p0, (unsigned long long)(c0 * 8 + c1));
-        const float v1 = kiln_normal_f32(p1, (unsigned long long)(c0 * 8 + c1));
-        const float v2 = kiln_add((float)v0, (float)v1);
-        a0[c0 * 8 + c1] = v2;
+        reinterpret_cast<float4*>(a0)[j_] = make_float4(v2_0, v2_1, v2_2, v2_3);
     }
 }

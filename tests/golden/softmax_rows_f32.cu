@@ -1,4 +1,4 @@
-// launch: Rows { rows: 32, block: 128 }
+// launch: Rows { groups: 32, block: 128, splits: 1 }
 // kiln kernel k0_max1_sub_exp_sum1_recip_mul — generated from kernel IR; do not edit.
 // kiln_common.cuh — scalar helpers every rendered kernel may use.
 // Half types are stored as 16-bit patterns and computed in f32; conversions use PTX `cvt`
@@ -214,7 +214,9 @@ template <int OP, typename T> __device__ __forceinline__ void kiln_arg_combine(T
     if (better) { v = v2; i = i2; }
 }
 
-template <int OP, typename T> __device__ long long kiln_block_arg_reduce(T v, long long i, unsigned long long* smem) {
+// Leaves the block's (value, index) in every thread's `v` and `i`; `i` stays negative when the
+// block saw no element, so partial results of split reductions combine correctly.
+template <int OP, typename T> __device__ void kiln_block_arg_reduce(T& v, long long& i, unsigned long long* smem) {
     T* sv = (T*)smem;
     long long* si = (long long*)(smem + 32);
     for (int o = 16; o > 0; o >>= 1) {
@@ -234,44 +236,98 @@ template <int OP, typename T> __device__ long long kiln_block_arg_reduce(T v, lo
             long long i2 = __shfl_down_sync(0xffffffffu, i, o);
             kiln_arg_combine<OP>(v, i, v2, i2);
         }
-        if (lane == 0) si[0] = i;
+        if (lane == 0) { sv[0] = v; si[0] = i; }
     }
     __syncthreads();
-    return si[0] < 0 ? 0 : si[0];
+    v = sv[0];
+    i = si[0];
+}
+
+// Lane reductions, for blocks that reduce L rows at once (columns of a row-major tensor): thread
+// (lane = threadIdx.x % L, t = threadIdx.x / L) holds a partial result of row `lane`; the
+// partials of a lane are combined in t order through shared memory, and every thread gets its
+// lane's value. A warp's threads are L consecutive rows, so their loads are coalesced where the
+// rows are adjacent in memory. `smem` holds 2 * blockDim.x values of 8 bytes.
+template <int OP, int L, typename T> __device__ T kiln_lane_reduce(T v, unsigned long long* smem) {
+    T* s = (T*)smem;
+    __syncthreads();
+    s[threadIdx.x] = v;
+    __syncthreads();
+    if (threadIdx.x < L) {
+        for (int t = threadIdx.x + L; t < blockDim.x; t += L) v = kiln_combine<OP>(v, s[t]);
+        s[threadIdx.x] = v;
+    }
+    __syncthreads();
+    return s[threadIdx.x % L];
+}
+
+template <int OP, int L, typename T> __device__ void kiln_lane_arg_reduce(T& v, long long& i, unsigned long long* smem) {
+    T* sv = (T*)smem;
+    long long* si = (long long*)(smem + blockDim.x);
+    __syncthreads();
+    sv[threadIdx.x] = v;
+    si[threadIdx.x] = i;
+    __syncthreads();
+    if (threadIdx.x < L) {
+        for (int t = threadIdx.x + L; t < blockDim.x; t += L) kiln_arg_combine<OP>(v, i, sv[t], si[t]);
+        sv[threadIdx.x] = v;
+        si[threadIdx.x] = i;
+    }
+    __syncthreads();
+    v = sv[threadIdx.x % L];
+    i = si[threadIdx.x % L];
 }
 
 extern "C" __global__ void __launch_bounds__(128) k0_max1_sub_exp_sum1_recip_mul(const float* __restrict__ a0, float* __restrict__ a1) {
     __shared__ unsigned long long smem_[64];
-    for (long long row_ = blockIdx.x; row_ < 32LL; row_ += gridDim.x) {
+    const int t_ = threadIdx.x;
+    for (long long g_ = blockIdx.x; g_ < 32LL; g_ += gridDim.x) {
+        const long long row_ = g_;
         int r_ = (int)row_;
         const int c0 = r_;
+        float rc0_[1];
         float acc1 = __int_as_float(0xff800000);
-        for (int a_ = threadIdx.x; a_ < 100; a_ += blockDim.x) {
+        #pragma unroll
+        for (int q_ = 0; q_ < 1; ++q_) {
+            const int a_ = t_ + q_ * 128;
+            if (a_ < 100) {
             int r_ = a_;
             const int c1 = r_;
             const float v0 = a0[c0 * 100 + c1];
+            rc0_[q_] = v0;
             acc1 = kiln_combine<2>(acc1, (float)v0);
+            }
         }
-        const float v1 = (float)kiln_block_reduce<2, float>(acc1, __int_as_float(0xff800000), smem_);
+        acc1 = kiln_block_reduce<2, float>(acc1, __int_as_float(0xff800000), smem_);
+        const float v1 = (float)acc1;
         float acc4 = (float)0;
-        for (int a_ = threadIdx.x; a_ < 100; a_ += blockDim.x) {
+        #pragma unroll
+        for (int q_ = 0; q_ < 1; ++q_) {
+            const int a_ = t_ + q_ * 128;
+            if (a_ < 100) {
             int r_ = a_;
             const int c1 = r_;
-            const float v0 = a0[c0 * 100 + c1];
+            const float v0 = rc0_[q_];
             const float v2 = kiln_sub((float)v0, (float)v1);
             const float v3 = expf(v2);
             acc4 = kiln_combine<0>(acc4, (float)v3);
+            }
         }
-        const float v4 = (float)kiln_block_reduce<0, float>(acc4, (float)0, smem_);
+        acc4 = kiln_block_reduce<0, float>(acc4, (float)0, smem_);
+        const float v4 = (float)acc4;
         const float v5 = (1.0f / v4);
-        for (int a_ = threadIdx.x; a_ < 100; a_ += blockDim.x) {
+        #pragma unroll
+        for (int q_ = 0; q_ < 1; ++q_) {
+            const int a_ = t_ + q_ * 128;
+            if (a_ < 100) {
             int r_ = a_;
             const int c1 = r_;
-            const float v0 = a0[c0 * 100 + c1];
+            const float v0 = rc0_[q_];
             const float v2 = kiln_sub((float)v0, (float)v1);
             const float v3 = expf(v2);
             const float v6 = kiln_mul((float)v3, (float)v5);
             a1[c0 * 100 + c1] = v6;
+            }
         }
     }
 }

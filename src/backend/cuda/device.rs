@@ -5,7 +5,7 @@
 //! kernel's result.
 
 use super::nvrtc;
-use super::render::{BLOCK, Launch, ParamForm, RenderedKernel};
+use super::render::{BLOCK, Launch, ParamForm, RenderedKernel, SPLIT_SCRATCH_BYTES, SPLIT_SLOTS};
 use crate::device::Device;
 use crate::dtype::Scalar;
 use crate::error::{KilnError, Result};
@@ -89,7 +89,12 @@ pub(crate) struct CudaDevice {
     pub arch: String,
     pub sm_count: u32,
     pub allocator: Arc<CachingAllocator<CudaMemory>>,
-    functions: Mutex<HashMap<(u64, String), Handle<sys::CUfunction>>>,
+    /// Loaded functions by [`super::render::source_hash`] of their source and of their name
+    /// (one source can hold several entry points: the integer matmuls).
+    functions: Mutex<HashMap<(u64, u64), Handle<sys::CUfunction>>>,
+    /// The split reductions' scratch area (`SPLIT_SCRATCH_BYTES`, counters zeroed), made on
+    /// first use and kept.
+    split_scratch: Mutex<Option<Buffer>>,
     pub(crate) cublas: Mutex<Option<Handle<cudarc::cublas::sys::cublasHandle_t>>>,
 }
 
@@ -135,6 +140,7 @@ impl CudaDevice {
             sm_count: sms.max(1) as u32,
             allocator,
             functions: Mutex::new(HashMap::new()),
+            split_scratch: Mutex::new(None),
             cublas: Mutex::new(None),
         })
     }
@@ -152,9 +158,10 @@ impl CudaDevice {
         Ok(Buffer::new(block, self.allocator.clone()))
     }
 
-    /// The loaded function for a rendered source (compiled through the NVRTC caches).
-    pub fn function(&self, source: &str, name: &str) -> Result<Handle<sys::CUfunction>> {
-        let key = (nvrtc::source_hash(source), name.to_string());
+    /// The loaded function `name` of `source`, whose [`super::render::source_hash`] is `key`
+    /// (compiled through the NVRTC caches on first use).
+    pub fn function(&self, key: u64, source: &str, name: &str) -> Result<Handle<sys::CUfunction>> {
+        let key = (key, super::render::source_hash(name));
         if let Some(f) = self
             .functions
             .lock()
@@ -225,11 +232,22 @@ impl CudaDevice {
                     .max(1);
                 (blocks as u32, BLOCK)
             }
-            Launch::Rows { rows, block } => {
-                if rows == 0 {
+            Launch::Rows {
+                groups,
+                block,
+                splits,
+            } => {
+                if groups == 0 {
                     return Ok(());
                 }
-                (rows.min(i32::MAX as u64) as u32, block)
+                // A split kernel's grid is exactly `groups * splits` (bounded by the renderer
+                // through SPLIT_SLOTS); otherwise blocks loop over the groups.
+                let grid = if splits > 1 {
+                    groups * splits as u64
+                } else {
+                    groups.min(i32::MAX as u64)
+                };
+                (grid as u32, block)
             }
         };
         let mut params: Vec<Param> = args.iter().map(|b| Param::Ptr(b.addr())).collect();
@@ -243,22 +261,43 @@ impl CudaDevice {
                 ParamForm::Int => v.to_i64(),
             }));
         }
+        if k.split_scratch {
+            let base = self.split_scratch()?;
+            params.push(Param::Ptr(base));
+            params.push(Param::Ptr(base + (SPLIT_SLOTS * 16) as u64));
+        }
         if let Some(e) = err {
             params.push(Param::Ptr(e.addr()));
         }
-        self.launch_raw(&k.source, &k.name, grid, block, &params)
+        self.launch_raw(k.hash, &k.source, &k.name, grid, block, &params)
     }
 
-    /// Launches `name` from `source` with explicit parameters.
+    /// The address of the split-reduction scratch area, allocated with zeroed counters on
+    /// first use.
+    fn split_scratch(&self) -> Result<u64> {
+        let mut slot = self.split_scratch.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(b) = slot.as_ref() {
+            return Ok(b.addr());
+        }
+        let b = self.alloc(SPLIT_SCRATCH_BYTES)?;
+        self.upload(&b, &vec![0u8; SPLIT_SCRATCH_BYTES])?;
+        let addr = b.addr();
+        *slot = Some(b);
+        Ok(addr)
+    }
+
+    /// Launches `name` from `source` (whose [`super::render::source_hash`] is `key`) with explicit
+    /// parameters.
     pub fn launch_raw(
         &self,
+        key: u64,
         source: &str,
         name: &str,
         grid: u32,
         block: u32,
         params: &[Param],
     ) -> Result<()> {
-        let f = self.function(source, name)?;
+        let f = self.function(key, source, name)?;
         self.bind()?;
         let mut values: Vec<u64> = params
             .iter()

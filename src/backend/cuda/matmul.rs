@@ -182,7 +182,14 @@ pub(crate) fn run(dev: &CudaDevice, mm: &MatmulSpec, k: &Kernel, args: &[&Buffer
             Param::I64(b.rs),
             Param::I64(b.cs),
         ];
-        return dev.launch_raw(&source, entry, grid, 256, &p);
+        return dev.launch_raw(
+            super::render::source_hash(&source),
+            &source,
+            entry,
+            grid,
+            256,
+            &p,
+        );
     }
     let big = [m, n, kk, batch].iter().any(|&x| x >= i32::MAX as usize);
     if big {

@@ -30,15 +30,7 @@ pub fn availability() -> std::result::Result<(i32, i32), String> {
     Ok((major, minor))
 }
 
-/// 64-bit FNV-1a (stable across processes and Rust versions, for cache file names).
-pub fn source_hash(s: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in s.bytes() {
-        h ^= b as u64;
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
-}
+pub use super::render::source_hash;
 
 type CacheKey = (u64, String, (i32, i32));
 

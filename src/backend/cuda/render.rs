@@ -1,11 +1,17 @@
 //! Renders kernel IR to CUDA C (`extern "C" __global__`), ready for NVRTC.
 //!
 //! * Elementwise kernels: one thread per element of S, grid-stride loop.
-//! * Reduce kernels: one block per output row; in each pass the threads stride over the
-//!   reduce space, combine their partial results with warp shuffles and shared memory
-//!   (`kernels/kiln_reduce.cuh`), and every thread gets the row's value; `Row` values are
-//!   then computed by every thread, the `Elem` stores happen in a final pass, and thread 0
-//!   writes the `Row` stores.
+//! * Reduce kernels: a block reduces one output row, or 32 adjacent rows at once when the
+//!   rows are adjacent in memory and the reduce space is not (a column sum: each warp then
+//!   reads 32 consecutive elements). In each pass the threads stride over the reduce space,
+//!   combine their partial results with warp shuffles and shared memory
+//!   (`kernels/kiln_reduce.cuh`), and every thread gets its row's value; `Row` values are
+//!   then computed by every thread, the `Elem` stores happen in a final pass, and one thread
+//!   per row writes the `Row` stores. See [`RowLayout`].
+//! * A reduction with few rows and a long reduce space (a full sum, a loss) is split over
+//!   several blocks per row so that it fills the GPU: each block writes its partial result
+//!   to a device scratch area, and the last block of a row to finish (an atomic counter)
+//!   combines the partials in a fixed order — deterministic, one launch.
 //!
 //! Indices are 32-bit when every extent and view offset fits, 64-bit otherwise. Half types
 //! are stored as 16-bit patterns, computed in f32 and rounded after every op, as on the CPU.
@@ -42,13 +48,115 @@ pub enum Launch {
         /// Number of elements in the kernel's index space.
         numel: u64,
     },
-    /// One block of `block` threads per output row.
+    /// One block of `block` threads per group of [`RowLayout::lanes`] output rows, times
+    /// `splits` blocks per group when the reduce space is split.
     Rows {
-        /// Number of output rows (blocks).
-        rows: u64,
+        /// Number of row groups.
+        groups: u64,
         /// Threads per block.
         block: u32,
+        /// Blocks per row group (1 unless split; the grid is then exactly
+        /// `groups * splits`).
+        splits: u32,
     },
+}
+
+/// Slots of 8 bytes in the device scratch area for split reductions' partial values (as many
+/// again follow for arg-reductions' indices, then `SPLIT_SLOTS / 2` u32 counters).
+pub const SPLIT_SLOTS: usize = 1 << 16;
+
+/// Bytes of the scratch area a split reduction's kernel takes: partial values, partial
+/// indices, one counter per row group (zero between launches: the last block resets it).
+pub const SPLIT_SCRATCH_BYTES: usize = SPLIT_SLOTS * 16 + SPLIT_SLOTS / 2 * 4;
+
+/// Blocks a split reduction aims to launch: about eight 256-thread blocks per multiprocessor
+/// of a large GPU (an H200 has 132), so that every multiprocessor has loads in flight.
+const SPLIT_TARGET_BLOCKS: usize = 1024;
+
+/// Elements each thread of a split reduction reduces at least.
+const SPLIT_GRAIN: usize = 16;
+
+/// How a reduce kernel's threads cover its rows and reduce space.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowLayout {
+    /// Output rows one block reduces together: 1, or 32 for column-like reductions (thread
+    /// `x` of a block serves row `x % 32`, so a warp reads 32 adjacent rows' elements).
+    pub lanes: usize,
+    /// Threads per row (`block = lanes * threads`).
+    pub threads: usize,
+    /// Blocks per row group: above 1 the reduce space is split over blocks whose partial
+    /// results the last of them combines.
+    pub splits: usize,
+}
+
+impl RowLayout {
+    /// The layout for kernel `k` (a kernel with reduce axes). A pure function of the kernel's
+    /// structure, so a rendered source depends on nothing else. `KILN_CUDA_REDUCE_SPLITS=n`
+    /// forces `n` splits on every kernel that can be split (for tests of the split path on
+    /// small shapes).
+    pub fn choose(k: &Kernel) -> RowLayout {
+        let rows: usize = k.row_shape().iter().product();
+        let red: usize = k.reduce_axes.iter().map(|&a| k.shape[a]).product();
+        let lanes = if rows >= 2 && column_like(k) { 32 } else { 1 };
+        let threads = if lanes == 1 {
+            red.next_power_of_two().clamp(32, BLOCK as usize)
+        } else {
+            red.next_power_of_two().clamp(1, BLOCK as usize / lanes)
+        };
+        let passes = k.passes();
+        let splittable = passes.passes.len() == 2
+            && passes.passes[1].stores.is_empty()
+            && !passes.passes[0].reduces.is_empty();
+        let groups = rows.div_ceil(lanes).max(1);
+        let slots_per_split = groups * lanes * passes.passes[0].reduces.len().max(1);
+        let wanted = match forced_splits() {
+            Some(n) => n.min(red),
+            None => (red / (threads * SPLIT_GRAIN)).min(SPLIT_TARGET_BLOCKS / groups),
+        };
+        let splits = wanted.min(SPLIT_SLOTS / slots_per_split);
+        RowLayout {
+            lanes,
+            threads,
+            splits: if splittable && splits >= 2 { splits } else { 1 },
+        }
+    }
+}
+
+/// `KILN_CUDA_REDUCE_SPLITS`, read once.
+fn forced_splits() -> Option<usize> {
+    static FORCED: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    *FORCED.get_or_init(|| {
+        std::env::var("KILN_CUDA_REDUCE_SPLITS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+    })
+}
+
+/// True when the kernel's loads mostly run along its last output dimension rather than its
+/// reduce space (a column sum of a row-major tensor), so blocks should cover adjacent rows.
+fn column_like(k: &Kernel) -> bool {
+    let out_dims: Vec<usize> = (0..k.shape.len())
+        .filter(|d| !k.reduce_axes.contains(d))
+        .collect();
+    let Some(&last) = out_dims.last() else {
+        return false;
+    };
+    let (mut column, mut row) = (0usize, 0usize);
+    for ins in &k.ops {
+        let IrOp::Load { view, .. } = &ins.op else {
+            continue;
+        };
+        if ins.level != Level::Elem {
+            continue;
+        }
+        let unit = |d: usize| view.shape[d] > 1 && view.strides[d].unsigned_abs() == 1;
+        if k.reduce_axes.iter().any(|&a| unit(a)) {
+            row += 1;
+        } else if unit(last) {
+            column += 1;
+        }
+    }
+    column > row
 }
 
 /// A kernel rendered to CUDA C.
@@ -66,6 +174,12 @@ pub struct RenderedKernel {
     /// The kernel takes a last argument: a device error word (three u64) where it records
     /// an out-of-range index.
     pub error_word: bool,
+    /// [`source_hash`] of `source`: the key of the device's loaded-function cache, computed
+    /// once here rather than at every launch.
+    pub hash: u64,
+    /// The kernel takes two arguments before the error word: the device's split-reduction
+    /// scratch area ([`SPLIT_SCRATCH_BYTES`]) and its counters (at byte `SPLIT_SLOTS * 16`).
+    pub split_scratch: bool,
 }
 
 /// How a parameter's value is passed (always 64 bits: `unsigned long long pN`).
@@ -182,6 +296,17 @@ pub fn literal(s: Scalar, dt: DType) -> String {
     }
 }
 
+/// 64-bit FNV-1a of a kernel source (stable across processes and Rust versions: it also
+/// names the on-disk NVRTC cache files).
+pub fn source_hash(s: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in s.bytes() {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
 /// Makes an identifier out of a kernel name.
 fn ident(name: &str) -> String {
     let mut s: String = name
@@ -201,14 +326,24 @@ struct Renderer<'k> {
     out_dims: Vec<usize>,
     /// Instructions whose values are computed by a matmul (read from the output buffer).
     body: String,
+    /// Render loads as lanes of the vectors `w{v}_` (the vectorized elementwise loop).
+    vector_loads: bool,
+    /// Loads of a reduce kernel kept in registers (`rc{v}_[q_]`) between its passes.
+    cached_loads: Vec<ValueId>,
+    /// Those of `cached_loads` already in registers (a later pass reads them from there).
+    filled_loads: Vec<ValueId>,
 }
+
+/// Most register slots per thread a reduce kernel may keep for each cached load (see
+/// `Renderer::rows`).
+const ROW_CACHE: usize = 16;
 
 /// Renders `k`. Matmul kernels render their epilogue (the product is read from the
 /// output buffer, where cuBLAS left it).
 pub fn render(k: &Kernel) -> Result<RenderedKernel> {
     k.validate()
         .map_err(|e| KilnError::internal(format!("render {}: {e}", k.name)))?;
-    let big = k.shape.iter().product::<usize>() >= (i32::MAX as usize)
+    let big = k.shape.iter().product::<usize>() >= (i32::MAX as usize) - (1 << 20)
         || k.args.iter().any(|a| a.numel >= i32::MAX as usize);
     let out_dims: Vec<usize> = (0..k.shape.len())
         .filter(|d| !k.reduce_axes.contains(d))
@@ -218,20 +353,29 @@ pub fn render(k: &Kernel) -> Result<RenderedKernel> {
         idx: if big { "long long" } else { "int" },
         out_dims,
         body: String::new(),
+        vector_loads: false,
+        cached_loads: vec![],
+        filled_loads: vec![],
     };
     let name = ident(&k.name);
+    let mut split_scratch = false;
     let launch = if k.reduce_axes.is_empty() {
         r.elementwise()?;
         Launch::Elementwise {
             numel: k.shape.iter().product::<usize>() as u64,
         }
     } else {
-        let red: usize = k.reduce_axes.iter().map(|&a| k.shape[a]).product();
-        let block = (red.next_power_of_two().clamp(32, BLOCK as usize)) as u32;
-        r.rows()?;
+        let layout = RowLayout::choose(k);
+        split_scratch = layout.splits > 1;
+        r.rows(layout)?;
         Launch::Rows {
-            rows: k.row_shape().iter().product::<usize>() as u64,
-            block,
+            groups: k
+                .row_shape()
+                .iter()
+                .product::<usize>()
+                .div_ceil(layout.lanes) as u64,
+            block: (layout.lanes * layout.threads) as u32,
+            splits: layout.splits as u32,
         }
     };
     let mut src = String::new();
@@ -279,6 +423,10 @@ pub fn render(k: &Kernel) -> Result<RenderedKernel> {
                 .iter()
                 .map(|(slot, _)| format!("const unsigned long long p{slot}")),
         )
+        .chain(split_scratch.then(|| {
+            "unsigned long long* __restrict__ kpart_, unsigned int* __restrict__ kcount_"
+                .to_string()
+        }))
         .chain(error_word.then(|| "unsigned long long* __restrict__ kerr".to_string()))
         .collect();
     let bound = match launch {
@@ -293,10 +441,12 @@ pub fn render(k: &Kernel) -> Result<RenderedKernel> {
     );
     Ok(RenderedKernel {
         name,
+        hash: source_hash(&src),
         source: src,
         launch,
         params: forms,
         error_word,
+        split_scratch,
     })
 }
 
@@ -396,21 +546,25 @@ pub fn render_scatter(k: &Kernel) -> Result<(RenderedKernel, RenderedKernel)> {
     );
     let zero_kernel = RenderedKernel {
         name: format!("{name}_zero"),
+        hash: source_hash(&zero),
         source: zero,
         launch: Launch::Elementwise {
             numel: n_out as u64,
         },
         params: vec![],
         error_word: false,
+        split_scratch: false,
     };
     let scatter = RenderedKernel {
         name,
+        hash: source_hash(&src),
         source: src,
         launch: Launch::Elementwise {
             numel: positions as u64,
         },
         params: vec![],
         error_word: true,
+        split_scratch: false,
     };
     Ok((zero_kernel, scatter))
 }
@@ -598,12 +752,14 @@ pub fn render_lanes(k: &Kernel) -> Result<RenderedKernel> {
     );
     Ok(RenderedKernel {
         name,
+        hash: source_hash(&src),
         source: src,
         launch: Launch::Elementwise {
             numel: launch_n as u64,
         },
         params: vec![],
         error_word: false,
+        split_scratch: false,
     })
 }
 
@@ -637,15 +793,6 @@ impl Renderer<'_> {
         let idx = self.idx;
         let n: usize = self.k.shape.iter().product();
         let dims: Vec<usize> = (0..self.k.shape.len()).collect();
-        self.line(1, &format!("const long long n_ = {n}LL;"));
-        self.line(
-            1,
-            "const long long stride_ = (long long)gridDim.x * blockDim.x;",
-        );
-        self.line(
-            1,
-            "long long i0_ = (long long)blockIdx.x * blockDim.x + threadIdx.x;",
-        );
         // Grid-stride loop over ELEMENTWISE_UNROLL elements per trip, rendered as all their
         // loads and arithmetic first, then all their stores: the loads are in flight
         // together, which a memory-bound kernel needs to approach copy bandwidth (each unit
@@ -664,6 +811,18 @@ impl Renderer<'_> {
             elem_ids.iter().try_for_each(|&v| r.instr(0, v))
         })?;
         let stores = self.captured(|r| store_ids.iter().try_for_each(|&v| r.instr(0, v)))?;
+        if self.vectorizable(&elem_ids, &store_ids) {
+            return self.vector_elementwise(&elem_ids, &store_ids, &elem, &stores);
+        }
+        self.line(1, &format!("const long long n_ = {n}LL;"));
+        self.line(
+            1,
+            "const long long stride_ = (long long)gridDim.x * blockDim.x;",
+        );
+        self.line(
+            1,
+            "long long i0_ = (long long)blockIdx.x * blockDim.x + threadIdx.x;",
+        );
         self.line(
             1,
             &format!(
@@ -695,6 +854,118 @@ impl Renderer<'_> {
         Ok(())
     }
 
+    /// True when every buffer the elementwise kernel reads or writes is read or written
+    /// contiguously and in order (unmasked, offset 0), in a 2- or 4-byte type: then four
+    /// neighbouring elements are one 8- or 16-byte vector load or store (see
+    /// [`Renderer::vector_elementwise`]). `KILN_CUDA_VECTOR=0` turns this off.
+    fn vectorizable(&self, elem: &[ValueId], stores: &[ValueId]) -> bool {
+        static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        let enabled =
+            *ENABLED.get_or_init(|| std::env::var("KILN_CUDA_VECTOR").map_or(true, |v| v != "0"));
+        let k = self.k;
+        let n: usize = k.shape.iter().product();
+        let ok = |view: &View, dt: DType| {
+            vector_ctype(dt).is_some() && view.is_contiguous() && view.shape == k.shape
+        };
+        enabled
+            && n >= 4
+            && k.matmul.is_none()
+            && elem.iter().chain(stores).all(|&v| match &k.ops[v].op {
+                IrOp::Load { view, .. } | IrOp::Store { view, .. } => ok(view, k.ops[v].dtype),
+                IrOp::Gather { .. } | IrOp::MatmulResult => false,
+                _ => true,
+            })
+            && stores
+                .iter()
+                .all(|&v| matches!(k.ops[v].op, IrOp::Store { .. }))
+    }
+
+    /// The vectorized elementwise loop: thread `j_` of the grid-stride loop takes elements
+    /// `4 j_ .. 4 j_ + 4`, loads each input as one vector, computes the four elements as four
+    /// units, and stores each output as one vector; a scalar loop takes the last `n % 4`.
+    fn vector_elementwise(
+        &mut self,
+        elem_ids: &[ValueId],
+        store_ids: &[ValueId],
+        scalar_elem: &str,
+        scalar_stores: &str,
+    ) -> Result<()> {
+        let k = self.k;
+        let idx = self.idx;
+        let n: usize = k.shape.iter().product();
+        let dims: Vec<usize> = (0..k.shape.len()).collect();
+        self.vector_loads = true;
+        let elem = self.captured(|r| {
+            r.unflatten(0, "i_", &dims);
+            elem_ids.iter().try_for_each(|&v| r.instr(0, v))
+        });
+        self.vector_loads = false;
+        let elem = elem?;
+        self.line(
+            1,
+            &format!("const long long n_ = {n}LL, nv_ = {}LL;", n / 4),
+        );
+        self.line(
+            1,
+            "const long long stride_ = (long long)gridDim.x * blockDim.x;",
+        );
+        self.line(
+            1,
+            "for (long long j_ = (long long)blockIdx.x * blockDim.x + threadIdx.x; j_ < nv_; j_ += stride_) {",
+        );
+        for &v in elem_ids {
+            if let IrOp::Load { arg, .. } = &k.ops[v].op {
+                let dt = k.args[*arg].dtype;
+                let vt = vector_ctype(dt).unwrap_or("float4");
+                self.line(
+                    2,
+                    &format!("const {vt} w{v}_ = reinterpret_cast<const {vt}*>(a{arg})[j_];"),
+                );
+            }
+        }
+        for (unit, lane) in ["x", "y", "z", "w"].iter().enumerate() {
+            self.line(
+                2,
+                &format!("const {idx} i__{unit} = ({idx})(4 * j_ + {unit});"),
+            );
+            for l in elem.lines() {
+                self.line(
+                    2,
+                    &unit_names(l, unit).replace(".LANE_", &format!(".{lane}")),
+                );
+            }
+        }
+        for &s in store_ids {
+            if let IrOp::Store { arg, src, .. } = &k.ops[s].op {
+                let dt = k.ops[s].dtype;
+                let vt = vector_ctype(dt).unwrap_or("float4");
+                let parts: Vec<String> = (0..4)
+                    .map(|u| store_conv(dt, &unit_names(&self.value(*src, Level::Elem), u)))
+                    .collect();
+                self.line(
+                    2,
+                    &format!(
+                        "reinterpret_cast<{vt}*>(a{arg})[j_] = make_{vt}({});",
+                        parts.join(", ")
+                    ),
+                );
+            }
+        }
+        self.line(1, "}");
+        if !n.is_multiple_of(4) {
+            self.line(
+                1,
+                "for (long long i0_ = 4 * nv_ + (long long)blockIdx.x * blockDim.x + threadIdx.x; i0_ < n_; i0_ += stride_) {",
+            );
+            self.line(2, &format!("const {idx} i_ = ({idx})i0_;"));
+            for l in scalar_elem.lines().chain(scalar_stores.lines()) {
+                self.line(2, l);
+            }
+            self.line(1, "}");
+        }
+        Ok(())
+    }
+
     /// The lines `f` renders, taken out of the kernel body.
     fn captured(&mut self, f: impl FnOnce(&mut Self) -> Result<()>) -> Result<String> {
         let saved = std::mem::take(&mut self.body);
@@ -703,7 +974,8 @@ impl Renderer<'_> {
         out.map(|()| text)
     }
 
-    fn rows(&mut self) -> Result<()> {
+    /// The reduce kernel body for `layout` (see [`RowLayout`]).
+    fn rows(&mut self, layout: RowLayout) -> Result<()> {
         let idx = self.idx;
         let k = self.k;
         let rows: usize = k.row_shape().iter().product();
@@ -711,14 +983,88 @@ impl Renderer<'_> {
         let out_dims = self.out_dims.clone();
         let axes = k.reduce_axes.clone();
         let passes = k.passes();
-        self.line(1, "__shared__ unsigned long long smem_[64];");
-        self.line(
-            1,
-            &format!("for (long long row_ = blockIdx.x; row_ < {rows}LL; row_ += gridDim.x) {{"),
-        );
+        let RowLayout {
+            lanes,
+            threads,
+            splits,
+        } = layout;
+        let groups = rows.div_ceil(lanes);
+        let smem = if lanes == 1 { 64 } else { 2 * lanes * threads };
+        self.line(1, &format!("__shared__ unsigned long long smem_[{smem}];"));
+        if lanes == 1 {
+            self.line(1, "const int t_ = threadIdx.x;");
+        } else {
+            self.line(
+                1,
+                &format!("const int lane_ = threadIdx.x % {lanes}, t_ = threadIdx.x / {lanes};"),
+            );
+        }
+        if splits > 1 {
+            self.line(1, "__shared__ int last_;");
+            self.line(1, &format!("const int s_ = blockIdx.x % {splits};"));
+            self.line(
+                1,
+                &format!(
+                    "for (long long g_ = blockIdx.x / {splits}; g_ < {groups}LL; g_ += gridDim.x / {splits}) {{"
+                ),
+            );
+        } else {
+            self.line(
+                1,
+                &format!("for (long long g_ = blockIdx.x; g_ < {groups}LL; g_ += gridDim.x) {{"),
+            );
+        }
+        if lanes == 1 {
+            self.line(2, "const long long row_ = g_;");
+        } else {
+            // Lanes past the last row compute the last row again and store nothing.
+            self.line(
+                2,
+                &format!("const bool live_ = g_ * {lanes} + lane_ < {rows}LL;"),
+            );
+            self.line(
+                2,
+                &format!(
+                    "const long long row_ = live_ ? g_ * {lanes} + lane_ : {}LL;",
+                    rows - 1
+                ),
+            );
+        }
         self.unflatten(2, &format!("({idx})row_"), &out_dims);
         for &v in &passes.row_first {
             self.instr(2, v)?;
+        }
+        let step = threads * splits;
+        let start = if splits > 1 {
+            format!("s_ * {threads} + t_")
+        } else {
+            "t_".to_string()
+        };
+        // A load that several passes read (softmax and layer norm read their row three
+        // times) is kept in registers when each thread's share of the row is at most
+        // ROW_CACHE elements: the first pass loads it, later passes reuse it. The passes then
+        // run fully unrolled over the thread's slots, so every load of the first pass is in
+        // flight at once and the register array is indexed by constants.
+        let slots = red.div_ceil(threads);
+        self.cached_loads = if lanes == 1 && splits == 1 && slots <= ROW_CACHE {
+            k.ops
+                .iter()
+                .enumerate()
+                .filter(|(v, ins)| {
+                    matches!(ins.op, IrOp::Load { .. })
+                        && ins.level == Level::Elem
+                        && passes.passes.iter().filter(|p| p.elem.contains(v)).count() >= 2
+                })
+                .map(|(v, _)| v)
+                .collect()
+        } else {
+            vec![]
+        };
+        self.filled_loads.clear();
+        let cached = !self.cached_loads.is_empty();
+        for &v in &self.cached_loads.clone() {
+            let ct = compute_ctype(k.ops[v].dtype);
+            self.line(2, &format!("{ct} rc{v}_[{slots}];"));
         }
         for pass in &passes.passes {
             if !pass.reduces.is_empty() || !pass.stores.is_empty() {
@@ -732,10 +1078,22 @@ impl Renderer<'_> {
                         self.line(2, &format!("long long acci{r} = -1;"));
                     }
                 }
-                self.line(
-                    2,
-                    &format!("for ({idx} a_ = threadIdx.x; a_ < {red}; a_ += blockDim.x) {{"),
-                );
+                if cached {
+                    self.line(2, "#pragma unroll");
+                    self.line(2, &format!("for (int q_ = 0; q_ < {slots}; ++q_) {{"));
+                    self.line(3, &format!("const {idx} a_ = t_ + q_ * {threads};"));
+                    // Guarded only when the row does not fill every slot; a guard, not an
+                    // early exit, so the unrolled loads stay independent of each other.
+                    if !red.is_multiple_of(threads) {
+                        self.line(3, &format!("if (a_ < {red}) {{"));
+                    }
+                } else {
+                    self.line(2, "#pragma unroll 4");
+                    self.line(
+                        2,
+                        &format!("for ({idx} a_ = {start}; a_ < {red}; a_ += {step}) {{"),
+                    );
+                }
                 self.unflatten(3, "a_", &axes);
                 for &v in &pass.elem {
                     self.instr(3, v)?;
@@ -756,30 +1114,34 @@ impl Renderer<'_> {
                     };
                     self.line(3, &line);
                 }
-                for &s in &pass.stores {
-                    self.instr(3, s)?;
+                if !pass.stores.is_empty() {
+                    if lanes > 1 {
+                        self.line(3, "if (live_) {");
+                    }
+                    let depth = if lanes > 1 { 4 } else { 3 };
+                    for &s in &pass.stores {
+                        self.instr(depth, s)?;
+                    }
+                    if lanes > 1 {
+                        self.line(3, "}");
+                    }
+                }
+                if cached && !red.is_multiple_of(threads) {
+                    self.line(3, "}");
                 }
                 self.line(2, "}");
+                let filled: Vec<ValueId> = self
+                    .cached_loads
+                    .iter()
+                    .copied()
+                    .filter(|v| pass.elem.contains(v))
+                    .collect();
+                self.filled_loads.extend(filled);
+                if splits > 1 {
+                    self.split_combine(&pass.reduces, layout, groups)?;
+                }
                 for &r in &pass.reduces {
-                    let (op, src) = reduce_parts(k, r);
-                    let dt = k.ops[r].dtype;
-                    let ct = compute_ctype(dt);
-                    let acc = acc_ctype(k.ops[src].dtype);
-                    let expr = match op {
-                        ReduceOp::ArgMax | ReduceOp::ArgMin => format!(
-                            "kiln_block_arg_reduce<{}, {acc}>(acc{r}, acci{r}, smem_)",
-                            op_code(op)
-                        ),
-                        _ => round_half(
-                            dt,
-                            format!(
-                                "({ct})kiln_block_reduce<{}, {acc}>(acc{r}, {}, smem_)",
-                                op_code(op),
-                                identity(op, k.ops[src].dtype)
-                            ),
-                        ),
-                    };
-                    self.line(2, &format!("const {ct} v{r} = {expr};"));
+                    self.reduce_result(r, lanes);
                 }
             }
             for &v in &pass.row_after {
@@ -787,13 +1149,139 @@ impl Renderer<'_> {
             }
         }
         if !passes.row_stores.is_empty() {
-            self.line(2, "if (threadIdx.x == 0) {");
+            if lanes == 1 {
+                self.line(2, "if (t_ == 0) {");
+            } else {
+                self.line(2, "if (t_ == 0 && live_) {");
+            }
             for &s in &passes.row_stores {
                 self.instr(3, s)?;
             }
             self.line(2, "}");
         }
         self.line(1, "}");
+        Ok(())
+    }
+
+    /// `acc{r}` (and `acci{r}`) combined over the threads of each row: every thread gets its
+    /// row's value in place.
+    fn combine_threads(&mut self, depth: usize, r: ValueId, lanes: usize) {
+        let k = self.k;
+        let (op, src) = reduce_parts(k, r);
+        let acc = acc_ctype(k.ops[src].dtype);
+        let code = op_code(op);
+        let line = match (op.is_arg(), lanes) {
+            (true, 1) => format!("kiln_block_arg_reduce<{code}, {acc}>(acc{r}, acci{r}, smem_);"),
+            (true, l) => {
+                format!("kiln_lane_arg_reduce<{code}, {l}, {acc}>(acc{r}, acci{r}, smem_);")
+            }
+            (false, 1) => format!(
+                "acc{r} = kiln_block_reduce<{code}, {acc}>(acc{r}, {}, smem_);",
+                identity(op, k.ops[src].dtype)
+            ),
+            (false, l) => format!("acc{r} = kiln_lane_reduce<{code}, {l}, {acc}>(acc{r}, smem_);"),
+        };
+        self.line(depth, &line);
+    }
+
+    /// `v{r}`: reduction `r`'s row value, from the per-thread accumulators.
+    fn reduce_result(&mut self, r: ValueId, lanes: usize) {
+        let k = self.k;
+        let (op, _) = reduce_parts(k, r);
+        let dt = k.ops[r].dtype;
+        let ct = compute_ctype(dt);
+        self.combine_threads(2, r, lanes);
+        let expr = if op.is_arg() {
+            format!("({ct})(acci{r} < 0 ? 0 : acci{r})")
+        } else {
+            round_half(dt, format!("({ct})acc{r}"))
+        };
+        self.line(2, &format!("const {ct} v{r} = {expr};"));
+    }
+
+    /// For a split reduction: each block's per-row partials go to the scratch area; the
+    /// last block of the row group to finish reloads every block's partials, in block
+    /// order, into its accumulators (the others move on), and resets the group's counter.
+    fn split_combine(
+        &mut self,
+        reduces: &[ValueId],
+        layout: RowLayout,
+        groups: usize,
+    ) -> Result<()> {
+        let k = self.k;
+        let RowLayout {
+            lanes,
+            threads,
+            splits,
+        } = layout;
+        let n = reduces.len();
+        let lane = if lanes == 1 { "0" } else { "lane_" };
+        let slot =
+            |s: &str, j: usize| format!("(((g_ * {splits} + {s}) * {lanes} + {lane}) * {n} + {j})");
+        debug_assert!(groups * splits * lanes * n <= SPLIT_SLOTS);
+        for &r in reduces {
+            self.combine_threads(2, r, lanes);
+        }
+        self.line(2, "if (t_ == 0) {");
+        for (j, &r) in reduces.iter().enumerate() {
+            let (op, src) = reduce_parts(k, r);
+            let acc = acc_ctype(k.ops[src].dtype);
+            let at = slot("s_", j);
+            self.line(3, &format!("*({acc}*)&kpart_[{at}] = acc{r};"));
+            if op.is_arg() {
+                self.line(
+                    3,
+                    &format!("kpart_[{SPLIT_SLOTS} + {at}] = (unsigned long long)acci{r};"),
+                );
+            }
+        }
+        self.line(3, "__threadfence();");
+        self.line(2, "}");
+        self.line(2, "__syncthreads();");
+        self.line(
+            2,
+            &format!(
+                "if (threadIdx.x == 0) last_ = atomicAdd(&kcount_[g_], 1u) == {}u;",
+                splits - 1
+            ),
+        );
+        self.line(2, "__syncthreads();");
+        self.line(2, "if (!last_) continue;");
+        self.line(2, "__threadfence();");
+        for (j, &r) in reduces.iter().enumerate() {
+            let (op, src) = reduce_parts(k, r);
+            let acc = acc_ctype(k.ops[src].dtype);
+            self.line(2, &format!("acc{r} = {};", identity(op, k.ops[src].dtype)));
+            if op.is_arg() {
+                self.line(2, &format!("acci{r} = -1;"));
+            }
+            self.line(
+                2,
+                &format!("for (int q_ = t_; q_ < {splits}; q_ += {threads}) {{"),
+            );
+            let at = slot("q_", j);
+            let v = format!("*(volatile {acc}*)&kpart_[{at}]");
+            if op.is_arg() {
+                self.line(
+                    3,
+                    &format!(
+                        "kiln_arg_combine<{}>(acc{r}, acci{r}, ({acc}){v}, (long long)((volatile unsigned long long*)kpart_)[{SPLIT_SLOTS} + {at}]);",
+                        op_code(op)
+                    ),
+                );
+            } else {
+                self.line(
+                    3,
+                    &format!(
+                        "acc{r} = kiln_combine<{}>(acc{r}, ({acc}){v});",
+                        op_code(op)
+                    ),
+                );
+            }
+            self.line(2, "}");
+        }
+        self.line(2, "if (threadIdx.x == 0) kcount_[g_] = 0u;");
+        let _ = groups;
         Ok(())
     }
 
@@ -873,6 +1361,8 @@ impl Renderer<'_> {
         let ct = compute_ctype(dt);
         let expr = match &ins.op {
             IrOp::Const(_) | IrOp::Param { .. } => return Ok(()),
+            IrOp::Load { .. } if self.vector_loads => load_conv(dt, &format!("w{v}_.LANE_")),
+            IrOp::Load { .. } if self.filled_loads.contains(&v) => format!("rc{v}_[q_]"),
             IrOp::Load { arg, view, fill } => {
                 let read = load_conv(dt, &format!("a{arg}[{}]", self.offset(view, ins.level)));
                 match self.valid(view, ins.level) {
@@ -956,6 +1446,9 @@ impl Renderer<'_> {
             }
         };
         self.line(depth, &format!("const {ct} v{v} = {expr};"));
+        if self.cached_loads.contains(&v) && !self.filled_loads.contains(&v) {
+            self.line(depth, &format!("rc{v}_[q_] = v{v};"));
+        }
         Ok(())
     }
 }
@@ -1052,6 +1545,16 @@ fn unit_names(line: &str, unit: usize) -> String {
         }
     }
     out
+}
+
+/// The CUDA vector type holding four stored elements of `dt`, for the 2- and 4-byte types.
+fn vector_ctype(dt: DType) -> Option<&'static str> {
+    match dt {
+        DType::F32 => Some("float4"),
+        DType::I32 => Some("int4"),
+        DType::F16 | DType::BF16 => Some("ushort4"),
+        _ => None,
+    }
 }
 
 fn load_conv(dt: DType, read: &str) -> String {
