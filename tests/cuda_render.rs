@@ -308,6 +308,41 @@ mod nvrtc {
         );
     }
 
+    /// A new plan's kernels are compiled together, in parallel, before the first launch
+    /// (what a realize on a GPU does first); kernels already rendered are left alone.
+    #[test]
+    fn precompile_compiles_a_new_plans_kernels_once() {
+        use kiln::backend::cuda::nvrtc::{CacheHit, compile_cached};
+        use kiln::backend::cuda::{precompile, render::render};
+        use kiln::kernel::PlannedKernel;
+        if !nvrtc_or_skip() {
+            return;
+        }
+        let x = input(&[64, 96], DType::F32).to(kiln::Device::Cuda(0));
+        let y = ((&x * 1.5 + 0.25).tanh() * &x).softmax(-1);
+        let plan = y.plan(&RealizeOptions::unfused()).unwrap();
+        let kernels: Vec<&PlannedKernel> = plan
+            .steps()
+            .iter()
+            .filter_map(|s| match s {
+                Step::Kernel(k) => Some(k.as_ref()),
+                _ => None,
+            })
+            .collect();
+        assert!(kernels.len() >= 5, "{} kernels", kernels.len());
+        assert_eq!(precompile(&kernels, "sm_90"), kernels.len());
+        assert_eq!(
+            precompile(&kernels, "sm_90"),
+            0,
+            "already rendered and compiled"
+        );
+        for k in &kernels {
+            let r = render(k.kernel()).unwrap();
+            let (_, hit) = compile_cached(&r.source, &r.name, "sm_90").unwrap();
+            assert_eq!(hit, CacheHit::Memory, "{}", r.name);
+        }
+    }
+
     #[test]
     fn broken_kernel_returns_the_nvrtc_log() {
         if !nvrtc_or_skip() {

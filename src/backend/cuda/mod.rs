@@ -121,17 +121,11 @@ enum Rendered {
     },
 }
 
-/// Runs one planned kernel on device `ordinal` (arguments in kernel order, all on that
-/// device) with the plan's parameter values. The kernel is validated and rendered once and
-/// kept with the planned kernel; NVRTC output is cached by source.
-pub(crate) fn run_kernel(
-    ordinal: usize,
-    pk: &PlannedKernel,
-    args: &[&Buffer],
-    params: &[Scalar],
-) -> Result<()> {
+/// The kernel rendered for CUDA, made (validated and rendered) on first use and kept with
+/// the planned kernel.
+fn rendered(pk: &PlannedKernel) -> Result<std::sync::Arc<Rendered>> {
     let kernel = &pk.kernel;
-    let rendered = pk.compiled.get_or_try_init(|| -> Result<Rendered> {
+    pk.compiled.get_or_try_init(|| -> Result<Rendered> {
         kernel
             .validate()
             .map_err(|e| KilnError::internal(format!("kernel {}: {e}", kernel.name)))?;
@@ -153,7 +147,72 @@ pub(crate) fn run_kernel(
         } else {
             Some(render::render(kernel)?)
         }))
-    })?;
+    })
+}
+
+/// Renders the kernels among `kernels` that have not run yet and compiles their sources
+/// for `arch` through the NVRTC caches, in parallel on the thread pool; returns how many
+/// sources it compiled or found cached. A new plan's kernels are then compiled at once
+/// instead of one at a time as each is first launched (NVRTC takes tens of milliseconds a
+/// kernel). Failures are left for the launch, which reports them as it always did.
+pub fn precompile(kernels: &[&PlannedKernel], arch: &str) -> usize {
+    #[cfg(feature = "cuda")]
+    {
+        use rayon::prelude::*;
+        let fresh: Vec<&PlannedKernel> = kernels
+            .iter()
+            .copied()
+            .filter(|pk| !pk.compiled.is_set())
+            .collect();
+        let sources: Vec<(String, String)> = fresh
+            .par_iter()
+            .filter_map(|pk| rendered(pk).ok())
+            .flat_map_iter(|r| match r.as_ref() {
+                Rendered::Fused(Some(k)) => vec![(k.source.clone(), k.name.clone())],
+                Rendered::Fused(None) => vec![],
+                Rendered::Scatter { zero, scatter } => vec![
+                    (zero.source.clone(), zero.name.clone()),
+                    (scatter.source.clone(), scatter.name.clone()),
+                ],
+            })
+            .collect();
+        sources
+            .par_iter()
+            .filter(|(src, name)| nvrtc::compile_cached(src, name, arch).is_ok())
+            .count()
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = (kernels, arch);
+        0
+    }
+}
+
+/// [`precompile`] for the kernels of a program that run on device `ordinal`, when there
+/// are at least two new ones (and the device opens; otherwise the launch reports why).
+pub(crate) fn prepare(ordinal: usize, kernels: &[&PlannedKernel]) {
+    if kernels.iter().filter(|pk| !pk.compiled.is_set()).count() < 2 {
+        return;
+    }
+    #[cfg(feature = "cuda")]
+    if let Ok(dev) = device::get(ordinal) {
+        precompile(kernels, &dev.arch);
+    }
+    #[cfg(not(feature = "cuda"))]
+    let _ = ordinal;
+}
+
+/// Runs one planned kernel on device `ordinal` (arguments in kernel order, all on that
+/// device) with the plan's parameter values. The kernel is validated and rendered once and
+/// kept with the planned kernel; NVRTC output is cached by source.
+pub(crate) fn run_kernel(
+    ordinal: usize,
+    pk: &PlannedKernel,
+    args: &[&Buffer],
+    params: &[Scalar],
+) -> Result<()> {
+    let kernel = &pk.kernel;
+    let rendered = rendered(pk)?;
     check_args(ordinal, kernel, args)?;
     #[cfg(feature = "cuda")]
     {
