@@ -93,7 +93,9 @@ pub(crate) struct CudaDevice {
     /// (one source can hold several entry points: the integer matmuls).
     functions: Mutex<HashMap<(u64, u64), Handle<sys::CUfunction>>>,
     /// The split reductions' scratch area (`SPLIT_SCRATCH_BYTES`, counters zeroed), made on
-    /// first use and kept.
+    /// first use and kept. One per device is enough because all work runs on the default
+    /// stream, one kernel after another; kernels running concurrently (other streams, CUDA
+    /// graphs) would each need their own.
     split_scratch: Mutex<Option<Buffer>>,
     pub(crate) cublas: Mutex<Option<Handle<cudarc::cublas::sys::cublasHandle_t>>>,
 }

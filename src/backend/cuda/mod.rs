@@ -176,6 +176,13 @@ pub fn precompile(kernels: &[&PlannedKernel], arch: &str) -> usize {
                 ],
             })
             .collect();
+        // Two kernels may render the same source (the same kernel in two programs): compile
+        // it once.
+        let mut seen = std::collections::HashSet::new();
+        let sources: Vec<(String, String)> = sources
+            .into_iter()
+            .filter(|(src, _)| seen.insert(render::source_hash(src)))
+            .collect();
         sources
             .par_iter()
             .filter(|(src, name)| nvrtc::compile_cached(src, name, arch).is_ok())

@@ -95,7 +95,12 @@ pub fn compile_cached(source: &str, name: &str, arch: &str) -> Result<(Arc<Vec<u
         if let Some(dir) = f.parent() {
             let _ = std::fs::create_dir_all(dir);
         }
-        let tmp = f.with_extension(format!("tmp{}", std::process::id()));
+        // A temporary file of this compile's own (process and sequence number), renamed
+        // into place: two threads compiling the same source never write one file at once,
+        // so a reader sees a complete CUBIN or none.
+        static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let seq = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = f.with_extension(format!("tmp{}-{seq}", std::process::id()));
         if std::fs::write(&tmp, cubin.as_slice()).is_ok() {
             let _ = std::fs::rename(&tmp, f);
         }

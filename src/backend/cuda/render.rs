@@ -343,7 +343,9 @@ const ROW_CACHE: usize = 16;
 pub fn render(k: &Kernel) -> Result<RenderedKernel> {
     k.validate()
         .map_err(|e| KilnError::internal(format!("render {}: {e}", k.name)))?;
-    let big = k.shape.iter().product::<usize>() >= (i32::MAX as usize) - (1 << 20)
+    // 32-bit indices leave room for one loop step past the end (a reduce loop's step is at
+    // most 256 threads × SPLIT_SLOTS splits = 2^24 elements).
+    let big = k.shape.iter().product::<usize>() >= (i32::MAX as usize) - (1 << 24)
         || k.args.iter().any(|a| a.numel >= i32::MAX as usize);
     let out_dims: Vec<usize> = (0..k.shape.len())
         .filter(|d| !k.reduce_axes.contains(d))
