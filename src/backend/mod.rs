@@ -9,7 +9,7 @@ pub mod cuda;
 use crate::device::Device;
 use crate::dtype::Scalar;
 use crate::error::{KilnError, Result};
-use crate::kernel::{BufferRef, PlannedKernel, Program, Step};
+use crate::kernel::{BufferRef, Program, Step};
 use crate::memory::{self, Buffer};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -241,21 +241,7 @@ fn run_steps(
     let mut bufs: ProgramOutputs = vec![None; program.buffers.len()];
     let profile = debug_level() >= 2;
     // A new plan's CUDA kernels are compiled together, in parallel, before the first runs.
-    let mut fresh: Vec<(usize, Vec<&PlannedKernel>)> = vec![];
-    for step in &program.steps {
-        if let Step::Kernel(pk) = step
-            && let Device::Cuda(n) = pk.device
-            && !pk.compiled.is_set()
-        {
-            match fresh.iter_mut().find(|(o, _)| *o == n) {
-                Some((_, ks)) => ks.push(pk),
-                None => fresh.push((n, vec![pk])),
-            }
-        }
-    }
-    for (ordinal, kernels) in &fresh {
-        cuda::prepare(*ordinal, kernels);
-    }
+    cuda::prepare(program);
     for (step_idx, step) in program.steps.iter().enumerate() {
         let started = profile.then(std::time::Instant::now);
         match step {

@@ -20,7 +20,7 @@ pub mod nvrtc;
 use crate::device::Device;
 use crate::dtype::Scalar;
 use crate::error::{KilnError, Result};
-use crate::kernel::{IrOp, Kernel, PlannedKernel, Special};
+use crate::kernel::{IrOp, Kernel, PlannedKernel, Program, Special, Step};
 use crate::memory::Buffer;
 
 /// The number of usable CUDA devices, or why there are none (probed once per process).
@@ -195,18 +195,33 @@ pub fn precompile(kernels: &[&PlannedKernel], arch: &str) -> usize {
     }
 }
 
-/// [`precompile`] for the kernels of a program that run on device `ordinal`, when there
-/// are at least two new ones (and the device opens; otherwise the launch reports why).
-pub(crate) fn prepare(ordinal: usize, kernels: &[&PlannedKernel]) {
-    if kernels.iter().filter(|pk| !pk.compiled.is_set()).count() < 2 {
-        return;
+/// [`precompile`] for the CUDA kernels of `program` that have not run yet, device by device,
+/// where a device has at least two (and opens; otherwise the launch reports why). Called
+/// before a program runs; on a cached plan's later runs it finds nothing to do.
+pub(crate) fn prepare(program: &Program) {
+    let mut fresh: Vec<(usize, Vec<&PlannedKernel>)> = vec![];
+    for step in &program.steps {
+        if let Step::Kernel(pk) = step
+            && let Device::Cuda(n) = pk.device
+            && !pk.compiled.is_set()
+        {
+            match fresh.iter_mut().find(|(o, _)| *o == n) {
+                Some((_, ks)) => ks.push(pk),
+                None => fresh.push((n, vec![pk])),
+            }
+        }
     }
-    #[cfg(feature = "cuda")]
-    if let Ok(dev) = device::get(ordinal) {
-        precompile(kernels, &dev.arch);
+    for (ordinal, kernels) in fresh {
+        if kernels.len() < 2 {
+            continue;
+        }
+        #[cfg(feature = "cuda")]
+        if let Ok(dev) = device::get(ordinal) {
+            precompile(&kernels, &dev.arch);
+        }
+        #[cfg(not(feature = "cuda"))]
+        let _ = ordinal;
     }
-    #[cfg(not(feature = "cuda"))]
-    let _ = ordinal;
 }
 
 /// Runs one planned kernel on device `ordinal` (arguments in kernel order, all on that

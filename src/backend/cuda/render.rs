@@ -79,6 +79,8 @@ const SPLIT_GRAIN: usize = 16;
 /// How a reduce kernel's threads cover its rows and reduce space.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RowLayout {
+    /// Groups of `lanes` output rows (the last may be partial).
+    pub groups: usize,
     /// Output rows one block reduces together: 1, or 32 for column-like reductions (thread
     /// `x` of a block serves row `x % 32`, so a warp reads 32 adjacent rows' elements).
     pub lanes: usize,
@@ -107,14 +109,15 @@ impl RowLayout {
         let splittable = passes.passes.len() == 2
             && passes.passes[1].stores.is_empty()
             && !passes.passes[0].reduces.is_empty();
-        let groups = rows.div_ceil(lanes).max(1);
-        let slots_per_split = groups * lanes * passes.passes[0].reduces.len().max(1);
+        let groups = rows.div_ceil(lanes);
+        let slots_per_split = groups.max(1) * lanes * passes.passes[0].reduces.len().max(1);
         let wanted = match forced_splits() {
             Some(n) => n.min(red),
-            None => (red / (threads * SPLIT_GRAIN)).min(SPLIT_TARGET_BLOCKS / groups),
+            None => (red / (threads * SPLIT_GRAIN)).min(SPLIT_TARGET_BLOCKS / groups.max(1)),
         };
         let splits = wanted.min(SPLIT_SLOTS / slots_per_split);
         RowLayout {
+            groups,
             lanes,
             threads,
             splits: if splittable && splits >= 2 { splits } else { 1 },
@@ -371,11 +374,7 @@ pub fn render(k: &Kernel) -> Result<RenderedKernel> {
         split_scratch = layout.splits > 1;
         r.rows(layout)?;
         Launch::Rows {
-            groups: k
-                .row_shape()
-                .iter()
-                .product::<usize>()
-                .div_ceil(layout.lanes) as u64,
+            groups: layout.groups as u64,
             block: (layout.lanes * layout.threads) as u32,
             splits: layout.splits as u32,
         }
@@ -877,9 +876,6 @@ impl Renderer<'_> {
                 IrOp::Gather { .. } | IrOp::MatmulResult => false,
                 _ => true,
             })
-            && stores
-                .iter()
-                .all(|&v| matches!(k.ops[v].op, IrOp::Store { .. }))
     }
 
     /// The vectorized elementwise loop: thread `j_` of the grid-stride loop takes elements
@@ -986,11 +982,11 @@ impl Renderer<'_> {
         let axes = k.reduce_axes.clone();
         let passes = k.passes();
         let RowLayout {
+            groups,
             lanes,
             threads,
             splits,
         } = layout;
-        let groups = rows.div_ceil(lanes);
         let smem = if lanes == 1 { 64 } else { 2 * lanes * threads };
         self.line(1, &format!("__shared__ unsigned long long smem_[{smem}];"));
         if lanes == 1 {
@@ -1140,7 +1136,7 @@ impl Renderer<'_> {
                     .collect();
                 self.filled_loads.extend(filled);
                 if splits > 1 {
-                    self.split_combine(&pass.reduces, layout, groups)?;
+                    self.split_combine(&pass.reduces, layout);
                 }
                 for &r in &pass.reduces {
                     self.reduce_result(r, lanes);
@@ -1204,14 +1200,10 @@ impl Renderer<'_> {
     /// For a split reduction: each block's per-row partials go to the scratch area; the
     /// last block of the row group to finish reloads every block's partials, in block
     /// order, into its accumulators (the others move on), and resets the group's counter.
-    fn split_combine(
-        &mut self,
-        reduces: &[ValueId],
-        layout: RowLayout,
-        groups: usize,
-    ) -> Result<()> {
+    fn split_combine(&mut self, reduces: &[ValueId], layout: RowLayout) {
         let k = self.k;
         let RowLayout {
+            groups,
             lanes,
             threads,
             splits,
@@ -1283,8 +1275,6 @@ impl Renderer<'_> {
             self.line(2, "}");
         }
         self.line(2, "if (threadIdx.x == 0) kcount_[g_] = 0u;");
-        let _ = groups;
-        Ok(())
     }
 
     /// The C expression for value `v` as read by an instruction of level `_reader`.
