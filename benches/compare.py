@@ -118,6 +118,7 @@ def numpy_workloads(np):
         l, r, bias = normal((k, k), np.float32), normal((k, k), np.float32), normal((k,), np.float32)
         w[("matmul", "f32", k)] = (lambda l=l, r=r: l @ r, None)
         w[("matmul a@b.t()", "f32", k)] = (lambda l=l, r=r: l @ r.T, None)
+        w[("matmul a.t()@b", "f32", k)] = (lambda l=l, r=r: l.T @ r, None)
         w[("matmul+bias+relu", "f32", k)] = (lambda l=l, r=r, bias=bias: np.maximum(l @ r + bias, 0), None)
     lx, lw, lb = normal((2048, 128), np.float32), normal((512, 128), np.float32), normal((512,), np.float32)
     w[("linear x@w.t()", "f32")] = (lambda: lx @ lw.T, None)
@@ -171,7 +172,7 @@ def key_of(r):
 
 def gemm_bar(r):
     """f32 matmul rows without an epilogue: judged against NumPy's BLAS."""
-    return r["dtype"] == "f32" and r["name"] in ("matmul", "matmul a@b.t()")
+    return r["dtype"] == "f32" and r["name"] in ("matmul", "matmul a@b.t()", "matmul a.t()@b")
 
 
 def verdicts(rows, numpy_ms):

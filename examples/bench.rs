@@ -517,6 +517,12 @@ fn workloads(want: &dyn Fn(&str) -> bool) -> kiln::Result<Vec<Workload>> {
             Bar::None,
             Box::new(move || l2.matmul(&r2.t())),
         ));
+        let (l2, r2) = (l.clone(), r.clone());
+        w.push(mm(
+            "matmul a.t()@b",
+            Bar::None,
+            Box::new(move || l2.t().matmul(&r2)),
+        ));
         let mut epi = mm(
             "matmul+bias+relu",
             Bar::TimesOf(1.05, "matmul"),
