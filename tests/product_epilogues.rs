@@ -3,7 +3,7 @@
 //! the product has finished it, on the thread that computed it. Each case checks the fused
 //! result bit for bit against the unfused one (the product alone, then one kernel per op),
 //! against the reference evaluator, that the fused plan is one kernel, and (where the CPU
-//! runs the route: AVX-512, two or more threads) how the epilogue ran: `relu?(x @ w.t() + b)`
+//! runs the route: the AVX-512 loops, two or more threads) how the epilogue ran: `relu?(x @ w.t() + b)`
 //! in the product kernel's registers, any other by rows, or after the product.
 
 use kiln::backend::cpu::{epilogues_in_registers, epilogues_run_by_rows};
@@ -13,12 +13,10 @@ use std::sync::Mutex;
 /// The route counter is global: the tests of this file run one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-/// Whether this machine runs the rows route at all (`blocked_gemm` needs AVX-512 and two
-/// threads; `KILN_NO_SIMD` turns the AVX-512 loops off).
+/// Whether this machine runs the routes as these tests expect (the AVX-512 loops, which
+/// `KILN_NO_SIMD` or `KILN_SIMD` can turn off, and two threads).
 fn route_available() -> bool {
-    std::arch::is_x86_feature_detected!("avx512f")
-        && std::env::var_os("KILN_NO_SIMD").is_none()
-        && rayon::current_num_threads() > 1
+    kiln::backend::cpu::simd_level() == "avx512" && rayon::current_num_threads() > 1
 }
 
 fn input(shape: &[usize], seed: u64) -> Tensor {

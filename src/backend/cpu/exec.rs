@@ -589,30 +589,29 @@ fn loops() -> &'static Loops {
     PICK.get_or_init(|| {
         #[cfg(target_arch = "x86_64")]
         {
-            if std::env::var_os("KILN_NO_SIMD").is_none() {
-                let has = |f: &[bool]| f.iter().all(|&x| x);
-                if has(&[
+            // `KILN_SIMD=avx2` caps the level at AVX2 (to run the AVX2 loops on an AVX-512
+            // machine); `KILN_SIMD=generic`, like `KILN_NO_SIMD`, turns SIMD off.
+            let cap = std::env::var("KILN_SIMD").unwrap_or_default();
+            if std::env::var_os("KILN_NO_SIMD").is_none() && cap != "generic" {
+                let all = |f: &[bool]| f.iter().all(|&x| x);
+                let avx2 = all(&[
+                    is_x86_feature_detected!("avx2"),
+                    is_x86_feature_detected!("fma"),
+                    is_x86_feature_detected!("f16c"),
+                    is_x86_feature_detected!("bmi1"),
+                    is_x86_feature_detected!("bmi2"),
+                    is_x86_feature_detected!("popcnt"),
+                ]);
+                let avx512 = all(&[
                     is_x86_feature_detected!("avx512f"),
                     is_x86_feature_detected!("avx512vl"),
                     is_x86_feature_detected!("avx512bw"),
                     is_x86_feature_detected!("avx512dq"),
-                    is_x86_feature_detected!("avx2"),
-                    is_x86_feature_detected!("fma"),
-                    is_x86_feature_detected!("f16c"),
-                    is_x86_feature_detected!("bmi1"),
-                    is_x86_feature_detected!("bmi2"),
-                    is_x86_feature_detected!("popcnt"),
-                ]) {
+                ]);
+                if avx2 && avx512 && cap != "avx2" {
                     return &avx512::LOOPS;
                 }
-                if has(&[
-                    is_x86_feature_detected!("avx2"),
-                    is_x86_feature_detected!("fma"),
-                    is_x86_feature_detected!("f16c"),
-                    is_x86_feature_detected!("bmi1"),
-                    is_x86_feature_detected!("bmi2"),
-                    is_x86_feature_detected!("popcnt"),
-                ]) {
+                if avx2 {
                     return &avx2::LOOPS;
                 }
             }
@@ -663,6 +662,7 @@ fn new_machine<'p>(prog: &'p CpuKernel, env: &'p Env<'_>, mut regs: Vec<Register
         next: NextRun::default(),
         prefetching: false,
         later_pass: false,
+        ahead: 0,
     }
 }
 
@@ -721,6 +721,8 @@ struct Machine<'p> {
     /// Set during a row kernel's passes after the first: its loads read the block of rows
     /// from cache, so nothing is hinted.
     later_pass: bool,
+    /// Rows between this block and the next one a pass hints (0: none).
+    ahead: usize,
 }
 
 /// Most words (8 bytes each) a block may use for values saved across passes; larger blocks
@@ -899,6 +901,13 @@ impl<'p> Machine<'p> {
         }
         for (phase_no, ph) in prog.phases.iter().enumerate() {
             self.later_pass = phase_no > 0;
+            // The second pass reads the block from cache: where row reductions hint, it
+            // hints the next block's rows (see the `prefetch` module docs).
+            self.ahead = if phase_no == 1 && super::prefetch::in_row_reductions() {
+                rows
+            } else {
+                0
+            };
             let elem = if reuse { &ph.elem_reusing } else { &ph.elem };
             if prog.pack > 1 && (!ph.reduces.is_empty() || !ph.stores.is_empty()) {
                 // One reduce dimension of `run_total` (see `pack_rows`): runs of whole rows.
@@ -943,7 +952,8 @@ impl<'p> Machine<'p> {
                             self.coords[ax] = c0;
                             self.n = n;
                             let at = t * red_total + o * run_total + c0;
-                            self.prefetching = super::prefetch::in_row_reductions();
+                            self.prefetching =
+                                self.ahead > 0 || super::prefetch::in_row_reductions();
                             self.eval_phase(ph, elem, ax, reuse, at);
                             let index0 = (o * run_total + c0) as i64;
                             for (i, &r) in ph.reduces.iter().enumerate() {
@@ -978,6 +988,7 @@ impl<'p> Machine<'p> {
             }
         }
         self.later_pass = false;
+        self.ahead = 0;
         self.coords[row_ax] = j0;
         self.n = rows;
         for &s in &prog.row_stores {
@@ -1352,6 +1363,14 @@ impl<'p> Machine<'p> {
                     let ptr = unsafe { a.ptr.offset(base * sz) } as *const u8;
                     if self.prefetching && !self.later_pass {
                         self.next.read_after(ptr, n * sz as usize);
+                    }
+                    if self.ahead > 0 && stride == 1 {
+                        // The same run `ahead` rows on (a guess past the buffer's end costs
+                        // only the hint: prefetches never fault).
+                        let row = view.strides[self.prog.n_out - 1];
+                        let step = (self.ahead as isize).wrapping_mul(row).wrapping_mul(sz);
+                        self.next
+                            .read_at(ptr.wrapping_offset(step), n * sz as usize);
                     }
                     self.vals[v] = Val::Ptr(ptr);
                     return;

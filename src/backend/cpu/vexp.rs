@@ -1,5 +1,5 @@
-//! `exp` over f32 runs with AVX-512's `vscalefps`, bit for bit the same as
-//! [`exp_f32`](crate::math::f32::exp_f32) in fewer instructions.
+//! `exp` over f32 runs with AVX-512's `vscalefps` (or by hand with AVX2), bit for bit the
+//! same as [`exp_f32`](crate::math::f32::exp_f32) in fewer instructions.
 //!
 //! The portable `exp_f32` (auto-vectorized by the loops) assembles `2^n` from exponent bits
 //! in two factors and clamps and selects around it: 22 instructions per vector in the
@@ -12,8 +12,16 @@
 //! lanes compute `exp(0)`). 15 instructions: softmax and elementwise chains spend much of
 //! their time in `exp`.
 //!
-//! Used by the AVX-512 loops only ([`available`]); a test checks every f32 input against
-//! `exp_f32`.
+//! With AVX2 ([`available_avx2`]) there is no `vscalefps`: [`exp8`] runs the portable
+//! function's operations by hand (the same zero mask, clamp, polynomial and two-factor
+//! scaling), four vectors per step so their dependency chains overlap. That is 1.13×
+//! faster than one vector per step on AMD Zen 2 (0.54 vs 0.62 ns per element per core);
+//! with the AVX2 loops forced on the Intel Xeon test machine (`KILN_SIMD=avx2`, two
+//! alternations) softmax over 4096² went from 8.56–8.69 to 8.27–8.47 ms and the f32 chain
+//! over 16M elements from 11.20–11.29 to 10.95–11.06 ms.
+//!
+//! Tests check every f32 input against `exp_f32`, at whichever level is in use (run them
+//! with `KILN_SIMD=avx2` to cover the AVX2 path on an AVX-512 machine).
 
 use super::ops::Src;
 use crate::math::f32 as m32;
@@ -122,6 +130,116 @@ fn run(pre: Pre, x: Src<'_, f32>, y: Src<'_, f32>, out: &mut [f32]) {
     }
 }
 
+/// Whether the CPU backend runs its AVX2 loops (so AVX2 and FMA are available).
+pub(super) fn available_avx2() -> bool {
+    super::exec::simd_level() == "avx2"
+}
+
+/// `exp` of 8 lanes with AVX2, the same operations as the portable `exp_f32` (so the same
+/// bits): the zero mask below -104, the clamp at 100, the reduction, the polynomial and the
+/// two-factor scaling.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn exp8(x: __m256) -> __m256 {
+    let s = _mm256_set1_ps;
+    let zero = _mm256_cmp_ps::<_CMP_LT_OQ>(x, s(-104.0));
+    let x = _mm256_andnot_ps(zero, x);
+    // `vminps` returns its second operand when either is NaN: NaN stays NaN.
+    let x = _mm256_min_ps(s(100.0), x);
+    let t = _mm256_fmadd_ps(x, s(m32::LOG2_E), s(m32::MAGIC_P254));
+    let n = _mm256_sub_ps(t, s(m32::MAGIC_P254));
+    let r = _mm256_fnmadd_ps(n, s(m32::LN2_HI), x);
+    let r = _mm256_fnmadd_ps(n, s(m32::LN2_LO), r);
+    let p = _mm256_fmadd_ps(s(m32::E6), r, s(m32::E5));
+    let p = _mm256_fmadd_ps(p, r, s(m32::E4));
+    let p = _mm256_fmadd_ps(p, r, s(m32::E3));
+    let p = _mm256_fmadd_ps(p, r, s(m32::E2));
+    let r2 = _mm256_mul_ps(r, r);
+    let em1 = _mm256_fmadd_ps(p, r2, r);
+    // The two powers of two `2^floor(n/2)` and `2^(n - floor(n/2))` from the bits of `t`.
+    let b = _mm256_castps_si256(t);
+    let e1 = _mm256_slli_epi32::<23>(_mm256_srli_epi32::<1>(b));
+    let e2 = _mm256_sub_epi32(_mm256_slli_epi32::<23>(b), e1);
+    let s1 = _mm256_castsi256_ps(e1);
+    let e = _mm256_mul_ps(_mm256_fmadd_ps(em1, s1, s1), _mm256_castsi256_ps(e2));
+    _mm256_andnot_ps(zero, e)
+}
+
+/// A run operand with AVX2: 8 lanes from `i` (a slice, or a splat scalar).
+///
+/// # Safety
+/// AVX2 is available; for a slice, `i + 8 <= s.len()`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn lanes8(a: Src<'_, f32>, i: usize) -> __m256 {
+    match a {
+        // SAFETY: the contract: the 8 lanes from `i` are inside `s`.
+        Src::Slice(s) => unsafe { _mm256_loadu_ps(s.as_ptr().add(i)) },
+        Src::Scalar(v) => _mm256_set1_ps(v),
+    }
+}
+
+/// [`run`] with AVX2: four vectors per step (the chains of independent vectors overlap,
+/// 1.13× faster than one vector per step on AMD Zen 2), the tail element by element
+/// through `exp_f32`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn run_avx2(pre: Pre, x: Src<'_, f32>, y: Src<'_, f32>, out: &mut [f32]) {
+    let n = out.len();
+    let sign = _mm256_set1_ps(-0.0);
+    let op = |a: __m256, b: __m256| match pre {
+        Pre::Plain => a,
+        // The sign bit flipped: `-a` exactly, NaN included.
+        Pre::Neg => _mm256_xor_ps(a, sign),
+        Pre::Bin(BinaryOp::Add) => _mm256_add_ps(a, b),
+        Pre::Bin(BinaryOp::Sub) => _mm256_sub_ps(a, b),
+        Pre::Bin(BinaryOp::Mul) => _mm256_mul_ps(a, b),
+        Pre::Bin(_) => _mm256_div_ps(a, b),
+    };
+    let scalar = |a: f32, b: f32| match pre {
+        Pre::Plain => a,
+        Pre::Neg => -a,
+        Pre::Bin(BinaryOp::Add) => a + b,
+        Pre::Bin(BinaryOp::Sub) => a - b,
+        Pre::Bin(BinaryOp::Mul) => a * b,
+        Pre::Bin(_) => a / b,
+    };
+    let at = |src: Src<'_, f32>, k: usize| match src {
+        Src::Slice(s) => s[k],
+        Src::Scalar(v) => v,
+    };
+    let mut i = 0;
+    while i + 32 <= n {
+        // SAFETY: lanes `i..i + 32` lie below `n`, and both slices hold at least `n` values
+        // (the caller's contract).
+        unsafe {
+            let v0 = exp8(op(lanes8(x, i), lanes8(y, i)));
+            let v1 = exp8(op(lanes8(x, i + 8), lanes8(y, i + 8)));
+            let v2 = exp8(op(lanes8(x, i + 16), lanes8(y, i + 16)));
+            let v3 = exp8(op(lanes8(x, i + 24), lanes8(y, i + 24)));
+            let o = out.as_mut_ptr().add(i);
+            _mm256_storeu_ps(o, v0);
+            _mm256_storeu_ps(o.add(8), v1);
+            _mm256_storeu_ps(o.add(16), v2);
+            _mm256_storeu_ps(o.add(24), v3);
+        }
+        i += 32;
+    }
+    while i + 8 <= n {
+        // SAFETY: as above, for lanes `i..i + 8`.
+        unsafe {
+            let v = exp8(op(lanes8(x, i), lanes8(y, i)));
+            _mm256_storeu_ps(out.as_mut_ptr().add(i), v);
+        }
+        i += 8;
+    }
+    for (k, o) in out.iter_mut().enumerate().skip(i) {
+        *o = m32::exp_f32(scalar(at(x, k), at(y, k)));
+    }
+}
+
 /// Whether `src` holds at least `n` values (a scalar always does).
 fn covers(src: Src<'_, f32>, n: usize) -> bool {
     match src {
@@ -139,6 +257,13 @@ pub(super) fn exp_run(a: Src<'_, f32>, out: &mut [f32]) -> bool {
         unsafe { run(Pre::Plain, a, Src::Scalar(0.0), out) };
         return true;
     }
+    #[cfg(target_arch = "x86_64")]
+    if available_avx2() && covers(a, out.len()) {
+        // SAFETY: `available_avx2` means the AVX2 loops were picked, which checked AVX2 and
+        // FMA.
+        unsafe { run_avx2(Pre::Plain, a, Src::Scalar(0.0), out) };
+        return true;
+    }
     let _ = (a, out);
     false
 }
@@ -150,6 +275,12 @@ pub(super) fn exp_of_neg(x: Src<'_, f32>, out: &mut [f32]) -> bool {
     if available() && covers(x, out.len()) {
         // SAFETY: as in `exp_run`.
         unsafe { run(Pre::Neg, x, Src::Scalar(0.0), out) };
+        return true;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if available_avx2() && covers(x, out.len()) {
+        // SAFETY: as in `exp_run`.
+        unsafe { run_avx2(Pre::Neg, x, Src::Scalar(0.0), out) };
         return true;
     }
     let _ = (x, out);
@@ -175,6 +306,12 @@ pub(super) fn exp_of_pair(
         unsafe { run(Pre::Bin(inner), x, y, out) };
         return true;
     }
+    #[cfg(target_arch = "x86_64")]
+    if paired && available_avx2() && covers(x, out.len()) && covers(y, out.len()) {
+        // SAFETY: as in `exp_run`.
+        unsafe { run_avx2(Pre::Bin(inner), x, y, out) };
+        return true;
+    }
     let _ = (paired, x, y, out);
     false
 }
@@ -183,8 +320,8 @@ pub(super) fn exp_of_pair(
 mod tests {
     use super::*;
 
-    /// `exp_f32` over a slice, vectorized as in the AVX-512 loops.
-    #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
+    /// `exp_f32` over a slice, compiled with FMA (as both SIMD levels' loops are).
+    #[target_feature(enable = "avx2,fma")]
     fn reference(x: &[f32], out: &mut [f32]) {
         for (o, &v) in out.iter_mut().zip(x) {
             *o = m32::exp_f32(v);
@@ -198,8 +335,8 @@ mod tests {
     /// Every f32 bit pattern: the same bits as `exp_f32` (any NaN for a NaN).
     #[test]
     fn matches_exp_f32_for_every_input() {
-        if !available() {
-            eprintln!("skipped: the AVX-512 loops are not in use on this machine");
+        if !available() && !available_avx2() {
+            eprintln!("skipped: neither the AVX-512 nor the AVX2 loops are in use here");
             return;
         }
         const BLOCK: u64 = 1 << 16;
@@ -216,7 +353,7 @@ mod tests {
                         for (k, v) in x[..len].iter_mut().enumerate() {
                             *v = f32::from_bits((b + k as u64) as u32);
                         }
-                        // SAFETY: `available` checked AVX-512F (and the loops' other features).
+                        // SAFETY: either SIMD level checked AVX2 and FMA.
                         unsafe { reference(&x[..len], &mut want[..len]) };
                         assert!(exp_run(Src::Slice(&x[..len]), &mut got[..len]));
                         for k in 0..len {
@@ -240,8 +377,8 @@ mod tests {
     /// underflow and overflow limits) and runs of any length, slice or scalar.
     #[test]
     fn negated_runs_match_exp_of_the_negation() {
-        if !available() {
-            eprintln!("skipped: the AVX-512 loops are not in use on this machine");
+        if !available() && !available_avx2() {
+            eprintln!("skipped: neither the AVX-512 nor the AVX2 loops are in use here");
             return;
         }
         let mut x = vec![0.0f32, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN];
@@ -276,8 +413,8 @@ mod tests {
 
     #[test]
     fn pairs_round_their_inner_op_first_and_runs_of_any_length_stop_at_their_end() {
-        if !available() {
-            eprintln!("skipped: the AVX-512 loops are not in use on this machine");
+        if !available() && !available_avx2() {
+            eprintln!("skipped: neither the AVX-512 nor the AVX2 loops are in use here");
             return;
         }
         let x: Vec<f32> = (0..37).map(|i| (i as f32 - 18.0) * 3.7).collect();
