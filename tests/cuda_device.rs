@@ -385,3 +385,52 @@ fn device_out_of_memory_is_a_typed_error_with_the_numbers() {
     let small = Tensor::try_full_on([16], 2.0, DType::F32, dev).unwrap();
     assert_eq!((&small * 2.0).to_vec::<f32>().unwrap(), vec![4.0; 16]);
 }
+
+/// Every scatter reduction (with and without `include_self`) and `scatter` on the GPU
+/// against the CPU backend, in each dtype CUDA scatters, with repeated places. Integer
+/// results and extremes must match exactly; float sums, products and means within
+/// rounding (atomics combine in any order).
+#[test]
+fn scatter_reductions_match_the_cpu_backend() {
+    if let Err(why) = kiln::backend::cuda::availability() {
+        eprintln!("skipping GPU scatter tests: {why}");
+        return;
+    }
+    let idx = Tensor::from_vec((0..4096).map(|k| (k * 7 % 61) as i64).collect(), [64, 64]);
+    for dt in [DType::F32, DType::F64, DType::I32, DType::I64] {
+        let x = cpu_input(&[80, 64], 40, DType::F32);
+        let v = cpu_input(&[64, 64], 41, DType::F32);
+        // Integers: small values, so products of a place's values stay far from wrapping.
+        let (x, v) = if dt.is_float() {
+            (x.cast(dt), v.cast(dt))
+        } else {
+            ((x * 1.5).round().cast(dt), v.sign().cast(dt))
+        };
+        let run = |dev: Device, reduce: &str, s: bool| -> Vec<f64> {
+            let (x, v, i) = (x.to(dev), v.to(dev), idx.to(dev));
+            let y = if reduce == "scatter" {
+                x.scatter(0, &i, &v)
+            } else {
+                x.scatter_reduce(0, &i, &v, reduce, s)
+            };
+            y.to(Device::Cpu).cast(DType::F64).to_vec::<f64>().unwrap()
+        };
+        for reduce in ["sum", "prod", "mean", "amax", "amin", "scatter"] {
+            for s in [true, false] {
+                let (g, c) = (run(Device::Cuda(0), reduce, s), run(Device::Cpu, reduce, s));
+                let exact = !dt.is_float() || matches!(reduce, "amax" | "amin" | "scatter");
+                for (k, (a, b)) in g.iter().zip(&c).enumerate() {
+                    let ok = if exact {
+                        a == b || (a.is_nan() && b.is_nan())
+                    } else {
+                        (a - b).abs() <= 1e-4 * (1.0 + b.abs())
+                    };
+                    assert!(
+                        ok,
+                        "{reduce} include_self={s} {dt:?} [{k}]: gpu {a} vs cpu {b}"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -59,7 +59,17 @@ fn canonical() -> Vec<(&'static str, Tensor)> {
         ("sum_all_split_f32", long.sum(..)),
         ("argmax_all_split_f16", long_h.argmax(..)),
         ("column_mean_split_lanes_f32", tall.mean(0)),
+        (
+            "scatter_amax_self_f32",
+            x.t().scatter_reduce(0, &scatter_index(), &x, "amax", true),
+        ),
     ]
+}
+
+/// Places along dimension 0 of a `[.., 32]` tensor for an `[8, 32]` index (repeats
+/// included).
+fn scatter_index() -> Tensor {
+    Tensor::from_vec((0..256).map(|k| (k * 7 % 13) as i64).collect(), [8, 32])
 }
 
 fn golden_dir() -> PathBuf {
@@ -271,6 +281,37 @@ mod nvrtc {
                         .unwrap_or_else(|e| panic!("{name} for {arch}: {e}"));
                     assert!(cubin.starts_with(b"\x7fELF"), "CUBIN is an ELF image");
                 }
+            }
+        }
+    }
+
+    /// Every scatter reduction, with and without its initial value, in every dtype CUDA
+    /// scatters (the compare-and-swap loops, the integer atomics, the identities).
+    #[test]
+    fn scatter_kernels_compile_for_every_reduction_and_dtype() {
+        if !nvrtc_or_skip() {
+            return;
+        }
+        let idx = scatter_index();
+        for dt in [DType::F32, DType::F64, DType::I32, DType::I64] {
+            let x = input(&[16, 32], dt);
+            let v = input(&[8, 32], dt);
+            for reduce in ["sum", "prod", "mean", "amax", "amin"] {
+                for include_self in [true, false] {
+                    let y = x.scatter_reduce(0, &idx, &v, reduce, include_self);
+                    for k in rendered(&y) {
+                        for arch in ["sm_90", "sm_80"] {
+                            let cubin = compile(&k.source, &k.name, arch).unwrap_or_else(|e| {
+                                panic!("{reduce} {include_self} {dt:?} for {arch}: {e}")
+                            });
+                            assert!(cubin.starts_with(b"\x7fELF"));
+                        }
+                    }
+                }
+            }
+            for k in rendered(&x.scatter(0, &idx, &v)) {
+                compile(&k.source, &k.name, "sm_90")
+                    .unwrap_or_else(|e| panic!("scatter {dt:?}: {e}"));
             }
         }
     }

@@ -63,6 +63,17 @@
 //!   element; the sums are modelled as a reordered sum of `k` terms. Integer destinations
 //!   are used only where nothing can wrap (bool and u8 accumulate in i32); otherwise both
 //!   sides become floats first.
+//! - `scatter_reduce` with each of `sum`, `prod`, `mean`, `amax`, `amin`, with and without
+//!   `include_self`, and `scatter` (repeated indices: the last writer wins), with the same
+//!   indices and a `src` of the index's shape or larger (only its corner is read). At most
+//!   `t = k + include_self` values meet in one place; with two or fewer, exact inputs give
+//!   exact results (one rounding of the same exact value). `amax`, `amin` and `scatter`
+//!   stay within the union of `self` and `src` and keep its model; `mean` stays within it
+//!   too, with a reordered sum's error (integers floor); `sum` is modelled as for
+//!   `scatter_add`; `prod` sees factors of magnitude at most 1 or `1 + x` with
+//!   `(1 + |x|)^t <= e^8` (as `cumprod`), integer factors clamped to `|f|^t < 2^30`
+//!   (i32) or `2^52` (i64). Integer sums and means must not wrap either (else floats);
+//!   bools reduce by logical or/and (a mean of bools is an error: they go through i32).
 //! - `cat` (of up to four parts: earlier values, the value itself, narrowed or flipped
 //!   views of it, an elementwise function of it, generators of any dtype: the join
 //!   promotes), `stack`, and `split_sizes` pieces put back together by `cat` in another
@@ -424,6 +435,8 @@ enum Kind {
     Realize,
     /// gather, index_select, embedding, scatter_add.
     Index,
+    /// scatter_reduce (every reduction, with and without `include_self`), scatter.
+    Scatter,
     /// cat, stack (and split pieces joined back in another order).
     Join,
     /// split, split_sizes, chunk, narrow.
@@ -580,6 +593,11 @@ enum Step {
     Embedding(usize, usize),
     /// `scatter_add(dim, index, src)`: `(value, dim, index, src)`.
     ScatterAdd(usize, isize, usize, usize),
+    /// `scatter_reduce(dim, index, src, reduce, include_self)`:
+    /// `(value, dim, index, src, reduce, include_self)`.
+    ScatterReduce(usize, isize, usize, usize, &'static str, bool),
+    /// `scatter(dim, index, src)`: `(value, dim, index, src)`.
+    Scatter(usize, isize, usize, usize),
     /// `Tensor::cat(&[..], dim)`.
     Cat(Vec<usize>, isize),
     /// `Tensor::stack(&[..], dim)`.
@@ -1798,6 +1816,131 @@ fn scatter_add_meta(a: &Meta, src: &Meta, k: usize) -> Meta {
     binary_meta(a, BinaryOp::Add, &sums, d)
 }
 
+/// The reductions [`Step::ScatterReduce`] draws from.
+const SCATTER_REDUCES: [&str; 5] = ["sum", "prod", "mean", "amax", "amin"];
+
+/// The smallest positive (subnormal) value of a float dtype: the absolute error a rounding
+/// near zero may make, whatever the magnitudes.
+fn tiny(d: DType) -> f64 {
+    match d {
+        DType::F16 => 2f64.powi(-24),
+        DType::BF16 => 2f64.powi(-133),
+        DType::F32 => 2f64.powi(-149),
+        _ => 2f64.powi(-1074),
+    }
+}
+
+/// A value every element of which is an element of `a` or of `src` (converted to `a`'s
+/// dtype): `scatter`, and `scatter_reduce` with `amax`/`amin` (the maximum of values is
+/// 1-Lipschitz in each of them, and exact where they are: no rounding, half types
+/// included, since the maximum of half values is one of them).
+fn scatter_union_meta(a: &Meta, src: &Meta) -> Meta {
+    let v = cast_meta(src, a.dtype);
+    Meta {
+        shape: a.shape.clone(),
+        dtype: a.dtype,
+        mag: a.mag.max(v.mag),
+        err: a.err.max(v.err),
+        exact: a.exact && v.exact,
+        lo: match (a.lo, v.lo) {
+            (Some(x), Some(y)) => Some(x.min(y)),
+            _ => None,
+        },
+    }
+}
+
+/// `a.scatter_reduce(dim, index, src, reduce, include_self)` where at most `k` elements of
+/// `src` (the index's extent along `dim`) land on one element, so a place combines at most
+/// `t = k + include_self` values; places nothing lands on keep `a`'s value. Float values
+/// combine in f32 for half types (one rounding at the end), in the dtype otherwise, in
+/// index order on the CPU and in any order on a GPU; the reference combines in f64 and
+/// rounds once. With at most two values per place every evaluation rounds the same exact
+/// result once (a sum, a product), so exact inputs give exact results. The resolver keeps
+/// integer sums and products from wrapping.
+///
+/// - `sum`: as `scatter_add`, a reordered sum of `t` terms.
+/// - `mean`: within the union of the values (floored for integers, still within it); the
+///   sum's error divided by the count, plus the division's rounding.
+/// - `prod`: `t` factors of magnitude at most `f` (`a`'s only with `include_self`), so at
+///   most `max(f, f^t)`; disagreements propagate as for `cumprod`, each partial product's
+///   rounding is relative to the final product.
+/// - `amax`, `amin`: [`scatter_union_meta`].
+fn scatter_reduce_meta(a: &Meta, src: &Meta, k: usize, reduce: &str, include_self: bool) -> Meta {
+    if matches!(reduce, "amax" | "amin") {
+        return scatter_union_meta(a, src);
+    }
+    let d = a.dtype;
+    let v = cast_meta(src, d);
+    let t = k + usize::from(include_self);
+    let (kf, tf) = (k as f64, t as f64);
+    let own = if include_self { a.mag } else { 0.0 };
+    let own_err = if include_self { a.err } else { 0.0 };
+    let union = scatter_union_meta(a, src);
+    let nonneg = union.lo.is_some_and(|l| l >= 0.0);
+    let exact = a.exact && v.exact && t <= 2;
+    let (mag, err, lo) = match reduce {
+        "sum" => {
+            let sum_abs = own + kf * v.mag;
+            let round = if exact || !d.is_float() {
+                0.0
+            } else {
+                accumulate(d, t, sum_abs)
+            };
+            (
+                sum_abs.max(a.mag),
+                a.err.max(own_err + kf * v.err + round),
+                nonneg.then_some(0.0),
+            )
+        }
+        "mean" => {
+            // At a place of `n <= t` values the sum's rounding is within
+            // `accumulate(n, n·union)`, divided by `n`.
+            let round = if exact || !d.is_float() {
+                0.0
+            } else {
+                accumulate(d, t, union.mag) + ulp(d, union.mag)
+            };
+            (union.mag, union.err + round, union.lo)
+        }
+        "prod" => {
+            let f = if include_self {
+                a.mag.max(v.mag)
+            } else {
+                v.mag
+            };
+            let e = if include_self {
+                a.err.max(v.err)
+            } else {
+                v.err
+            };
+            let p = f.max(f.powf(tf));
+            let prop = tf * e * (f + e).max(1.0).powf(tf - 1.0);
+            let round = if exact || !d.is_float() {
+                0.0
+            } else {
+                (tf + 1.0) * unit(compute(d)) * p
+                    + if d.is_half() { ulp(d, p) } else { 0.0 }
+                    + (tf + 1.0) * tiny(d)
+            };
+            (p.max(a.mag), a.err.max(prop + round), nonneg.then_some(0.0))
+        }
+        _ => unreachable!("scatter_reduce with {reduce:?}"),
+    };
+    let (mag, lo) = match d {
+        DType::Bool => (1.0, Some(0.0)),
+        _ if d.is_float() => (mag, lo),
+        _ => (mag.min(int_cap(d)), lo),
+    };
+    Meta {
+        shape: a.shape.clone(),
+        dtype: d,
+        mag,
+        err: if d.is_float() && !exact { err } else { 0.0 },
+        exact: exact || !d.is_float(),
+        lo,
+    }
+}
+
 /// For a piece of a split (`split`, `split_sizes`, `chunk`, `narrow`) of a value of shape
 /// `ins`: the axis and where the piece starts along it.
 fn piece_start(step: &Step, ins: &[usize]) -> Option<(usize, usize)> {
@@ -2093,7 +2236,9 @@ fn step_inputs(s: &Step) -> Vec<usize> {
         Step::Matmul(a, b) => vec![*a, *b],
         Step::Gather(a, _, i) | Step::IndexSelect(a, _, i) => vec![*a, *i],
         Step::Embedding(i, w) => vec![*i, *w],
-        Step::ScatterAdd(a, _, i, v) => vec![*a, *i, *v],
+        Step::ScatterAdd(a, _, i, v)
+        | Step::ScatterReduce(a, _, i, v, ..)
+        | Step::Scatter(a, _, i, v) => vec![*a, *i, *v],
         Step::Cat(vs, _) | Step::Stack(vs, _) => vs.clone(),
         Step::MaskedFill(a, m, _) | Step::MaskedSoftmax(a, m) => vec![*a, *m],
         Step::Tri(a, ..)
@@ -2163,7 +2308,9 @@ fn replace_input(s: &mut Step, old: usize, new: usize) {
             r(a);
             r(b);
         }
-        Step::ScatterAdd(a, _, i, v) => {
+        Step::ScatterAdd(a, _, i, v)
+        | Step::ScatterReduce(a, _, i, v, ..)
+        | Step::Scatter(a, _, i, v) => {
             r(a);
             r(i);
             r(v);
@@ -3514,6 +3661,7 @@ impl<'p> Res<'p> {
                 }
             }
             Kind::Index => self.index_op(a, c, &op.j),
+            Kind::Scatter => self.scatter_op(a, c, &op.j),
             Kind::Join => self.join_op(a, c, &op.j),
             Kind::Split => self.split_op(a, c, &op.j),
             Kind::Mask => self.mask_op(a, c, &op.j),
@@ -4514,6 +4662,213 @@ impl Res<'_> {
         let meta = scatter_add_meta(self.m(a), self.m(src), k);
         let dd = self.signed(axis, nd);
         self.push(Step::ScatterAdd(a, dd, idx, src), meta);
+    }
+
+    /// An exact integer value (i32 or i64) clamped to `[-r, r]` in the kernel that reads it.
+    fn clamp_int(&mut self, v: usize, r: i64) -> usize {
+        let m = self.m(v).clone();
+        if m.mag <= r as f64 {
+            return v;
+        }
+        let lo = m.lo.map_or(-r as f64, |l| l.max(-r as f64));
+        let hi = self.push(
+            Step::Binary(v, BinaryOp::Max, Src::S(Scalar::Int(-r))),
+            Meta {
+                lo: Some(lo),
+                ..m.clone()
+            },
+        );
+        self.push(
+            Step::Binary(hi, BinaryOp::Min, Src::S(Scalar::Int(r))),
+            Meta {
+                mag: r as f64,
+                lo: Some(lo.min(r as f64)),
+                ..m
+            },
+        )
+    }
+
+    /// A `src` for a scatter of `ish`-shaped indices: an earlier value or a generator, of
+    /// the index's shape or (PyTorch reads only the index-shaped corner) larger in some
+    /// dimensions.
+    fn scatter_src(&mut self, ish: &[usize], j: &Index) -> usize {
+        let mut ssh = ish.to_vec();
+        if self.rng.chance(1, 3) {
+            for s in ssh.iter_mut() {
+                if self.rng.chance(1, 2) {
+                    *s += 1 + self.rng.below(2);
+                }
+            }
+            if !self.fits(&ssh) {
+                ssh = ish.to_vec();
+            }
+        }
+        let cands = self.candidates(|_, mm| mm.shape == ssh);
+        match Self::pick_from(&cands, j) {
+            Some(s) if self.rng.chance(2, 3) => s,
+            _ => {
+                let gc = self.rng.below(8) as u8;
+                self.gen_value(ssh, gc)
+            }
+        }
+    }
+
+    /// `scatter_reduce` (three times in four; `reduce` from `c`) or `scatter`.
+    fn scatter_op(&mut self, a: usize, c: u8, j: &Index) {
+        if c % 4 == 3 {
+            return self.scatter_write_op(a, j);
+        }
+        let reduce = SCATTER_REDUCES[(c / 4) as usize % SCATTER_REDUCES.len()];
+        self.scatter_reduce_op(a, reduce, j);
+    }
+
+    /// `a.scatter_reduce(dim, index, src, reduce, include_self)`. Integer sums and products
+    /// must not wrap: sums that could become floats first (as for `scatter_add`), products
+    /// get their factors clamped so that `|f|^t` fits. Float products see factors of
+    /// magnitude at most 1, or `1 + x` with `(1 + |x|)^t <= e^8` (as `cumprod`). Bools
+    /// reduce by logical or/and (kept a third of the time; a mean of bools is an error),
+    /// u8 sums, means and products go through i32.
+    fn scatter_reduce_op(&mut self, a: usize, reduce: &'static str, j: &Index) {
+        let a = self.with_rank(a, 1);
+        let include_self = self.rng.chance(1, 2);
+        let keep_bool = reduce != "mean" && self.rng.chance(1, 3);
+        let a = match self.m(a).dtype {
+            DType::Bool if !keep_bool => self.cast(a, DType::I32),
+            DType::U8 if matches!(reduce, "sum" | "mean" | "prod") => self.cast(a, DType::I32),
+            _ => a,
+        };
+        let m = self.m(a).clone();
+        let nd = m.ndim();
+        let axis = self.rng.below(nd);
+        let ish = self.index_shape(&m.shape, axis, 3);
+        let k = ish[axis];
+        let t = k + usize::from(include_self);
+        let src = if m.dtype == DType::Bool {
+            let gc = self.rng.below(8) as u8;
+            let v = self.gen_value(ish.clone(), gc);
+            self.cast(v, DType::Bool)
+        } else {
+            self.scatter_src(&ish, j)
+        };
+        // An integer destination reads exact values only (the conversion truncates); a
+        // float one values that fit its range (a half type's in particular).
+        let a = if !m.dtype.is_float() && !self.m(src).exact {
+            self.cast(a, DType::F32)
+        } else {
+            a
+        };
+        let d = self.m(a).dtype;
+        let src = if d.is_float() {
+            self.fit(src, MAG_LIMIT)
+        } else {
+            src
+        };
+        let cap = if d == DType::I32 {
+            2f64.powi(30)
+        } else {
+            2f64.powi(52)
+        };
+        let (a, src) = match reduce {
+            "sum" | "mean" if d != DType::Bool => {
+                let v = cast_meta(self.m(src), d);
+                let own = if include_self { self.m(a).mag } else { 0.0 };
+                let int_ok = !d.is_float() && own + k as f64 * v.mag < cap;
+                if int_ok {
+                    (a, src)
+                } else {
+                    let a = if d.is_float() {
+                        a
+                    } else {
+                        self.cast(a, DType::F32)
+                    };
+                    let lim = if reduce == "sum" {
+                        MAG_LIMIT / 2.0
+                    } else {
+                        MAG_LIMIT
+                    };
+                    let a = self.fit(a, lim);
+                    let src = self.fit(src, if reduce == "sum" { lim / k as f64 } else { lim });
+                    (a, src)
+                }
+            }
+            "prod" if d.is_float() => {
+                if self.rng.chance(1, 2) {
+                    let src = self.fit(src, 1.0);
+                    let a = if include_self { self.fit(a, 1.0) } else { a };
+                    (a, src)
+                } else {
+                    let s = 2f64.powi((8.0 / t as f64).min(0.5).log2().floor() as i32);
+                    let one = Src::S(Scalar::Float(1.0));
+                    let f = self.fit(src, s);
+                    let src = self.binary(f, BinaryOp::Add, one.clone());
+                    let a = if include_self {
+                        let f = self.fit(a, s);
+                        self.binary(f, BinaryOp::Add, one)
+                    } else {
+                        a
+                    };
+                    (a, src)
+                }
+            }
+            "prod" if d != DType::Bool => {
+                let src = self.cast(src, d);
+                let f = if include_self {
+                    self.m(a).mag.max(self.m(src).mag)
+                } else {
+                    self.m(src).mag
+                };
+                if f.max(1.0).powf(t as f64) < cap {
+                    (a, src)
+                } else {
+                    let mut r = (cap.powf(1.0 / t as f64).floor() as i64).max(1);
+                    while r > 1 && (r as f64).powf(t as f64) >= cap {
+                        r -= 1;
+                    }
+                    let src = self.clamp_int(src, r);
+                    let a = if include_self {
+                        self.clamp_int(a, r)
+                    } else {
+                        a
+                    };
+                    (a, src)
+                }
+            }
+            _ => (a, src),
+        };
+        let idx = self.index_value(&ish, self.m(a).shape[axis]);
+        let meta = scatter_reduce_meta(self.m(a), self.m(src), k, reduce, include_self);
+        if !(meta.mag.is_finite() && meta.err.is_finite()) {
+            return;
+        }
+        let dd = self.signed(axis, nd);
+        self.push(
+            Step::ScatterReduce(a, dd, idx, src, reduce, include_self),
+            meta,
+        );
+    }
+
+    /// `a.scatter(dim, index, src)` (repeated indices: the last writer wins, everywhere).
+    fn scatter_write_op(&mut self, a: usize, j: &Index) {
+        let a = self.with_rank(a, 1);
+        let m = self.m(a).clone();
+        let nd = m.ndim();
+        let axis = self.rng.below(nd);
+        let ish = self.index_shape(&m.shape, axis, 3);
+        let src = self.scatter_src(&ish, j);
+        let a = if !m.dtype.is_float() && !self.m(src).exact {
+            self.cast(a, DType::F32)
+        } else {
+            a
+        };
+        let src = if self.m(a).dtype.is_float() {
+            self.fit(src, MAG_LIMIT)
+        } else {
+            src
+        };
+        let idx = self.index_value(&ish, m.shape[axis]);
+        let meta = scatter_union_meta(self.m(a), self.m(src));
+        let dd = self.signed(axis, nd);
+        self.push(Step::Scatter(a, dd, idx, src), meta);
     }
 
     fn join_op(&mut self, a: usize, c: u8, j: &Index) {
@@ -6024,6 +6379,10 @@ fn emit_step(v: &[Tensor], s: &Step, opts: Option<&RealizeOptions>) -> kiln::Res
         Step::IndexSelect(a, d, i) => v[*a].try_index_select(*d, &v[*i])?,
         Step::Embedding(i, w) => Tensor::try_embedding(&v[*i], &v[*w])?,
         Step::ScatterAdd(a, d, i, src) => v[*a].try_scatter_add(*d, &v[*i], &v[*src])?,
+        Step::ScatterReduce(a, d, i, src, r, s) => {
+            v[*a].try_scatter_reduce(*d, &v[*i], &v[*src], r, *s)?
+        }
+        Step::Scatter(a, d, i, src) => v[*a].try_scatter(*d, &v[*i], &v[*src])?,
         Step::Cat(vs, d) => Tensor::try_cat(&vs.iter().map(|&x| &v[x]).collect::<Vec<_>>(), *d)?,
         Step::Stack(vs, d) => {
             Tensor::try_stack(&vs.iter().map(|&x| &v[x]).collect::<Vec<_>>(), *d)?
@@ -6295,6 +6654,10 @@ fn render_step(s: &Step) -> String {
         Step::IndexSelect(a, d, i) => format!("v{a}.index_select({d}, &v{i})"),
         Step::Embedding(i, w) => format!("Tensor::embedding(&v{i}, &v{w})"),
         Step::ScatterAdd(a, d, i, x) => format!("v{a}.scatter_add({d}, &v{i}, &v{x})"),
+        Step::ScatterReduce(a, d, i, x, r, s) => {
+            format!("v{a}.scatter_reduce({d}, &v{i}, &v{x}, {r:?}, {s})")
+        }
+        Step::Scatter(a, d, i, x) => format!("v{a}.scatter({d}, &v{i}, &v{x})"),
         Step::Cat(vs, d) => format!("Tensor::cat(&[{}], {d})", refs(vs)),
         Step::Stack(vs, d) => format!("Tensor::stack(&[{}], {d})", refs(vs)),
         Step::Split(a, size, d, k) => format!("v{a}.split({size}, {d})[{k}].clone()"),
@@ -7015,6 +7378,7 @@ static COMPOSITE: Profile = Profile {
 static INDEXING: Profile = Profile {
     kinds: &[
         (4, Kind::Index),
+        (2, Kind::Scatter),
         (3, Kind::Join),
         (3, Kind::Split),
         (3, Kind::Mask),
@@ -7059,6 +7423,7 @@ static SCANS_AND_SORTS: Profile = Profile {
         (2, Kind::LogSumExp),
         (2, Kind::AnyAll),
         (1, Kind::Index),
+        (1, Kind::Scatter),
         (2, Kind::Movement),
         (1, Kind::ViewChain),
         (2, Kind::Binary),
@@ -7084,6 +7449,7 @@ static SCANS_AND_SORTS: Profile = Profile {
 static LARGE_INDEXING_AND_SCANS: Profile = Profile {
     kinds: &[
         (3, Kind::Index),
+        (2, Kind::Scatter),
         (2, Kind::Join),
         (2, Kind::Split),
         (2, Kind::Mask),
@@ -7294,6 +7660,19 @@ fn family(s: &Step) -> Option<&'static str> {
         Step::IndexSelect(..) => "index_select",
         Step::Embedding(..) => "embedding",
         Step::ScatterAdd(..) => "scatter_add",
+        Step::ScatterReduce(_, _, _, _, r, s) => match (*r, *s) {
+            ("sum", true) => "scatter_reduce sum",
+            ("sum", false) => "scatter_reduce sum (include_self=false)",
+            ("prod", true) => "scatter_reduce prod",
+            ("prod", false) => "scatter_reduce prod (include_self=false)",
+            ("mean", true) => "scatter_reduce mean",
+            ("mean", false) => "scatter_reduce mean (include_self=false)",
+            ("amax", true) => "scatter_reduce amax",
+            ("amax", false) => "scatter_reduce amax (include_self=false)",
+            ("amin", true) => "scatter_reduce amin",
+            _ => "scatter_reduce amin (include_self=false)",
+        },
+        Step::Scatter(..) => "scatter",
         Step::Cat(..) => "cat",
         Step::Stack(..) => "stack",
         Step::Split(..) => "split",
@@ -7424,7 +7803,15 @@ fn fuzz_generators_cover_every_family() {
         Step::Median(0, Some(0), false, true),
         Step::Quantile(0, vec![], None, false, 0),
         Step::Quantile(0, vec![], None, false, 8),
+        Step::Scatter(0, 0, 0, 0),
     ]
+    .into_iter()
+    .chain(
+        SCATTER_REDUCES
+            .iter()
+            .flat_map(|&r| [true, false].map(|s| Step::ScatterReduce(0, 0, 0, 0, r, s))),
+    )
+    .collect::<Vec<Step>>()
     .iter()
     .filter_map(family)
     .filter(|f| !counts.contains_key(f))

@@ -9,8 +9,10 @@
 //! list of steps over them — every unary and binary op of the op table, `where`, casts,
 //! sum/prod/max/min/mean/var/logsumexp reductions (keepdim or not), matmul (batched, matrix
 //! and vector forms, `x @ xᵀ`), reshape, permute, expand (after unsqueeze), slices with
-//! steps, pads, flips, `contiguous`, gather, scatter_add, cumsum, cumprod (fed exact zeros
-//! through masks), softmax, log_softmax, layer_norm, cross_entropy, cat and realizing an
+//! steps, pads, flips, `contiguous`, gather, scatter_add, scatter_reduce (sum, prod with
+//! exact zeros, mean, amax/amin with exact ties; with and without `include_self`; `src`
+//! sometimes larger than the index), scatter (repeated indices), cumsum, cumprod (fed exact
+//! zeros through masks), softmax, log_softmax, layer_norm, cross_entropy, cat and realizing an
 //! intermediate before `backward` (so backward runs through a realized node's kept
 //! history). Each candidate step is built and evaluated by the reference evaluator while
 //! generating, and kept only if the values it reads are well conditioned: finite, bounded,
@@ -179,6 +181,20 @@ enum Step {
         index: usize,
         src: usize,
     },
+    ScatterReduce {
+        x: usize,
+        dim: isize,
+        index: usize,
+        src: usize,
+        reduce: &'static str,
+        include_self: bool,
+    },
+    Scatter {
+        x: usize,
+        dim: isize,
+        index: usize,
+        src: usize,
+    },
     Cumsum(usize, isize),
     Cumprod(usize, isize),
     Softmax(usize, isize),
@@ -223,7 +239,9 @@ impl Step {
             Step::Binary(_, a, b) | Step::Matmul(a, b) => vec![*a, *b],
             Step::Where { c, a, b, .. } => vec![*c, *a, *b],
             Step::Gather { x, index, .. } => vec![*x, *index],
-            Step::ScatterAdd { x, index, src, .. } => vec![*x, *index, *src],
+            Step::ScatterAdd { x, index, src, .. }
+            | Step::ScatterReduce { x, index, src, .. }
+            | Step::Scatter { x, index, src, .. } => vec![*x, *index, *src],
             Step::LayerNorm { x, w, b, .. } => {
                 let mut v = vec![*x];
                 v.extend(w.iter().chain(b.iter()));
@@ -333,6 +351,15 @@ fn apply(step: &Step, t: &[Tensor], realize: Option<&RealizeOptions>) -> kiln::R
         Step::ScatterAdd { x, dim, index, src } => {
             t[*x].try_scatter_add(*dim, &t[*index], &t[*src])?
         }
+        Step::ScatterReduce {
+            x,
+            dim,
+            index,
+            src,
+            reduce,
+            include_self,
+        } => t[*x].try_scatter_reduce(*dim, &t[*index], &t[*src], reduce, *include_self)?,
+        Step::Scatter { x, dim, index, src } => t[*x].try_scatter(*dim, &t[*index], &t[*src])?,
         Step::Cumsum(x, d) => t[*x].try_cumsum(*d)?,
         Step::Cumprod(x, d) => t[*x].try_cumprod(*d)?,
         Step::Softmax(x, d) => t[*x].try_softmax(*d)?,
@@ -500,6 +527,22 @@ fn step_rust(s: &Step, shape_of: &dyn Fn(usize) -> Vec<usize>) -> String {
         Step::ScatterAdd { x, dim, index, src } => {
             format!("{}.scatter_add({dim}, &{}, &{})", v(x), v(index), v(src))
         }
+        Step::ScatterReduce {
+            x,
+            dim,
+            index,
+            src,
+            reduce,
+            include_self,
+        } => format!(
+            "{}.scatter_reduce({dim}, &{}, &{}, {reduce:?}, {include_self})",
+            v(x),
+            v(index),
+            v(src)
+        ),
+        Step::Scatter { x, dim, index, src } => {
+            format!("{}.scatter({dim}, &{}, &{})", v(x), v(index), v(src))
+        }
         Step::Cumsum(x, d) => format!("{}.cumsum({d})", v(x)),
         Step::Cumprod(x, d) => format!("{}.cumprod({d})", v(x)),
         Step::Softmax(x, d) => format!("{}.softmax({d})", v(x)),
@@ -619,6 +662,10 @@ struct Builder {
     t: Vec<Tensor>,
     v: Vec<RefTensor>,
     f64_only: bool,
+    /// No exact ties between independent values in `scatter_reduce`'s `amax`/`amin` (no
+    /// derivative exists there) and no exact zeros in its products (a perturbed zero's sign
+    /// decides later kinks, such as a remainder's): for the finite-difference check.
+    fd_safe: bool,
 }
 
 /// The most any value may hold in magnitude.
@@ -892,6 +939,26 @@ fn clear_extremes(vals: &[f64], gs: &[Vec<usize>], max: bool) -> bool {
     })
 }
 
+/// The largest (`max`) or smallest of `vals` is clear of the runner-up, or (where `ties`
+/// allows) tied with it exactly.
+fn clear_winner(vals: &[f64], max: bool, ties: bool) -> bool {
+    let mut v = vals.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    if max {
+        v.reverse();
+    }
+    let Some(&best) = v.first() else {
+        return true;
+    };
+    if !ties && v.get(1) == Some(&best) {
+        return false;
+    }
+    match v.iter().find(|&&x| x != best) {
+        Some(&next) => (best - next).abs() > MARGIN * (1.0 + best.abs()),
+        None => true,
+    }
+}
+
 fn random_axes(rng: &mut Rng, rank: usize) -> Vec<usize> {
     let mut axes: Vec<usize> = (0..rank).filter(|_| rng.chance(0.5)).collect();
     if axes.is_empty() {
@@ -949,7 +1016,7 @@ fn propose(rng: &mut Rng, b: &mut Builder) -> Option<()> {
     let xs = b.shape(x).to_vec();
     let rank = xs.len();
     let xv = b.vals(x);
-    let kind = rng.below(100);
+    let kind = rng.below(104);
     let step = match kind {
         // Unary ops, every one of the table.
         0..=17 => {
@@ -1211,17 +1278,7 @@ fn propose(rng: &mut Rng, b: &mut Builder) -> Option<()> {
                 return None;
             }
             let dim = rng.below(rank);
-            let s: Vec<usize> = xs
-                .iter()
-                .enumerate()
-                .map(|(d, &n)| {
-                    if d == dim {
-                        rng.int(1, 4)
-                    } else {
-                        rng.int(1, n)
-                    }
-                })
-                .collect();
+            let s = index_shape(rng, &xs, dim);
             let count: usize = s.iter().product();
             let data = (0..count).map(|_| rng.below(xs[dim]) as i64).collect();
             let index = b.push(Node::Index { data, shape: s })?;
@@ -1405,6 +1462,110 @@ fn propose(rng: &mut Rng, b: &mut Builder) -> Option<()> {
             };
             Step::Cat(xs2, signed_axis(rng, dim, rank))
         }
+        // scatter_reduce (each reduction, with and without include_self) and scatter, with
+        // random (often repeated) indices and a src of the index's shape or larger. amax
+        // and amin often meet exact ties (src values on a grid, or copies of a leaf's own
+        // values), and products exact zeros; otherwise every place's winner is clear of its
+        // runner-up and products have at most 6 factors of magnitude at most 3.
+        98..=101 => {
+            if rank == 0 {
+                return None;
+            }
+            let dim = rng.below(rank);
+            let is = index_shape(rng, &xs, dim);
+            let count: usize = is.iter().product();
+            let idx: Vec<i64> = (0..count).map(|_| rng.below(xs[dim]) as i64).collect();
+            let ss: Vec<usize> = is
+                .iter()
+                .map(|&n| {
+                    if rng.chance(0.2) {
+                        n + rng.int(1, 2)
+                    } else {
+                        n
+                    }
+                })
+                .collect();
+            let reduce = rng.pick(&["sum", "prod", "mean", "amax", "amin", "scatter"]);
+            let include_self = rng.chance(0.5);
+            let ties = matches!(reduce, "amax" | "amin") && !b.fd_safe && rng.chance(0.6);
+            let zeros = reduce == "prod" && !b.fd_safe && rng.chance(0.5);
+            let x_dtype = b.v[x].dtype;
+            let dtype = if ties { x_dtype } else { b.leaf_dtype(rng) };
+            let mut data: Vec<f64> = (0..ss.iter().product::<usize>())
+                .map(|_| {
+                    if ties {
+                        rng.int(0, 6) as f64 * 0.5 - 1.5
+                    } else if zeros && rng.chance(0.3) {
+                        0.0
+                    } else if reduce == "prod" {
+                        rng.range(-1.5, 1.5)
+                    } else {
+                        rng.range(-2.0, 2.0)
+                    }
+                })
+                .collect();
+            // Per index position: the place of x it lands on and the src element it reads.
+            let at: Vec<(usize, usize)> = (0..count)
+                .map(|f| {
+                    let mut c = unravel(f, &is);
+                    let from = ravel_broadcast(&c, &ss);
+                    c[dim] = idx[f] as usize;
+                    (ravel_broadcast(&c, &xs), from)
+                })
+                .collect();
+            // (Only a leaf's values are the same in every evaluation.)
+            if ties && matches!(b.p.nodes[x], Node::Leaf { .. }) {
+                for &(p, from) in &at {
+                    if rng.chance(0.5) {
+                        data[from] = xv[p];
+                    }
+                }
+            }
+            let round = |v: f64, d: DType| if d == DType::F32 { v as f32 as f64 } else { v };
+            let data: Vec<f64> = data.iter().map(|&v| round(v, dtype)).collect();
+            // The values each place combines, converted to x's dtype.
+            let mut places: Vec<Vec<f64>> = xv
+                .iter()
+                .map(|&v| if include_self { vec![v] } else { vec![] })
+                .collect();
+            for &(p, from) in &at {
+                places[p].push(round(data[from], x_dtype));
+            }
+            let ok = match reduce {
+                "amax" | "amin" => places
+                    .iter()
+                    .all(|g| clear_winner(g, reduce == "amax", !b.fd_safe)),
+                "prod" => places
+                    .iter()
+                    .all(|g| g.len() <= 6 && g.iter().all(|v| v.abs() <= 3.0)),
+                _ => true,
+            };
+            if !ok {
+                return None;
+            }
+            let index = b.push(Node::Index {
+                data: idx,
+                shape: is,
+            })?;
+            let src = b.push(Node::Leaf {
+                data,
+                shape: ss,
+                dtype,
+            })?;
+            let dim = signed_axis(rng, dim, rank);
+            if reduce == "scatter" {
+                Step::Scatter { x, dim, index, src }
+            } else {
+                Step::ScatterReduce {
+                    x,
+                    dim,
+                    index,
+                    src,
+                    reduce,
+                    include_self,
+                }
+            }
+        }
         // Realize an intermediate (backward then runs through its kept history).
         _ => {
             // (Nothing downstream of a cross entropy: realizing it, or a value computed from
@@ -1440,6 +1601,8 @@ fn propose(rng: &mut Rng, b: &mut Builder) -> Option<()> {
 struct Config {
     max_steps: usize,
     f64_only: bool,
+    /// See [`Builder::fd_safe`].
+    fd_safe: bool,
 }
 
 fn generate(seed: u64, cfg: &Config) -> Program {
@@ -1454,6 +1617,7 @@ fn generate(seed: u64, cfg: &Config) -> Program {
         t: vec![],
         v: vec![],
         f64_only: cfg.f64_only,
+        fd_safe: cfg.fd_safe,
     };
     for _ in 0..rng.int(1, 3) {
         let s = random_shape(&mut rng);
@@ -1739,6 +1903,7 @@ fn fuzz_mixed_precision() {
     let cfg = Config {
         max_steps: env_usize("KILN_GRAD_FUZZ_STEPS", 12),
         f64_only: false,
+        fd_safe: false,
     };
     fuzz(first_seed(0), cases, &cfg);
 }
@@ -1749,13 +1914,15 @@ fn fuzz_f64() {
     let cfg = Config {
         max_steps: env_usize("KILN_GRAD_FUZZ_STEPS", 12),
         f64_only: true,
+        fd_safe: false,
     };
     fuzz(first_seed(1 << 32), cases, &cfg);
 }
 
 // ---------------------------------------------------------------------------------------
 // The oracle checked on its own: reference gradients vs central differences of the
-// reference evaluator, on generated f64 programs.
+// reference evaluator, on generated f64 programs (without `scatter_reduce`'s exact ties and
+// zeros: see `Builder::fd_safe`).
 
 #[test]
 fn reference_gradients_match_finite_differences() {
@@ -1763,6 +1930,7 @@ fn reference_gradients_match_finite_differences() {
     let cfg = Config {
         max_steps: 8,
         f64_only: true,
+        fd_safe: true,
     };
     for seed in 0..cases {
         let p = generate(0xFD00 + seed, &cfg);
@@ -1999,6 +2167,67 @@ fn zeros_in_cumprod_and_prod() {
 }
 
 #[test]
+fn ties_and_zeros_in_scatter_reduce() {
+    // Place 0 takes self 1.0 and 1.0, 0.5 (a two-way tie with self), place 1 self 5.0 and
+    // 2.0, place 2 self 3.0 and 3.0, 3.0 (a three-way tie).
+    let idx = Tensor::from_vec(vec![0i64, 0, 2, 2, 1], [5]);
+    let x = f64s(&[1.0, 5.0, 3.0]);
+    let v = f64s(&[1.0, 0.5, 3.0, 3.0, 2.0]);
+    // Place 0 takes self 2.0 and 0.0, 4.0 (one zero), place 1 self 0.0 and 5.0, place 2
+    // self 3.0 and 0.0, 0.0 (two zeros).
+    let xz = f64s(&[2.0, 0.0, 3.0]);
+    let vz = f64s(&[0.0, 4.0, 0.0, 0.0, 5.0]);
+    for dt in [DType::F64, DType::F32] {
+        for reduce in ["amax", "amin", "prod", "mean", "sum"] {
+            for include_self in [true, false] {
+                let (a, b) = if reduce == "prod" {
+                    (&xz, &vz)
+                } else {
+                    (&x, &v)
+                };
+                let name = format!("scatter_reduce {reduce} include_self={include_self} {dt}");
+                three_way(
+                    &name,
+                    &[(a.clone(), vec![3], dt), (b.clone(), vec![5], dt)],
+                    |t, _| t[0].scatter_reduce(0, &idx, &t[1], reduce, include_self),
+                );
+            }
+        }
+        three_way(
+            "scatter with repeats",
+            &[(x.clone(), vec![3], dt), (v.clone(), vec![5], dt)],
+            |t, _| t[0].scatter(0, &idx, &t[1]).exp(),
+        );
+    }
+    // The exact values (PyTorch's): ties share evenly, self included; a zero factor gets
+    // the product of the others, everything else at a place with a zero gets zero.
+    let expect = |reduce: &str, a: &[f64], b: &[f64], want: [&[f64]; 2]| {
+        let ta = Tensor::from_vec(a.to_vec(), [3]).requires_grad_(true);
+        let tb = Tensor::from_vec(b.to_vec(), [5]).requires_grad_(true);
+        let out = ta.scatter_reduce(0, &idx, &tb, reduce, true);
+        let got = reference_grad_of_sum(&[ta.clone(), tb.clone()], &out);
+        assert_eq!(got[0], want[0], "reference {reduce}: self");
+        assert_eq!(got[1], want[1], "reference {reduce}: src");
+        out.sum(..).backward().unwrap();
+        let k = [ta.grad().unwrap(), tb.grad().unwrap()].map(|g| g.to_vec::<f64>().unwrap());
+        for (g, w) in k.iter().zip(want) {
+            for (p, q) in g.iter().zip(w) {
+                assert!((p - q).abs() < 1e-12, "kiln {reduce}: {k:?}");
+            }
+        }
+    };
+    let (h, t) = (0.5, 1.0 / 3.0);
+    expect("amax", &x, &v, [&[h, 1.0, t], &[h, 0.0, t, t, 0.0]]);
+    expect("amin", &x, &v, [&[0.0, 0.0, t], &[0.0, 1.0, t, t, 1.0]]);
+    expect(
+        "prod",
+        &xz,
+        &vz,
+        [&[0.0, 5.0, 0.0], &[8.0, 0.0, 0.0, 0.0, 0.0]],
+    );
+}
+
+#[test]
 fn broadcasts_through_expand() {
     for dt in [DType::F64, DType::F32] {
         let col = (f64s(&[0.5, -1.0, 2.0]), vec![3, 1], dt);
@@ -2154,4 +2383,18 @@ fn reference_api_contract() {
     let g = grad::gradients(&h.sum(..), None, &[&logits]).unwrap();
     let e: Vec<f64> = [0.5f64, -1.0, 2.0, 0.0].iter().map(|v| v.exp()).collect();
     assert_eq!(g[0].to_f64(), e);
+}
+
+/// A random index shape for `xs` along `dim`: 1 to 4 along it, at most `xs` off it.
+fn index_shape(rng: &mut Rng, xs: &[usize], dim: usize) -> Vec<usize> {
+    xs.iter()
+        .enumerate()
+        .map(|(d, &n)| {
+            if d == dim {
+                rng.int(1, 4)
+            } else {
+                rng.int(1, n)
+            }
+        })
+        .collect()
 }

@@ -402,6 +402,34 @@ fn indexing_joining_and_masking_ops() {
         ],
         |t| t[0].scatter_add(0, &sidx, &t[1]).exp(),
     );
+    // Distinct values away from zero: no ties for amax/amin, no zero factors for prod.
+    for reduce in ["sum", "prod", "mean", "amax", "amin"] {
+        for include_self in [true, false] {
+            check(
+                &format!("scatter_reduce {reduce} include_self={include_self}"),
+                &[
+                    (values(3, 30, 0.5, 2.0), vec![3]),
+                    (values(5, 31, 0.5, 2.0), vec![5]),
+                ],
+                |t| {
+                    let i = Tensor::from_vec(vec![0i64, 2, 0, 0, 2], [5]);
+                    t[0].scatter_reduce(0, &i, &t[1], reduce, include_self)
+                        .sin()
+                },
+            );
+        }
+    }
+    check(
+        "scatter",
+        &[
+            (values(6, 32, -1.0, 1.0), vec![2, 3]),
+            (values(6, 33, -1.0, 1.0), vec![3, 2]),
+        ],
+        |t| {
+            let i = Tensor::from_vec(vec![2i64, 0, 1, 1], [2, 2]);
+            t[0].scatter(1, &i, &t[1]).exp()
+        },
+    );
     check(
         "cat",
         &[

@@ -9,7 +9,7 @@
 use crate::dtype::DType;
 use crate::error::{KilnError, Result};
 use crate::graph::{BinaryOp, Op, ReduceOp, UnaryOp};
-use crate::ops::ScanOp;
+use crate::ops::{ScanOp, ScatterReduce};
 use crate::shape::{Movement, SliceRange};
 use crate::tensor::Tensor;
 
@@ -76,10 +76,97 @@ pub(super) fn vjp(
         Op::ToDevice(_) => vec![Some(g.try_to(x(0)?.device())?)],
         // The gradient of an indexed load sums back into the table's places.
         Op::Gather { axis } => vec![Some(x(0)?.scattered(*axis, x(1)?, g)?), None],
-        Op::ScatterAdd { axis } => vec![None, Some(g.try_gather(*axis as isize, x(0)?)?)],
+        Op::Scatter { axis, reduce } => {
+            let init = inputs.get(2);
+            let (gv, gi) = scatter(*reduce, *axis, x(0)?, x(1)?, init, out, g)?;
+            let mut v = vec![None, need(1).then_some(gv)];
+            if init.is_some() {
+                v.push(need(2).then_some(gi));
+            }
+            v
+        }
         Op::Scan { op, axis } => vec![Some(scan(*op, *axis, x(0)?, out, g)?)],
         Op::Buffer | Op::Generate(_) | Op::Assign | Op::ArgSort { .. } => {
             vec![None; inputs.len()]
+        }
+    })
+}
+
+/// Gradients of a scatter's values and initial value (PyTorch's rules). `sum`: the
+/// gradient at each value's place. `amax`/`amin`: shared evenly by every contributor equal
+/// to the result. `prod`: the product of the place's other contributors, exact with
+/// zeros (from the count of zeros and the product of the nonzero ones). Without `init`
+/// the second gradient is unused.
+fn scatter(
+    reduce: ScatterReduce,
+    axis: usize,
+    idx: &Tensor,
+    v: &Tensor,
+    init: Option<&Tensor>,
+    out: &Tensor,
+    g: &Tensor,
+) -> Result<(Tensor, Tensor)> {
+    let ax = axis as isize;
+    let at = |t: &Tensor| t.try_gather(ax, idx);
+    // `t` summed into the output's places (as f32 or wider: counts of equal values).
+    let sum_in = |t: &Tensor, start: Option<&Tensor>| -> Result<Tensor> {
+        match start {
+            Some(s) => s.scatter_reduced(axis, ScatterReduce::Sum, idx, t, true),
+            None => out.scatter_reduced(axis, ScatterReduce::Sum, idx, t, false),
+        }
+    };
+    let zero = Tensor::try_full_on((), 0, g.dtype(), g.device())?;
+    Ok(match reduce {
+        ScatterReduce::Sum => (at(g)?, g.clone()),
+        ScatterReduce::Amax | ScatterReduce::Amin => {
+            let hit_v = v.try_eq(&at(out)?)?;
+            let hit_i = init.map(|i| i.try_eq(out)).transpose()?;
+            let ones = hit_v.try_cast(g.dtype())?;
+            let start = hit_i.as_ref().map(|h| h.try_cast(g.dtype())).transpose()?;
+            let count = sum_in(&ones, start.as_ref())?;
+            let share = g.try_div(&count)?;
+            let gv = Tensor::try_where(&hit_v, &at(&share)?, &zero)?;
+            let gi = match hit_i {
+                Some(h) => Tensor::try_where(&h, &share, &zero)?,
+                None => zero.clone(),
+            };
+            (gv, gi)
+        }
+        ScatterReduce::Prod => {
+            let z_v = v.try_eq(0)?;
+            let one = Tensor::try_full_on((), 1, v.dtype(), v.device())?;
+            let nz_v = Tensor::try_where(&z_v, &one, v)?;
+            let z_i = init.map(|i| i.try_eq(0)).transpose()?;
+            let nz_i = match (init, &z_i) {
+                (Some(i), Some(z)) => Some(Tensor::try_where(z, &one, i)?),
+                _ => None,
+            };
+            // Zeros per place and the product of the nonzero contributors.
+            let zeros = sum_in(
+                &z_v.try_cast(g.dtype())?,
+                z_i.as_ref()
+                    .map(|z| z.try_cast(g.dtype()))
+                    .transpose()?
+                    .as_ref(),
+            )?;
+            let prod_nz = match &nz_i {
+                Some(s) => s.scatter_reduced(axis, ScatterReduce::Prod, idx, &nz_v, true)?,
+                None => out.scatter_reduced(axis, ScatterReduce::Prod, idx, &nz_v, false)?,
+            };
+            let gp = g.try_mul(&prod_nz)?;
+            // A zero contributor gets the others' product when it is the only zero; a
+            // nonzero one gets the product over itself when there is no zero.
+            let rule = |z: &Tensor, nz: &Tensor, zc: &Tensor, gp: &Tensor| -> Result<Tensor> {
+                let if_zero = Tensor::try_where(&zc.try_eq(1)?, gp, &zero)?;
+                let if_not = Tensor::try_where(&zc.try_eq(0)?, &gp.try_div(nz)?, &zero)?;
+                Tensor::try_where(z, &if_zero, &if_not)
+            };
+            let gv = rule(&z_v, &nz_v, &at(&zeros)?, &at(&gp)?)?;
+            let gi = match (&z_i, &nz_i) {
+                (Some(z), Some(nz)) => rule(z, nz, &zeros, &gp)?,
+                _ => zero.clone(),
+            };
+            (gv, gi)
         }
     })
 }

@@ -25,7 +25,7 @@ pub use passes::{KernelPasses, Pass};
 pub use program::{BufferRef, BufferSpec, CompiledSlot, PlannedKernel, Program, Step};
 
 use crate::dtype::{DType, Scalar};
-use crate::ops::{BinaryOp, GenKind, ReduceOp, UnaryOp};
+use crate::ops::{BinaryOp, GenKind, ReduceOp, ScatterReduce, UnaryOp};
 use crate::shape::View;
 
 /// Index of an instruction in [`Kernel::ops`].
@@ -281,9 +281,11 @@ impl MatmulSpec {
     }
 }
 
-/// The sums a scatter kernel computes: over every position `p` of the index's shape,
-/// `out[p with p[axis] = index[p]] += values[p]`, into a zeroed output. Views have the
-/// index's shape; the output is `out`, row-major over the kernel's shape.
+/// What a scatter kernel computes: over every position `p` of the index's shape, in
+/// row-major order, `out[q] = reduce(out[q], values[p])` with `q = p with p[axis] =
+/// index[p]`. The output starts as `init` (read through its view) or, without one, at the
+/// reduction's identity. The index and values views have the index's shape, `init`'s the
+/// kernel's; the output is `out`, row-major over the kernel's shape.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ScatterSpec {
     /// Index of the i64 index buffer in [`Kernel::args`].
@@ -296,6 +298,10 @@ pub struct ScatterSpec {
     pub values_view: View,
     /// The output axis the index selects along.
     pub axis: usize,
+    /// How values meeting in one place combine.
+    pub reduce: ScatterReduce,
+    /// Index and view (the kernel's shape) of the buffer the output starts as, if any.
+    pub init: Option<(usize, View)>,
     /// Index of the output buffer in [`Kernel::args`].
     pub out: usize,
 }
@@ -462,8 +468,9 @@ impl Kernel {
         Ok(())
     }
 
-    /// A scatter's views lie inside their buffers, its index is i64, and every position's
-    /// off-axis coordinates lie inside the output.
+    /// A scatter's views lie inside their buffers, its index is i64, every position's
+    /// off-axis coordinates lie inside the output, and its initial value is shaped and
+    /// typed as the output.
     fn validate_scatter(&self, s: &ScatterSpec) -> Result<(), String> {
         let arg = |i: usize| self.args.get(i).ok_or(format!("scatter: bad arg {i}"));
         let (ia, va, oa) = (arg(s.index)?, arg(s.values)?, arg(s.out)?);
@@ -478,7 +485,17 @@ impl Kernel {
         {
             return Err("scatter: inconsistent shapes or dtypes".into());
         }
-        for (v, a) in [(&s.index_view, ia), (&s.values_view, va)] {
+        let mut views = vec![(&s.index_view, ia), (&s.values_view, va)];
+        if let Some((i, v)) = &s.init {
+            let a = arg(*i)?;
+            if a.dtype != oa.dtype || v.shape != self.shape {
+                return Err(
+                    "scatter: the initial value's shape or dtype is not the output's".into(),
+                );
+            }
+            views.push((v, a));
+        }
+        for (v, a) in views {
             if let Some((lo, hi)) = v.offset_bounds()
                 && (lo < 0 || hi as usize >= a.numel || v.mask.is_some())
             {

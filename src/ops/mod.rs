@@ -22,7 +22,7 @@ pub use reduce::ReduceOp;
 pub use unary::{Accepts, Domain, UnaryInfo, UnaryOp};
 
 use crate::device::Device;
-use crate::dtype::ComputeType;
+use crate::dtype::{ComputeType, DType};
 use crate::shape::Movement;
 
 /// How costly an op is per element. Fused row reductions save `Polynomial` values across
@@ -174,12 +174,17 @@ pub enum Op {
         /// The axis of `src` that `index` selects along.
         axis: usize,
     },
-    /// Sums values into their indexed places: `out[c with c[axis] = index[c]] += values[c]`
-    /// over a zero tensor of the node's shape. Inputs `[index, values]` (same shape). The
-    /// gradient of `Gather`; deterministic on the CPU.
-    ScatterAdd {
+    /// Reduces values into their indexed places: `out[c with c[axis] = index[c]] =
+    /// reduce(out[..], values[c])` for every position `c` of the index, in row-major order.
+    /// Inputs `[index, values]` (same shape; the output starts at the reduction's identity)
+    /// or `[index, values, init]` (`init` has the node's shape and dtype and is where the
+    /// output starts: PyTorch's `include_self`). `Sum` without `init` is the gradient of
+    /// `Gather`. Deterministic on the CPU.
+    Scatter {
         /// The axis of the output that `index` selects along.
         axis: usize,
+        /// How values meeting in one place combine.
+        reduce: ScatterReduce,
     },
     /// Running sums or products along `axis` (PyTorch's `cumsum`, `cumprod`): the output has
     /// the input's shape and dtype. Floats accumulate in f64 and round each output once;
@@ -199,6 +204,80 @@ pub enum Op {
         /// Largest first when true.
         descending: bool,
     },
+}
+
+/// How a [`Op::Scatter`] combines the values that meet in one place (PyTorch's
+/// `scatter_reduce` names; `mean` is a sum divided by a count, composed in the tensor API).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ScatterReduce {
+    /// `sum` (`scatter_add`).
+    Sum,
+    /// `prod`.
+    Prod,
+    /// `amax` (NaN wins).
+    Amax,
+    /// `amin` (NaN wins).
+    Amin,
+}
+
+impl ScatterReduce {
+    /// The PyTorch name (`reduce=` of `scatter_reduce`).
+    pub fn name(self) -> &'static str {
+        match self {
+            ScatterReduce::Sum => "sum",
+            ScatterReduce::Prod => "prod",
+            ScatterReduce::Amax => "amax",
+            ScatterReduce::Amin => "amin",
+        }
+    }
+
+    /// Where a float place starts when nothing is reduced into it: 0, 1, -∞ or +∞.
+    pub fn float_identity(self) -> f64 {
+        match self {
+            ScatterReduce::Sum => 0.0,
+            ScatterReduce::Prod => 1.0,
+            ScatterReduce::Amax => f64::NEG_INFINITY,
+            ScatterReduce::Amin => f64::INFINITY,
+        }
+    }
+
+    /// Where an integer or bool place of `dtype` starts: 0, 1, or the dtype's lowest or
+    /// highest value (false or true for bool).
+    pub fn int_identity(self, dtype: DType) -> i64 {
+        let (lo, hi) = match dtype {
+            DType::Bool => (0, 1),
+            DType::U8 => (0, u8::MAX as i64),
+            DType::I32 => (i32::MIN as i64, i32::MAX as i64),
+            _ => (i64::MIN, i64::MAX),
+        };
+        match self {
+            ScatterReduce::Sum => 0,
+            ScatterReduce::Prod => 1,
+            ScatterReduce::Amax => lo,
+            ScatterReduce::Amin => hi,
+        }
+    }
+
+    /// `a` combined with `b` in f64 (NaN wins `amax` and `amin`).
+    pub fn combine_f64(self, a: f64, b: f64) -> f64 {
+        match self {
+            ScatterReduce::Sum => a + b,
+            ScatterReduce::Prod => a * b,
+            ScatterReduce::Amax => max_nan(a, b),
+            ScatterReduce::Amin => min_nan(a, b),
+        }
+    }
+
+    /// `a` combined with `b` as integers (sums and products wrap in i64; the caller wraps
+    /// to the dtype).
+    pub fn combine_i64(self, a: i64, b: i64) -> i64 {
+        match self {
+            ScatterReduce::Sum => a.wrapping_add(b),
+            ScatterReduce::Prod => a.wrapping_mul(b),
+            ScatterReduce::Amax => a.max(b),
+            ScatterReduce::Amin => a.min(b),
+        }
+    }
 }
 
 /// The running total a [`Op::Scan`] keeps.
@@ -237,7 +316,10 @@ impl Op {
             Op::ToDevice(d) => format!("to({d})"),
             Op::Assign => "assign".into(),
             Op::Gather { axis } => format!("gather[{axis}]"),
-            Op::ScatterAdd { axis } => format!("scatter_add[{axis}]"),
+            Op::Scatter { axis, reduce } => match reduce {
+                ScatterReduce::Sum => format!("scatter_add[{axis}]"),
+                _ => format!("scatter_{}[{axis}]", reduce.name()),
+            },
             Op::Scan { op, axis } => format!("{}[{axis}]", op.name()),
             Op::ArgSort { axis, descending } => {
                 format!("argsort[{axis}{}]", if *descending { ", desc" } else { "" })
@@ -261,7 +343,10 @@ impl Op {
             Op::ToDevice(_) => "to",
             Op::Assign => "assign",
             Op::Gather { .. } => "gather",
-            Op::ScatterAdd { .. } => "scatter_add",
+            Op::Scatter { reduce, .. } => match reduce {
+                ScatterReduce::Sum => "scatter_add",
+                _ => "scatter_reduce",
+            },
             Op::Scan { op, .. } => op.name(),
             Op::ArgSort { .. } => "argsort",
         }
@@ -280,7 +365,7 @@ impl Op {
             | Op::Contiguous
             | Op::ToDevice(_)
             | Op::Gather { .. }
-            | Op::ScatterAdd { .. }
+            | Op::Scatter { .. }
             | Op::Scan { .. } => true,
             Op::Buffer | Op::Generate(_) | Op::Assign | Op::ArgSort { .. } => false,
         }
@@ -293,7 +378,7 @@ impl Op {
         match self {
             Op::Matmul
             | Op::ToDevice(_)
-            | Op::ScatterAdd { .. }
+            | Op::Scatter { .. }
             | Op::Scan { .. }
             | Op::ArgSort { .. } => true,
             Op::Gather { .. } => i == 0,
@@ -314,7 +399,7 @@ impl Op {
             | Op::Contiguous
             | Op::ToDevice(_)
             | Op::Assign
-            | Op::ScatterAdd { .. }
+            | Op::Scatter { .. }
             | Op::Scan { .. }
             | Op::ArgSort { .. } => false,
         }

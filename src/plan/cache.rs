@@ -128,7 +128,7 @@ fn encode_op(op: &Op, w: &mut Vec<u64>) {
         Op::ToDevice(d) => w.extend([11, device_code(*d)]),
         Op::Assign => w.push(12),
         Op::Gather { axis } => w.extend([13, *axis as u64]),
-        Op::ScatterAdd { axis } => w.extend([14, *axis as u64]),
+        Op::Scatter { axis, reduce } => w.extend([14, *axis as u64, *reduce as u64]),
         Op::Scan { op, axis } => w.extend([15, *op as u64, *axis as u64]),
         Op::ArgSort { axis, descending } => w.extend([16, *axis as u64, *descending as u64]),
     }

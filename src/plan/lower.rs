@@ -28,7 +28,7 @@ use crate::kernel::{
     BufferRef, Instr, IrOp, Kernel, KernelArg, Level, MatmulSpec, PlannedKernel, ScatterSpec,
     Special, Step, ValueId,
 };
-use crate::ops::Generator;
+use crate::ops::{Generator, ScatterReduce};
 use crate::shape::{Movement, View, numel};
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -77,7 +77,9 @@ pub fn lower(
             continue;
         }
         let (kernel, args) = match node.op {
-            PlanOp::Op(Op::ScatterAdd { axis }) => scatter_kernel(vg, fusion, g, axis, step)?,
+            PlanOp::Op(Op::Scatter { axis, reduce }) => {
+                scatter_kernel(vg, fusion, g, axis, reduce, step)?
+            }
             PlanOp::Op(Op::Scan { .. } | Op::ArgSort { .. }) => lanes_kernel(vg, fusion, g, step)?,
             _ => Lowerer::new(vg, fusion, g).run(step)?,
         };
@@ -102,6 +104,7 @@ fn scatter_kernel(
     fusion: &FusionPlan,
     group: usize,
     axis: usize,
+    reduce: ScatterReduce,
     step: usize,
 ) -> Result<(Kernel, Vec<BufferRef>), LowerError> {
     let root = fusion.groups[group].root;
@@ -126,9 +129,11 @@ fn scatter_kernel(
         });
         views.push(view);
     }
+    let init = (views.len() == 3).then(|| views.pop()).flatten();
     let (Some(values_view), Some(index_view)) = (views.pop(), views.pop()) else {
         return Err(fatal("scatter needs an index and values"));
     };
+    let out = args.len();
     args.push(KernelArg {
         dtype: node.dtype,
         numel: numel(&node.shape),
@@ -137,7 +142,10 @@ fn scatter_kernel(
     });
     refs.push(BufferRef::Planned(group));
     let kernel = Kernel {
-        name: format!("k{step}_scatter_add"),
+        name: match reduce {
+            ScatterReduce::Sum => format!("k{step}_scatter_add"),
+            _ => format!("k{step}_scatter_{}", reduce.name()),
+        },
         shape: node.shape.clone(),
         reduce_axes: vec![],
         args,
@@ -149,7 +157,9 @@ fn scatter_kernel(
             values: 1,
             values_view,
             axis,
-            out: 2,
+            reduce,
+            init: init.map(|v| (2, v)),
+            out,
         })),
         fused_ops: vec![node.op.name()],
     };
@@ -722,7 +732,7 @@ impl<'a> Lowerer<'a> {
                 | Op::ToDevice(_)
                 | Op::Movement(_)
                 | Op::Contiguous
-                | Op::ScatterAdd { .. }
+                | Op::Scatter { .. }
                 | Op::Scan { .. }
                 | Op::ArgSort { .. },
             ) => {

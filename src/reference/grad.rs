@@ -41,7 +41,7 @@ use super::{RefTensor, evaluate_all, lanes, ravel, unravel};
 use crate::dtype::Scalar;
 use crate::error::{KilnError, Result};
 use crate::graph::{self, BinaryOp, GradFn, Graph, NodeKey, Op, ReduceOp, UnaryOp};
-use crate::ops::ScanOp;
+use crate::ops::{ScanOp, ScatterReduce};
 use crate::shape::{Movement, numel};
 use crate::tensor::Tensor;
 use std::collections::{HashMap, HashSet};
@@ -264,7 +264,14 @@ fn vjp(op: &Op, ins: &[&RefTensor], out: &RefTensor, g: &[f64]) -> Result<Vec<Op
         // The node's value is the value written.
         Op::Assign => vec![None, Some(g.to_vec())],
         Op::Gather { axis } => vec![Some(gather(x(0)?, x(1)?, *axis, out, g)?), None],
-        Op::ScatterAdd { axis } => vec![None, Some(scatter_add(x(0)?, *axis, out, g)?)],
+        Op::Scatter { axis, reduce } => {
+            let (gv, gi) = scatter(*reduce, x(0)?, x(1)?, ins.get(2).copied(), *axis, out, g)?;
+            let mut v = vec![None, Some(gv)];
+            if ins.len() > 2 {
+                v.push(Some(gi));
+            }
+            v
+        }
         Op::Scan { op, axis } => vec![Some(scan(*op, *axis, x(0)?, g))],
         Op::Buffer | Op::Generate(_) | Op::ArgSort { .. } => vec![None; ins.len()],
     })
@@ -601,16 +608,70 @@ fn gather(
     Ok(gx)
 }
 
-/// `out[c with c[axis] = index[c]] += values[c]`: each value's gradient is read from the
-/// place it was added to.
-fn scatter_add(idx: &RefTensor, axis: usize, out: &RefTensor, g: &[f64]) -> Result<Vec<f64>> {
-    (0..numel(&idx.shape))
-        .map(|flat| {
-            let mut c = unravel(flat, &idx.shape);
-            c[axis] = index_at("scatter_add", idx, flat, out.shape[axis])?;
-            Ok(g[ravel(&c, &out.shape)])
-        })
-        .collect()
+/// A scatter's gradients from its definition: every place's contributors (the initial
+/// value, then the values in the index's order) get the place's gradient (`sum`), the
+/// product of the other contributors (`prod`, by multiplication alone), or an even share
+/// among the contributors equal to the result (`amax`, `amin`).
+fn scatter(
+    reduce: ScatterReduce,
+    idx: &RefTensor,
+    values: &RefTensor,
+    init: Option<&RefTensor>,
+    axis: usize,
+    out: &RefTensor,
+    g: &[f64],
+) -> Result<(Vec<f64>, Vec<f64>)> {
+    let n_out = numel(&out.shape);
+    let vals = values.to_f64();
+    let inits = init.map(|t| t.to_f64());
+    let res = out.to_f64();
+    // Contributors per place: `None` for the initial value, `Some(p)` for value `p`.
+    let mut who: Vec<Vec<Option<usize>>> = vec![vec![]; n_out];
+    if inits.is_some() {
+        for w in &mut who {
+            w.push(None);
+        }
+    }
+    for flat in 0..numel(&idx.shape) {
+        let mut c = unravel(flat, &idx.shape);
+        c[axis] = index_at("scatter_reduce", idx, flat, out.shape[axis])?;
+        who[ravel(&c, &out.shape)].push(Some(flat));
+    }
+    let value = |w: Option<usize>, o: usize| match (w, &inits) {
+        (Some(p), _) => vals[p],
+        (None, Some(i)) => i[o],
+        (None, None) => 0.0,
+    };
+    let (mut gv, mut gi) = (vec![0.0; vals.len()], vec![0.0; n_out]);
+    for (o, list) in who.iter().enumerate() {
+        let equal = list.iter().filter(|&&w| value(w, o) == res[o]).count() as f64;
+        for (k, &w) in list.iter().enumerate() {
+            let grad = match reduce {
+                ScatterReduce::Sum => g[o],
+                ScatterReduce::Prod => {
+                    let others: f64 = list
+                        .iter()
+                        .enumerate()
+                        .filter(|&(j, _)| j != k)
+                        .map(|(_, &u)| value(u, o))
+                        .product();
+                    g[o] * others
+                }
+                ScatterReduce::Amax | ScatterReduce::Amin => {
+                    if value(w, o) == res[o] {
+                        g[o] / equal
+                    } else {
+                        0.0
+                    }
+                }
+            };
+            match w {
+                Some(p) => gv[p] = grad,
+                None => gi[o] = grad,
+            }
+        }
+    }
+    Ok((gv, gi))
 }
 
 /// cumsum: `gx_i = Σ_{j ≥ i} g_j`. cumprod: `gx_i = Σ_{j ≥ i} g_j · Π_{k ≤ j, k ≠ i} x_k`,

@@ -9,7 +9,7 @@ use crate::dtype::{DType, Scalar};
 use crate::error::{KilnError, Result};
 use crate::graph::{self, BinaryOp, Generator, Graph, NodeKey, Op, ReduceOp, UnaryOp};
 use crate::memory::buffer::Access;
-use crate::ops::{Applied, ScanOp};
+use crate::ops::{Applied, ScanOp, ScatterReduce};
 use crate::random;
 use crate::shape::{Movement, contiguous_strides, numel};
 use crate::tensor::Tensor;
@@ -209,7 +209,15 @@ fn evaluate_all(g: &Graph, targets: &[NodeKey]) -> Result<HashMap<NodeKey, RefTe
             Op::Contiguous | Op::ToDevice(_) => ins[0].clone(),
             Op::Assign => ins[1].clone(),
             Op::Gather { axis } => gather(ins[0], ins[1], *axis, &shape)?,
-            Op::ScatterAdd { axis } => scatter_add(ins[0], ins[1], *axis, &shape, dt)?,
+            Op::Scatter { axis, reduce } => scatter(
+                ins[0],
+                ins[1],
+                ins.get(2).copied(),
+                *axis,
+                *reduce,
+                &shape,
+                dt,
+            )?,
             Op::Scan { op, axis } => scan(ins[0], *op, *axis, dt),
             Op::ArgSort { axis, descending } => argsort(ins[0], *axis, *descending),
         };
@@ -543,24 +551,42 @@ fn argsort(x: &RefTensor, axis: usize, descending: bool) -> RefTensor {
     RefTensor::from_scalars(x.shape.clone(), DType::I64, vals.into_iter())
 }
 
-fn scatter_add(
+fn scatter(
     idx: &RefTensor,
     values: &RefTensor,
+    init: Option<&RefTensor>,
     axis: usize,
+    reduce: ScatterReduce,
     shape: &[usize],
     dt: DType,
 ) -> Result<RefTensor> {
-    let mut acc = vec![0.0f64; numel(shape)];
+    let n = numel(shape);
+    let mut places = Vec::with_capacity(numel(&idx.shape));
     for flat in 0..numel(&idx.shape) {
         let mut c = unravel(flat, &idx.shape);
         c[axis] = index_at(idx, flat, shape[axis])?;
-        acc[ravel(&c, shape)] += values.get(flat).to_f64();
+        places.push(ravel(&c, shape));
     }
-    Ok(RefTensor::from_scalars(
-        shape.to_vec(),
-        dt,
-        acc.into_iter().map(Scalar::Float),
-    ))
+    let out = if dt.is_float() {
+        let mut acc: Vec<f64> = match init {
+            Some(t) => (0..n).map(|i| t.get(i).to_f64()).collect(),
+            None => vec![reduce.float_identity(); n],
+        };
+        for (flat, &o) in places.iter().enumerate() {
+            acc[o] = reduce.combine_f64(acc[o], values.get(flat).to_f64());
+        }
+        RefTensor::from_scalars(shape.to_vec(), dt, acc.into_iter().map(Scalar::Float))
+    } else {
+        let mut acc: Vec<i64> = match init {
+            Some(t) => (0..n).map(|i| t.get(i).to_i64()).collect(),
+            None => vec![reduce.int_identity(dt); n],
+        };
+        for (flat, &o) in places.iter().enumerate() {
+            acc[o] = reduce.combine_i64(acc[o], values.get(flat).to_i64());
+        }
+        RefTensor::from_scalars(shape.to_vec(), dt, acc.into_iter().map(Scalar::Int))
+    };
+    Ok(out)
 }
 
 fn matmul(a: &RefTensor, b: &RefTensor, shape: &[usize], dt: DType) -> RefTensor {

@@ -2,10 +2,11 @@
 //! fuses into the kernels around it) and `scatter_add` (the gradient of a gather; sums are
 //! deterministic on the CPU).
 
-use super::{Tensor, unwrap_or_panic};
+use super::{Operand, Tensor, unwrap_or_panic};
 use crate::dtype::DType;
 use crate::error::{KilnError, Result};
 use crate::graph::Op;
+use crate::ops::ScatterReduce;
 use crate::shape::normalize_axis;
 
 impl Tensor {
@@ -155,7 +156,8 @@ impl Tensor {
     }
 
     /// PyTorch's `scatter_add`: `self` plus `src` summed into the places `index` names along
-    /// `dim` (`out[index[i][j]][j] += src[i][j]` for `dim = 0`). Deterministic on the CPU.
+    /// `dim` (`out[index[i][j]][j] += src[i][j]` for `dim = 0`; a `src` larger than the index
+    /// is read in its index-shaped corner). Deterministic on the CPU.
     ///
     /// ```
     /// use kiln::{DType, Tensor};
@@ -174,16 +176,240 @@ impl Tensor {
         let axis = normalize_axis("scatter_add", dim, self.shape())?;
         let index = self.index_operand("scatter_add", index)?;
         self.check_index_shape("scatter_add", &index, axis)?;
-        if src.shape() != index.shape() {
-            return Err(KilnError::ShapeMismatch {
-                op: "scatter_add",
-                lhs: index.shape().to_vec(),
-                rhs: src.shape().to_vec(),
-                detail: ": the index and the values must have the same shape".into(),
+        let src = self.scatter_source("scatter_add", &index, src)?;
+        let sums = self.scattered(axis, &index, &src)?;
+        self.try_add(&sums)
+    }
+
+    /// `src` cut to `index`'s shape (PyTorch reads only that corner of a larger `src`) and
+    /// cast to this tensor's dtype. `src` must have the index's rank and be no smaller.
+    fn scatter_source(&self, op: &'static str, index: &Tensor, src: &Tensor) -> Result<Tensor> {
+        if src.device() != self.device() {
+            return Err(KilnError::DeviceMismatch {
+                op,
+                lhs: self.device(),
+                rhs: src.device(),
             });
         }
-        let sums = self.scattered(axis, &index, &src.try_cast(self.dtype())?)?;
-        self.try_add(&sums)
+        let fits = src.ndim() == index.ndim()
+            && src.shape().iter().zip(index.shape()).all(|(&s, &i)| i <= s);
+        if !fits {
+            return Err(KilnError::ShapeMismatch {
+                op,
+                lhs: index.shape().to_vec(),
+                rhs: src.shape().to_vec(),
+                detail: ": the values must have the index's rank and be no smaller".into(),
+            });
+        }
+        let src = if src.shape() == index.shape() {
+            src.clone()
+        } else {
+            let ranges: Vec<(isize, isize, isize)> =
+                index.shape().iter().map(|&n| (0, n as isize, 1)).collect();
+            src.try_slice(&ranges)?
+        };
+        src.try_cast(self.dtype())
+    }
+
+    /// PyTorch's `scatter_reduce`: `src` reduced into the places `index` names along `dim`
+    /// (`out[index[i][j]][j] = reduce(out[index[i][j]][j], src[i][j])` for `dim = 0`), with
+    /// `reduce` one of `"sum"`, `"prod"`, `"mean"`, `"amax"` and `"amin"`. With
+    /// `include_self` the reduction starts from `self`'s value; without, places that receive
+    /// values start from the reduction's identity and the others keep `self`'s. `"mean"`
+    /// divides by the number of values reduced (plus one with `include_self`), flooring for
+    /// integers; `"amax"` and `"amin"` propagate NaN. On the CPU values combine in the
+    /// index's row-major order, whatever the thread count; on CUDA through atomics (sums
+    /// and products of floats may round differently from run to run). Half types reduce in
+    /// f32 and round once. The gradient follows PyTorch's: `amax`/`amin` share it evenly
+    /// among every value equal to the result (`self`'s included), `prod` is exact with
+    /// zeros.
+    ///
+    /// ```
+    /// use kiln::Tensor;
+    /// let x = Tensor::from_vec(vec![5.0f32, 1.0, 7.0], &[3]);
+    /// let i = Tensor::from_vec(vec![0i64, 0, 2, 2], &[4]);
+    /// let v = Tensor::from_vec(vec![3.0f32, 9.0, 2.0, 4.0], &[4]);
+    /// let m = x.scatter_reduce(0, &i, &v, "amax", true);
+    /// assert_eq!(m.to_vec::<f32>().unwrap(), vec![9.0, 1.0, 7.0]);
+    /// let p = x.scatter_reduce(0, &i, &v, "prod", false);
+    /// assert_eq!(p.to_vec::<f32>().unwrap(), vec![27.0, 1.0, 8.0]);
+    /// let a = x.scatter_reduce(0, &i, &v, "mean", true);
+    /// assert_eq!(a.to_vec::<f32>().unwrap(), vec![17.0 / 3.0, 1.0, 13.0 / 3.0]);
+    /// ```
+    #[track_caller]
+    pub fn scatter_reduce(
+        &self,
+        dim: isize,
+        index: &Tensor,
+        src: &Tensor,
+        reduce: &str,
+        include_self: bool,
+    ) -> Tensor {
+        unwrap_or_panic(self.try_scatter_reduce(dim, index, src, reduce, include_self))
+    }
+
+    /// Fallible [`Tensor::scatter_reduce`].
+    pub fn try_scatter_reduce(
+        &self,
+        dim: isize,
+        index: &Tensor,
+        src: &Tensor,
+        reduce: &str,
+        include_self: bool,
+    ) -> Result<Tensor> {
+        const OP: &str = "scatter_reduce";
+        let axis = normalize_axis(OP, dim, self.shape())?;
+        let index = self.index_operand(OP, index)?;
+        self.check_index_shape(OP, &index, axis)?;
+        let src = self.scatter_source(OP, &index, src)?;
+        let r = match reduce {
+            "sum" | "mean" => ScatterReduce::Sum,
+            "prod" => ScatterReduce::Prod,
+            "amax" => ScatterReduce::Amax,
+            "amin" => ScatterReduce::Amin,
+            _ => {
+                return Err(KilnError::InvalidArgument {
+                    op: OP,
+                    shape: self.shape().to_vec(),
+                    reason: format!(
+                        "reduce must be \"sum\", \"prod\", \"mean\", \"amax\" or \"amin\", not {reduce:?}"
+                    ),
+                });
+            }
+        };
+        if reduce == "mean" && self.dtype() == DType::Bool {
+            return Err(KilnError::UnsupportedDType {
+                op: OP,
+                dtype: DType::Bool,
+                detail: ": a mean of booleans".into(),
+            });
+        }
+        let acc = if self.dtype().is_half() {
+            DType::F32
+        } else {
+            self.dtype()
+        };
+        let (base, values) = (self.try_cast(acc)?, src.try_cast(acc)?);
+        // How many values each place receives (i64: exact).
+        let counts = || -> Result<Tensor> {
+            let ones = Tensor::try_full_on(index.shape(), 1i64, DType::I64, self.device())?;
+            base.scatter_reduced(axis, ScatterReduce::Sum, &index, &ones, false)
+        };
+        let out = if reduce == "mean" {
+            let sums = base.scatter_reduced(axis, r, &index, &values, include_self)?;
+            let n = counts()?;
+            let n = if include_self { n.try_add(1i64)? } else { n };
+            let d = n.try_clamp_min(1i64)?.try_cast(acc)?;
+            let q = if acc.is_float() {
+                sums.try_div(&d)?
+            } else {
+                sums.try_floor_divide(&d)?
+            };
+            if include_self {
+                q
+            } else {
+                Tensor::try_where(&n.try_gt(0i64)?, &q, &base)?
+            }
+        } else {
+            let s = base.scatter_reduced(axis, r, &index, &values, include_self)?;
+            if include_self {
+                s
+            } else {
+                Tensor::try_where(&counts()?.try_gt(0i64)?, &s, &base)?
+            }
+        };
+        out.try_cast(self.dtype())
+    }
+
+    /// PyTorch's `scatter`: `self` with `src`'s values written at the places `index` names
+    /// along `dim` (`out[index[i][j]][j] = src[i][j]` for `dim = 0`); `src` is a tensor (read
+    /// in its index-shaped corner) or a number written at every place, PyTorch's
+    /// `scatter(dim, index, value)`. Where several values
+    /// land in one place the last in the index's row-major order wins, on every device
+    /// (PyTorch leaves the pick undefined), and only that value receives the place's
+    /// gradient (PyTorch sends it to all of them).
+    ///
+    /// ```
+    /// use kiln::Tensor;
+    /// let x = Tensor::zeros(&[2, 3]);
+    /// let i = Tensor::from_vec(vec![2i64, 0, 1, 1], &[2, 2]);
+    /// let v = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[2, 2]);
+    /// let y = x.scatter(1, &i, &v);
+    /// assert_eq!(y.to_vec::<f32>().unwrap(), vec![2.0, 0.0, 1.0, 0.0, 4.0, 0.0]);
+    /// let z = x.scatter(1, &i, 7.0);
+    /// assert_eq!(z.to_vec::<f32>().unwrap(), vec![7.0, 0.0, 7.0, 0.0, 7.0, 0.0]);
+    /// ```
+    #[track_caller]
+    pub fn scatter<'a>(&self, dim: isize, index: &Tensor, src: impl Into<Operand<'a>>) -> Tensor {
+        unwrap_or_panic(self.try_scatter(dim, index, src))
+    }
+
+    /// Fallible [`Tensor::scatter`].
+    pub fn try_scatter<'a>(
+        &self,
+        dim: isize,
+        index: &Tensor,
+        src: impl Into<Operand<'a>>,
+    ) -> Result<Tensor> {
+        const OP: &str = "scatter";
+        let axis = normalize_axis(OP, dim, self.shape())?;
+        let index = self.index_operand(OP, index)?;
+        self.check_index_shape(OP, &index, axis)?;
+        let src = match src.into() {
+            Operand::Ref(t) => self.scatter_source(OP, &index, t)?,
+            Operand::Owned(t) => self.scatter_source(OP, &index, &t)?,
+            Operand::Scalar(v) => {
+                Tensor::try_full_on(index.shape(), v, self.dtype(), self.device())?
+            }
+        };
+        let n = index.numel();
+        if n == 0 {
+            return Ok(self.clone());
+        }
+        // Each place's last writer: the largest row-major position aimed at it (i64::MIN
+        // where none is), then that position's value.
+        let start = crate::dtype::Scalar::Int(0);
+        let step = crate::dtype::Scalar::Int(1);
+        let positions = Tensor::generate(
+            crate::ops::Generator::Arange { start, step },
+            &[n],
+            DType::I64,
+            self.device(),
+        )?
+        .try_reshape(index.shape())?;
+        let last = self.scatter_reduced(axis, ScatterReduce::Amax, &index, &positions, false)?;
+        let flat = [self.numel() as isize];
+        let picked = src
+            .try_reshape([n as isize])?
+            .try_gather(0, &last.try_clamp_min(0i64)?.try_reshape(flat)?)?
+            .try_reshape(self.shape())?;
+        Tensor::try_where(&last.try_ge(0i64)?, &picked, self)
+    }
+
+    /// `values` reduced by `reduce` into a tensor of this tensor's shape at `index` along
+    /// `axis`, starting from `self` (`include_self`, which must then have `values`' dtype)
+    /// or from the reduction's identity. The result has `values`' dtype.
+    pub(crate) fn scatter_reduced(
+        &self,
+        axis: usize,
+        reduce: ScatterReduce,
+        index: &Tensor,
+        values: &Tensor,
+        include_self: bool,
+    ) -> Result<Tensor> {
+        let op = Op::Scatter { axis, reduce };
+        let inputs: Vec<&Tensor> = if include_self {
+            vec![index, values, self]
+        } else {
+            vec![index, values]
+        };
+        Tensor::record(
+            op,
+            &inputs,
+            self.shape().to_vec(),
+            values.dtype(),
+            self.device(),
+        )
     }
 
     /// A zero tensor of this tensor's shape with `values` summed in at `index` along `axis`
@@ -195,13 +421,7 @@ impl Tensor {
             values.dtype()
         };
         let values = values.try_cast(acc)?;
-        Tensor::record(
-            Op::ScatterAdd { axis },
-            &[index, &values],
-            self.shape().to_vec(),
-            acc,
-            self.device(),
-        )?
-        .try_cast(self.dtype())
+        self.scatter_reduced(axis, ScatterReduce::Sum, index, &values, false)?
+            .try_cast(self.dtype())
     }
 }

@@ -1,7 +1,8 @@
 //! In-place updates in PyTorch's trailing-underscore style (`add_`, `sub_`, `mul_`,
-//! `div_`, `zero_`, `fill_`, `copy_`). They are lazy like every op: the tensor keeps its
-//! identity (every handle to it sees the new value), computations recorded before the
-//! update keep reading the old value, and when the tensor is realized the new value is
+//! `div_`, `zero_`, `fill_`, `copy_`, `scatter_`, `scatter_add_`, `scatter_reduce_`).
+//! They are lazy like every op: the tensor keeps its identity (every handle to it sees
+//! the new value), computations recorded before the update keep reading the old value,
+//! and when the tensor is realized the new value is
 //! written into the tensor's own buffer — after every pending reader of the old value, which
 //! the planner orders first. A value overwritten this way cannot be read afterwards: a
 //! computation that still needs it fails when realized (the buffer's version counter), as
@@ -211,6 +212,69 @@ impl Tensor {
     #[track_caller]
     pub fn copy_(&self, src: &Tensor) -> &Tensor {
         unwrap_or_panic(self.try_copy_(src))
+    }
+
+    /// [`Tensor::scatter`] in place: `src` (a tensor or a number) written at the places
+    /// `index` names along `dim`.
+    ///
+    /// ```
+    /// use kiln::Tensor;
+    /// let x = Tensor::zeros(&[4]);
+    /// x.scatter_(0, &Tensor::from_vec(vec![3i64, 1], &[2]), 5.0);
+    /// assert_eq!(x.to_vec::<f32>().unwrap(), vec![0.0, 5.0, 0.0, 5.0]);
+    /// ```
+    #[track_caller]
+    pub fn scatter_<'a>(&self, dim: isize, index: &Tensor, src: impl Into<Operand<'a>>) -> &Tensor {
+        unwrap_or_panic(self.try_scatter_(dim, index, src))
+    }
+
+    /// Fallible [`Tensor::scatter_`].
+    pub fn try_scatter_<'a>(
+        &self,
+        dim: isize,
+        index: &Tensor,
+        src: impl Into<Operand<'a>>,
+    ) -> Result<&Tensor> {
+        let src = src.into();
+        self.update("scatter_", |x| x.try_scatter(dim, index, src.reborrow()))
+    }
+
+    /// [`Tensor::scatter_add`] in place.
+    #[track_caller]
+    pub fn scatter_add_(&self, dim: isize, index: &Tensor, src: &Tensor) -> &Tensor {
+        unwrap_or_panic(self.try_scatter_add_(dim, index, src))
+    }
+
+    /// Fallible [`Tensor::scatter_add_`].
+    pub fn try_scatter_add_(&self, dim: isize, index: &Tensor, src: &Tensor) -> Result<&Tensor> {
+        self.update("scatter_add_", |x| x.try_scatter_add(dim, index, src))
+    }
+
+    /// [`Tensor::scatter_reduce`] in place.
+    #[track_caller]
+    pub fn scatter_reduce_(
+        &self,
+        dim: isize,
+        index: &Tensor,
+        src: &Tensor,
+        reduce: &str,
+        include_self: bool,
+    ) -> &Tensor {
+        unwrap_or_panic(self.try_scatter_reduce_(dim, index, src, reduce, include_self))
+    }
+
+    /// Fallible [`Tensor::scatter_reduce_`].
+    pub fn try_scatter_reduce_(
+        &self,
+        dim: isize,
+        index: &Tensor,
+        src: &Tensor,
+        reduce: &str,
+        include_self: bool,
+    ) -> Result<&Tensor> {
+        self.update("scatter_reduce_", |x| {
+            x.try_scatter_reduce(dim, index, src, reduce, include_self)
+        })
     }
 
     /// Fallible [`Tensor::copy_`].

@@ -1,13 +1,15 @@
-//! Scatter kernels: sum values into their indexed places, deterministically. The output is
-//! zeroed, then every position of the index's shape adds its value at
+//! Scatter kernels: reduce values into their indexed places, deterministically. The output
+//! starts as the initial value (copied through its view) or at the reduction's identity,
+//! then every position of the index's shape combines its value into
 //! `position with [axis] = index[position]`. Positions that differ off the axis can never
-//! meet, so the work splits over them (rayon); along the axis each task adds in order, so
-//! the result does not depend on the thread count.
+//! meet, so the work splits over them (rayon); along the axis each task combines in order,
+//! so the result does not depend on the thread count.
 
 use super::exec::ArgPtr;
 use crate::dtype::DType;
 use crate::error::{KilnError, Result};
 use crate::kernel::{Kernel, ScatterSpec};
+use crate::ops::ScatterReduce;
 use crate::shape::contiguous_strides;
 use half::{bf16, f16};
 use rayon::prelude::*;
@@ -29,7 +31,13 @@ pub(crate) fn run(kernel: &Kernel, spec: &ScatterSpec, args: &[ArgPtr]) -> Resul
     let others: Vec<usize> = (0..shape.len()).filter(|&d| d != axis).collect();
     let lanes: usize = others.iter().map(|&d| shape[d]).product();
     let along = shape[axis];
-    zero(out, dtype, n_out);
+    let reduce = spec.reduce;
+    match &spec.init {
+        // SAFETY: the validator checked the initial value's view lies inside its buffer and
+        // has the output's shape and dtype; the output holds `n_out` elements.
+        Some((i, view)) => unsafe { copy_view(args[*i], view, out, dtype) },
+        None => fill_identity(out, dtype, n_out, reduce),
+    }
     if lanes == 0 || along == 0 {
         return Ok(());
     }
@@ -62,7 +70,8 @@ pub(crate) fn run(kernel: &Kernel, spec: &ScatterSpec, args: &[ArgPtr]) -> Resul
         let (bi0, bv0, bo0) = bases[0];
         // f32 rows (an embedding's gradient): the block's lanes share one index per step
         // and sit side by side in the values and the output, so each step adds one run.
-        let rows = dtype == DType::F32
+        let rows = reduce == ScatterReduce::Sum
+            && dtype == DType::F32
             && vdt == DType::F32
             && bases.iter().enumerate().all(|(i, &(bi, bv, bo))| {
                 bi == bi0 && bv == bv0 + i as isize && bo == bo0 + i as isize
@@ -104,13 +113,17 @@ pub(crate) fn run(kernel: &Kernel, spec: &ScatterSpec, args: &[ArgPtr]) -> Resul
                 }
                 // SAFETY: as for the index: an in-range coordinate of the validated values
                 // view.
-                let v = unsafe { read_f64(args[spec.values], vdt, bv + j * v_step) };
-                // SAFETY: `bo + k·o_step` is the row-major offset of a coordinate inside the
-                // output's shape (off-axis coordinates are below the index's extents, which
-                // are at most the output's; the axis coordinate was just checked);
-                // positions of different lanes differ off the axis, so no two tasks write
-                // the same element.
-                unsafe { add_f64(out, dtype, bo + k as isize * o_step, v) };
+                let v = unsafe { read(args[spec.values], vdt, bv + j * v_step) };
+                let o = bo + k as isize * o_step;
+                // SAFETY: `o` is the row-major offset of a coordinate inside the output's
+                // shape (off-axis coordinates are below the index's extents, which are at
+                // most the output's; the axis coordinate was just checked); positions of
+                // different lanes differ off the axis, so no two tasks touch the same
+                // element.
+                unsafe {
+                    let old = read(out, dtype, o);
+                    write(out, dtype, o, combine(reduce, old, v));
+                }
             }
         }
         Ok(())
@@ -126,7 +139,10 @@ pub(crate) fn run(kernel: &Kernel, spec: &ScatterSpec, args: &[ArgPtr]) -> Resul
     };
     match bad {
         Some(k) => Err(KilnError::IndexOutOfRange {
-            op: "scatter_add",
+            op: match reduce {
+                ScatterReduce::Sum => "scatter_add",
+                _ => "scatter_reduce",
+            },
             index: k,
             size: len,
         }),
@@ -134,72 +150,130 @@ pub(crate) fn run(kernel: &Kernel, spec: &ScatterSpec, args: &[ArgPtr]) -> Resul
     }
 }
 
-fn zero(out: ArgPtr, dtype: DType, n: usize) {
-    // SAFETY: the output buffer holds at least `n` elements of `dtype` (checked before the
-    // run) and nothing else accesses it during the kernel.
-    unsafe { std::ptr::write_bytes(out.ptr, 0, n * dtype.size_bytes()) };
+/// A value read from a buffer: floats widened to f64 (exactly), integers and bools to i64.
+#[derive(Clone, Copy)]
+enum Val {
+    F(f64),
+    I(i64),
 }
 
-/// The element at `off` of `a`, read as `dtype` and widened to f64.
+/// `old` and `new` combined (f64 arithmetic rounds to an f32 or half result exactly as the
+/// narrow operation would: one rounding of the exact result either way).
+fn combine(r: ScatterReduce, old: Val, new: Val) -> Val {
+    match (old, new) {
+        (Val::F(a), Val::F(b)) => Val::F(r.combine_f64(a, b)),
+        (Val::I(a), Val::I(b)) => Val::I(r.combine_i64(a, b)),
+        (Val::F(a), Val::I(b)) => Val::F(r.combine_f64(a, b as f64)),
+        (Val::I(a), Val::F(b)) => Val::I(r.combine_i64(a, b as i64)),
+    }
+}
+
+/// Fills the `n` elements of `out` with the reduction's identity.
+fn fill_identity(out: ArgPtr, dtype: DType, n: usize, r: ScatterReduce) {
+    let v = if dtype.is_float() {
+        Val::F(r.float_identity())
+    } else {
+        Val::I(r.int_identity(dtype))
+    };
+    if matches!(v, Val::F(0.0) | Val::I(0)) {
+        // SAFETY: the output buffer holds at least `n` elements of `dtype` (checked before
+        // the run) and nothing else accesses it during the kernel.
+        unsafe { std::ptr::write_bytes(out.ptr, 0, n * dtype.size_bytes()) };
+        return;
+    }
+    for i in 0..n as isize {
+        // SAFETY: as above, element `i < n`.
+        unsafe { write(out, dtype, i, v) };
+    }
+}
+
+/// Copies `view` of `src` (the output's shape and dtype) into `out`, row-major.
 ///
 /// # Safety
-/// Element `off` lies inside `a`'s buffer, which holds `dtype` values.
-unsafe fn read_f64(a: ArgPtr, dtype: DType, off: isize) -> f64 {
-    // SAFETY: as the function's contract states.
-    unsafe {
-        match dtype {
-            DType::Bool | DType::U8 => *a.ptr.offset(off) as f64,
-            DType::I32 => *(a.ptr as *const i32).offset(off) as f64,
-            DType::I64 => *(a.ptr as *const i64).offset(off) as f64,
-            DType::F16 => f16::from_bits(*(a.ptr as *const u16).offset(off)).to_f64(),
-            DType::BF16 => bf16::from_bits(*(a.ptr as *const u16).offset(off)).to_f64(),
-            DType::F32 => *(a.ptr as *const f32).offset(off) as f64,
-            DType::F64 => *(a.ptr as *const f64).offset(off),
+/// `view` lies inside `src`'s buffer, `out` holds the view's element count of `dtype`, and
+/// nothing else writes `out` meanwhile.
+unsafe fn copy_view(src: ArgPtr, view: &crate::shape::View, out: ArgPtr, dtype: DType) {
+    let shape = &view.shape;
+    let n: usize = shape.iter().product();
+    if n == 0 {
+        return;
+    }
+    let size = dtype.size_bytes();
+    if view.strides == contiguous_strides(shape) {
+        // SAFETY: the contract: `n` elements from the view's offset lie in `src`; `out`
+        // holds `n` elements; the buffers are distinct (the output is fresh).
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                src.ptr.offset(view.offset * size as isize),
+                out.ptr,
+                n * size,
+            )
+        };
+        return;
+    }
+    let mut coords = vec![0usize; shape.len()];
+    let mut off = view.offset;
+    for i in 0..n as isize {
+        // SAFETY: `off` is the view's offset of an in-range coordinate, inside `src`; `i <
+        // n` is inside `out`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                src.ptr.offset(off * size as isize),
+                out.ptr.offset(i * size as isize),
+                size,
+            )
+        };
+        for d in (0..shape.len()).rev() {
+            coords[d] += 1;
+            off += view.strides[d];
+            if coords[d] < shape[d] {
+                break;
+            }
+            off -= view.strides[d] * shape[d] as isize;
+            coords[d] = 0;
         }
     }
 }
 
-/// `out[off] += v` in `dtype` (integers wrap; f32 and half types round like their adds; a
-/// bool sum is the logical or, so the byte stays 0 or 1).
+/// The element at `off` of `a`, read as `dtype`.
 ///
 /// # Safety
-/// `off` must be inside the output buffer, and no other thread may access that element.
-unsafe fn add_f64(a: ArgPtr, dtype: DType, off: isize, v: f64) {
+/// Element `off` lies inside `a`'s buffer, which holds `dtype` values.
+unsafe fn read(a: ArgPtr, dtype: DType, off: isize) -> Val {
     // SAFETY: as the function's contract states.
     unsafe {
         match dtype {
-            DType::Bool => {
-                let p = a.ptr.offset(off);
-                *p = u8::from(p.read() != 0 || v != 0.0);
-            }
-            DType::U8 => {
-                let p = a.ptr.offset(off);
-                *p = p.read().wrapping_add(v as i64 as u8);
-            }
-            DType::I32 => {
-                let p = (a.ptr as *mut i32).offset(off);
-                *p = p.read().wrapping_add(v as i64 as i32);
-            }
-            DType::I64 => {
-                let p = (a.ptr as *mut i64).offset(off);
-                *p = p.read().wrapping_add(v as i64);
-            }
-            DType::F16 => {
-                let p = (a.ptr as *mut u16).offset(off);
-                *p = f16::from_f32(f16::from_bits(p.read()).to_f32() + v as f32).to_bits();
-            }
-            DType::BF16 => {
-                let p = (a.ptr as *mut u16).offset(off);
-                *p = bf16::from_f32(bf16::from_bits(p.read()).to_f32() + v as f32).to_bits();
-            }
-            DType::F32 => {
-                let p = (a.ptr as *mut f32).offset(off);
-                *p = p.read() + v as f32;
-            }
-            DType::F64 => {
-                let p = (a.ptr as *mut f64).offset(off);
-                *p = p.read() + v;
-            }
+            DType::Bool | DType::U8 => Val::I(*a.ptr.offset(off) as i64),
+            DType::I32 => Val::I(*(a.ptr as *const i32).offset(off) as i64),
+            DType::I64 => Val::I(*(a.ptr as *const i64).offset(off)),
+            DType::F16 => Val::F(f16::from_bits(*(a.ptr as *const u16).offset(off)).to_f64()),
+            DType::BF16 => Val::F(bf16::from_bits(*(a.ptr as *const u16).offset(off)).to_f64()),
+            DType::F32 => Val::F(*(a.ptr as *const f32).offset(off) as f64),
+            DType::F64 => Val::F(*(a.ptr as *const f64).offset(off)),
+        }
+    }
+}
+
+/// `out[off] = v` in `dtype` (integers wrap; floats round once; a bool is `v != 0`).
+///
+/// # Safety
+/// `off` must be inside the output buffer, and no other thread may access that element.
+unsafe fn write(a: ArgPtr, dtype: DType, off: isize, v: Val) {
+    let (f, i) = match v {
+        Val::F(f) => (f, f as i64),
+        Val::I(i) => (i as f64, i),
+    };
+    // SAFETY: as the function's contract states.
+    unsafe {
+        match dtype {
+            DType::Bool => *a.ptr.offset(off) = u8::from(i != 0 || f != 0.0),
+            DType::U8 => *a.ptr.offset(off) = i as u8,
+            DType::I32 => *(a.ptr as *mut i32).offset(off) = i as i32,
+            DType::I64 => *(a.ptr as *mut i64).offset(off) = i,
+            DType::F16 => *(a.ptr as *mut u16).offset(off) = f16::from_f64(f).to_bits(),
+            DType::BF16 => *(a.ptr as *mut u16).offset(off) = bf16::from_f64(f).to_bits(),
+            DType::F32 => *(a.ptr as *mut f32).offset(off) = f as f32,
+            DType::F64 => *(a.ptr as *mut f64).offset(off) = f,
         }
     }
 }

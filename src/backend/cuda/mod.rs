@@ -114,9 +114,9 @@ fn check_args(ordinal: usize, kernel: &Kernel, args: &[&Buffer]) -> Result<()> {
 enum Rendered {
     /// A fused kernel (none for a bare matmul).
     Fused(Option<render::RenderedKernel>),
-    /// A scatter: a zeroing kernel, then the atomic sums.
+    /// A scatter: a kernel starting the output, then the atomic combining.
     Scatter {
-        zero: render::RenderedKernel,
+        start: render::RenderedKernel,
         scatter: render::RenderedKernel,
     },
 }
@@ -131,8 +131,8 @@ fn rendered(pk: &PlannedKernel) -> Result<std::sync::Arc<Rendered>> {
             .map_err(|e| KilnError::internal(format!("kernel {}: {e}", kernel.name)))?;
         match &kernel.special {
             Some(Special::Scatter(_)) => {
-                let (zero, scatter) = render::render_scatter(kernel)?;
-                return Ok(Rendered::Scatter { zero, scatter });
+                let (start, scatter) = render::render_scatter(kernel)?;
+                return Ok(Rendered::Scatter { start, scatter });
             }
             Some(Special::Scan { .. } | Special::ArgSort { .. }) => {
                 return render::render_lanes(kernel).map(|r| Rendered::Fused(Some(r)));
@@ -170,8 +170,8 @@ pub fn precompile(kernels: &[&PlannedKernel], arch: &str) -> usize {
             .flat_map_iter(|r| match r.as_ref() {
                 Rendered::Fused(Some(k)) => vec![(k.source.clone(), k.name.clone())],
                 Rendered::Fused(None) => vec![],
-                Rendered::Scatter { zero, scatter } => vec![
-                    (zero.source.clone(), zero.name.clone()),
+                Rendered::Scatter { start, scatter } => vec![
+                    (start.source.clone(), start.name.clone()),
                     (scatter.source.clone(), scatter.name.clone()),
                 ],
             })
@@ -245,11 +245,18 @@ pub(crate) fn run_kernel(
         match rendered.as_ref() {
             Rendered::Fused(Some(r)) => dev.launch(r, args, params),
             Rendered::Fused(None) => Ok(()),
-            Rendered::Scatter { zero, scatter } => {
+            Rendered::Scatter { start, scatter } => {
                 let out = args
                     .last()
                     .ok_or_else(|| KilnError::internal("scatter without an output"))?;
-                dev.launch(zero, &[out], &[])?;
+                let init = match &kernel.special {
+                    Some(Special::Scatter(s)) => s.init.as_ref().and_then(|(i, _)| args.get(*i)),
+                    _ => None,
+                };
+                match init {
+                    Some(init) => dev.launch(start, &[init, out], &[])?,
+                    None => dev.launch(start, &[out], &[])?,
+                }
                 dev.launch(scatter, args, &[])
             }
         }

@@ -22,7 +22,7 @@
 use crate::dtype::{ComputeType, DType, Scalar};
 use crate::error::{KilnError, Result};
 use crate::kernel::{IrOp, Kernel, Level, ScanOp, Special, ValueId};
-use crate::ops::{GenKind, ReduceOp};
+use crate::ops::{GenKind, ReduceOp, ScatterReduce};
 use crate::shape::View;
 use std::fmt::Write;
 
@@ -462,31 +462,120 @@ fn offset_expr(view: &View, idx: &str) -> String {
     terms.join(" + ")
 }
 
-/// Renders a scatter kernel as two CUDA kernels: one zeroing the output, one adding every
-/// value into its place with `atomicAdd` (the CPU's scatter is the deterministic one).
+/// The C literal of `r`'s identity in `dt` (the start of a place without an initial value).
+fn scatter_identity(r: ScatterReduce, dt: DType) -> String {
+    match dt {
+        DType::F32 => match r {
+            ScatterReduce::Amax => "__int_as_float(0xff800000)".into(),
+            ScatterReduce::Amin => "__int_as_float(0x7f800000)".into(),
+            _ => format!("{:.1}f", r.float_identity()),
+        },
+        DType::F64 => match r {
+            ScatterReduce::Amax => "__longlong_as_double(0xfff0000000000000ULL)".into(),
+            ScatterReduce::Amin => "__longlong_as_double(0x7ff0000000000000ULL)".into(),
+            _ => format!("{:.1}", r.float_identity()),
+        },
+        // i64::MIN has no literal of its own in C.
+        _ if r.int_identity(dt) == i64::MIN => "(-9223372036854775807LL - 1)".into(),
+        _ => format!("{}LL", r.int_identity(dt)),
+    }
+}
+
+/// The CUDA statement that combines `val` into `out[dst]` atomically: `atomicAdd` for sums,
+/// `atomicMax`/`atomicMin` for integer extremes, else a compare-and-swap loop over the
+/// element's bits (stopping early when the value would not change, so a NaN that already
+/// holds the place stays).
+fn scatter_atomic(r: ScatterReduce, dt: DType, dst: &str, val: &str) -> String {
+    let (bits, to_bits, from_bits) = match dt {
+        DType::F32 => ("int", "__float_as_int", "__int_as_float"),
+        DType::F64 => (
+            "unsigned long long",
+            "(unsigned long long)__double_as_longlong",
+            "__longlong_as_double",
+        ),
+        DType::I32 => ("int", "", ""),
+        _ => ("unsigned long long", "(unsigned long long)", "(long long)"),
+    };
+    let ty = storage_ctype(dt);
+    match (r, dt) {
+        (ScatterReduce::Sum, DType::I64) => {
+            format!("atomicAdd((unsigned long long*)&{dst}, (unsigned long long)({val}));")
+        }
+        (ScatterReduce::Sum, _) => format!("atomicAdd(&{dst}, ({ty})({val}));"),
+        (ScatterReduce::Amax | ScatterReduce::Amin, DType::I32 | DType::I64) => {
+            let f = if r == ScatterReduce::Amax {
+                "atomicMax"
+            } else {
+                "atomicMin"
+            };
+            format!("{f}(&{dst}, ({ty})({val}));")
+        }
+        _ => {
+            // The combined value from the place's current one `a` and the new one `b`.
+            let combine = match (r, dt) {
+                (ScatterReduce::Amax, _) => "(a != a || a > b) ? a : b".to_string(),
+                (ScatterReduce::Amin, _) => "(a != a || a < b) ? a : b".to_string(),
+                // Integer products wrap: multiply as unsigned.
+                (_, DType::I32) => "(int)((unsigned)a * (unsigned)b)".to_string(),
+                (_, DType::I64) => {
+                    "(long long)((unsigned long long)a * (unsigned long long)b)".to_string()
+                }
+                _ => "a * b".to_string(),
+            };
+            format!(
+                "{{ {bits}* p_ = ({bits}*)&{dst}; const {ty} b = ({ty})({val}); {bits} old_ = *p_, seen_; \
+                 do {{ seen_ = old_; const {ty} a = {from_bits}(seen_); const {ty} n_ = {combine}; \
+                 const {bits} nb_ = {to_bits}(n_); if (nb_ == seen_) break; old_ = atomicCAS(p_, seen_, nb_); }} \
+                 while (old_ != seen_); }}"
+            )
+        }
+    }
+}
+
+/// Renders a scatter kernel as two CUDA kernels: one starting the output (a copy of the
+/// initial value, or the reduction's identity), one combining every value into its place
+/// with atomics (the CPU's scatter is the deterministic one).
 pub fn render_scatter(k: &Kernel) -> Result<(RenderedKernel, RenderedKernel)> {
     let Some(Special::Scatter(spec)) = &k.special else {
         return Err(KilnError::internal(
             "render_scatter of a kernel without a scatter",
         ));
     };
+    let op = match spec.reduce {
+        ScatterReduce::Sum => "scatter_add",
+        _ => "scatter_reduce",
+    };
     let out = &k.args[spec.out];
     let ty = storage_ctype(out.dtype);
     if !matches!(out.dtype, DType::F32 | DType::F64 | DType::I32 | DType::I64) {
         return Err(KilnError::UnsupportedDType {
-            op: "scatter_add",
+            op,
             dtype: out.dtype,
-            detail: ": CUDA scatters f32, f64, i32 and i64 (kiln sums half types in f32)".into(),
+            detail: ": CUDA scatters f32, f64, i32 and i64 (kiln reduces half types in f32)".into(),
         });
     }
     let name = ident(&k.name);
     let idx = "long long";
     let n_out: usize = k.shape.iter().product();
-    let zero = format!(
-        "// kiln kernel {name}_zero — generated; do not edit.\n\
-         extern \"C\" __global__ void __launch_bounds__({BLOCK}) {name}_zero({ty}* __restrict__ out) {{\n\
-         \x20   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < {n_out}LL; i += (long long)gridDim.x * blockDim.x) out[i] = ({ty})0;\n}}\n"
-    );
+    let start = match &spec.init {
+        Some((_, view)) => {
+            let mut b = String::from("        long long r_ = i;\n");
+            for (d, &n) in view.shape.iter().enumerate().rev() {
+                let _ = writeln!(b, "        const long long c{d} = r_ % {n}LL; r_ /= {n}LL;");
+            }
+            let _ = write!(b, "        out[i] = init[{}];", offset_expr(view, idx));
+            format!(
+                "extern \"C\" __global__ void __launch_bounds__({BLOCK}) {name}_start(const {ty}* __restrict__ init, {ty}* __restrict__ out) {{\n\
+                 \x20   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < {n_out}LL; i += (long long)gridDim.x * blockDim.x) {{\n{b}\n    }}\n}}\n"
+            )
+        }
+        None => format!(
+            "extern \"C\" __global__ void __launch_bounds__({BLOCK}) {name}_start({ty}* __restrict__ out) {{\n\
+             \x20   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < {n_out}LL; i += (long long)gridDim.x * blockDim.x) out[i] = ({ty}){};\n}}\n",
+            scatter_identity(spec.reduce, out.dtype)
+        ),
+    };
+    let start = format!("// kiln kernel {name}_start — generated; do not edit.\n{start}");
     let shape = &spec.index_view.shape;
     let positions: usize = shape.iter().product();
     let mut body = String::new();
@@ -516,21 +605,12 @@ pub fn render_scatter(k: &Kernel) -> Result<(RenderedKernel, RenderedKernel)> {
         k.shape[spec.axis]
     );
     dest.push(format!("j_ * {}LL", out_strides[spec.axis]));
+    let dst = format!("a{}[{}]", spec.out, dest.join(" + "));
+    let val = format!("a{}[{}]", spec.values, offset_expr(&spec.values_view, idx));
     let _ = writeln!(
         body,
-        "        atomicAdd(({}*)&a{}[{}], ({})a{}[{}]);",
-        match out.dtype {
-            DType::I64 => "unsigned long long",
-            _ => ty,
-        },
-        spec.out,
-        dest.join(" + "),
-        match out.dtype {
-            DType::I64 => "unsigned long long",
-            _ => ty,
-        },
-        spec.values,
-        offset_expr(&spec.values_view, idx)
+        "        {}",
+        scatter_atomic(spec.reduce, out.dtype, &dst, &val)
     );
     let _ = writeln!(body, "    }}");
     let mut src = String::new();
@@ -540,15 +620,25 @@ pub fn render_scatter(k: &Kernel) -> Result<(RenderedKernel, RenderedKernel)> {
     );
     src.push_str(COMMON_CUH);
     let vt = storage_ctype(k.args[spec.values].dtype);
+    // Every argument in order (the initial value is read by the start kernel only).
+    let mut params = vec![
+        format!("const long long* __restrict__ a{}", spec.index),
+        format!("const {vt}* __restrict__ a{}", spec.values),
+    ];
+    if let Some((i, _)) = &spec.init {
+        params.push(format!("const {ty}* __restrict__ a{i}"));
+    }
+    params.push(format!("{ty}* __restrict__ a{}", spec.out));
+    params.push("unsigned long long* __restrict__ kerr".into());
     let _ = write!(
         src,
-        "\nextern \"C\" __global__ void __launch_bounds__({BLOCK}) {name}(const long long* __restrict__ a{}, const {vt}* __restrict__ a{}, {ty}* __restrict__ a{}, unsigned long long* __restrict__ kerr) {{\n{body}}}\n",
-        spec.index, spec.values, spec.out
+        "\nextern \"C\" __global__ void __launch_bounds__({BLOCK}) {name}({}) {{\n{body}}}\n",
+        params.join(", ")
     );
-    let zero_kernel = RenderedKernel {
-        name: format!("{name}_zero"),
-        hash: source_hash(&zero),
-        source: zero,
+    let start_kernel = RenderedKernel {
+        name: format!("{name}_start"),
+        hash: source_hash(&start),
+        source: start,
         launch: Launch::Elementwise {
             numel: n_out as u64,
         },
@@ -567,11 +657,11 @@ pub fn render_scatter(k: &Kernel) -> Result<(RenderedKernel, RenderedKernel)> {
         error_word: true,
         split_scratch: false,
     };
-    Ok((zero_kernel, scatter))
+    Ok((start_kernel, scatter))
 }
 
 /// Every CUDA kernel that runs `k`, in launch order: one for fused and lane kernels, a
-/// zeroing kernel and the scatter for scatters, none for a bare matmul (cuBLAS alone).
+/// starting kernel and the scatter for scatters, none for a bare matmul (cuBLAS alone).
 pub fn render_all(k: &Kernel) -> Result<Vec<RenderedKernel>> {
     Ok(match &k.special {
         Some(Special::Scatter(_)) => {
