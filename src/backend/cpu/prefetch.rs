@@ -11,10 +11,12 @@
 //! passes re-read the block from cache, and hinting cached lines cost softmax and
 //! layer_norm 5–15%. Their second pass instead hints the same runs of the *next* block
 //! ([`NextRun::read_at`], `rows` rows on), so its loads arrive while the cached block is
-//! computed on: on the Intel Xeon test machine (family 6 model 167, twenty-seventh
-//! session, three alternations) softmax over 4096² went from 6.93–7.09 to 6.46–6.63 ms
-//! and layer_norm from 5.48–5.82 to 4.74–4.81 ms. On AMD Zen 2 (three noisy pairs)
-//! softmax did not change, so these hints follow [`in_row_reductions`].
+//! computed on. On the Intel Xeon test machine (family 6 model 167, twenty-seventh
+//! session) layer_norm over 4096² went from 5.48–5.82 to 4.74–4.81 ms in a quiet hour and
+//! from 6.41–6.80 to 5.81–6.19 ms in a busy one (five alternations in one binary);
+//! softmax went from 6.93–7.09 to 6.46–6.63 ms in the quiet hour but was 1–2% slower in
+//! the busy one (7.66–7.89 → 7.75–8.09 ms). On AMD Zen 2 (three noisy pairs) softmax did
+//! not change, so these hints follow [`in_row_reductions`].
 //!
 //! Only reads are hinted. Hinting the lines a run will store (tried: `prefetcht0`, as the
 //! transposes still do) made single-op kernels whose data sat in the last-level cache
