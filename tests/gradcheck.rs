@@ -420,6 +420,17 @@ fn indexing_joining_and_masking_ops() {
         }
     }
     check(
+        "index_add, index_copy",
+        &[
+            (values(8, 34, -1.0, 1.0), vec![4, 2]),
+            (values(6, 35, -1.0, 1.0), vec![3, 2]),
+        ],
+        |t| {
+            let i = Tensor::from_vec(vec![3i64, 0, 3], [3]);
+            t[0].index_add(0, &i, &t[1]).sin() + t[0].index_copy(0, &i, &t[1]).exp()
+        },
+    );
+    check(
         "scatter",
         &[
             (values(6, 32, -1.0, 1.0), vec![2, 3]),

@@ -1,4 +1,5 @@
-//! `scatter_reduce` and `scatter` (non-adding): PyTorch's documented examples and
+//! `scatter_reduce` and `scatter` (non-adding), and the `index_*` ops built on them
+//! (`index_add`, `index_copy`, `index_fill`, `index_reduce`): PyTorch's documented examples and
 //! hand-computed values for every reduction, with and without `include_self`, over integer,
 //! bool, half and float dtypes; the edge cases (NaN, zeros in products, ties, duplicate
 //! indices, a `src` larger than the index, views); gradients against hand-computed values
@@ -346,4 +347,113 @@ fn padded_and_expanded_self() {
             assert_eq!(got, want, "{reduce}");
         }
     }
+}
+
+/// PyTorch's documented `index_add_`, `index_copy_`, `index_fill_` and `index_reduce_`
+/// examples, out of place and in place.
+#[test]
+fn index_ops_match_pytorch_examples() {
+    let t = Tensor::from_vec((1..=9).map(|v| v as f32).collect(), [3, 3]);
+    let index = Tensor::from_vec(vec![0i64, 4, 2], [3]);
+    let x = Tensor::ones([5, 3]);
+    assert_eq!(
+        f32s(&x.index_add(0, &index, &t)),
+        vec![2., 3., 4., 1., 1., 1., 8., 9., 10., 1., 1., 1., 5., 6., 7.]
+    );
+    let z = Tensor::zeros([5, 3]);
+    assert_eq!(
+        f32s(&z.index_copy(0, &index, &t)),
+        vec![1., 2., 3., 0., 0., 0., 7., 8., 9., 0., 0., 0., 4., 5., 6.]
+    );
+    let cols = Tensor::from_vec(vec![0i64, 2], [2]);
+    assert_eq!(
+        f32s(&t.index_fill(1, &cols, -1.0)),
+        vec![-1., 2., -1., -1., 5., -1., -1., 8., -1.]
+    );
+    let x = Tensor::full([5, 3], 2.0);
+    let t4 = Tensor::from_vec((1..=12).map(|v| v as f32).collect(), [4, 3]);
+    let i4 = Tensor::from_vec(vec![0i64, 4, 2, 0], [4]);
+    assert_eq!(
+        f32s(&x.index_reduce(0, &i4, &t4, "prod", true)),
+        vec![
+            20., 44., 72., 2., 2., 2., 14., 16., 18., 2., 2., 2., 8., 10., 12.
+        ]
+    );
+    assert_eq!(
+        f32s(&x.index_reduce(0, &i4, &t4, "prod", false)),
+        vec![
+            10., 22., 36., 2., 2., 2., 7., 8., 9., 2., 2., 2., 4., 5., 6.
+        ]
+    );
+    // In place: the same values in the tensor's own buffer.
+    let y = Tensor::ones([5, 3]);
+    y.realize().unwrap();
+    y.index_add_(0, &index, &t);
+    y.index_fill_(1, &cols, 0.5);
+    y.index_reduce_(0, &i4, &t4, "amax", true);
+    let w = Tensor::ones([5, 3])
+        .index_add(0, &index, &t)
+        .index_fill(1, &cols, 0.5)
+        .index_reduce(0, &i4, &t4, "amax", true);
+    assert_eq!(f32s(&y), f32s(&w));
+    let c = Tensor::zeros([5, 3]);
+    c.realize().unwrap();
+    c.index_copy_(0, &index, &t);
+    assert_eq!(f32s(&c), f32s(&z.index_copy(0, &index, &t)));
+}
+
+/// Gradients of the `index_*` ops against the reference evaluator's, and their errors.
+#[test]
+fn index_ops_gradients_and_errors() {
+    let i = Tensor::from_vec(vec![2i64, 0, 2], [3]);
+    let w = Tensor::from_vec((0..8).map(|k| k as f64 * 0.5 - 1.0).collect(), [4, 2]);
+    type Op = fn(&Tensor, &Tensor, &Tensor) -> Tensor;
+    let ops: [(&str, Op); 4] = [
+        ("index_add", |x, i, s| x.index_add(0, i, s)),
+        ("index_copy", |x, i, s| x.index_copy(0, i, s)),
+        ("index_reduce amax", |x, i, s| {
+            x.index_reduce(0, i, s, "amax", true)
+        }),
+        ("index_reduce mean", |x, i, s| {
+            x.index_reduce(0, i, s, "mean", false)
+        }),
+    ];
+    for (name, f) in ops {
+        let x = leaf(&[0.5, -1.0, 2.0, 0.25, 1.5, -0.75, 3.0, 1.0], &[4, 2]);
+        let s = leaf(&[1.0, 2.0, -0.5, 0.75, 2.5, -2.0], &[3, 2]);
+        let loss = (f(&x, &i, &s) * &w).sum(..);
+        let want = reference::grad::gradients(&loss, None, &[&x, &s]).unwrap();
+        loss.backward().unwrap();
+        assert_eq!(grad(&x), want[0].to_f64(), "{name}: self");
+        assert_eq!(grad(&s), want[1].to_f64(), "{name}: source");
+    }
+    let x = Tensor::zeros([4, 2]);
+    let bad = Tensor::zeros([3, 3]);
+    assert!(matches!(
+        x.try_index_add(0, &i, &bad),
+        Err(KilnError::ShapeMismatch {
+            op: "index_add",
+            ..
+        })
+    ));
+    let i2 = Tensor::from_vec(vec![0i64, 1], [1, 2]);
+    assert!(matches!(
+        x.try_index_fill(0, &i2, 1.0),
+        Err(KilnError::InvalidShape {
+            op: "index_fill",
+            ..
+        })
+    ));
+    assert!(matches!(
+        x.try_index_reduce(0, &i, &Tensor::zeros([3, 2]), "sum", true),
+        Err(KilnError::InvalidArgument {
+            op: "index_reduce",
+            ..
+        })
+    ));
+    let far = Tensor::from_vec(vec![4i64], [1]);
+    assert!(matches!(
+        x.index_copy(0, &far, &Tensor::zeros([1, 2])).realize(),
+        Err(KilnError::IndexOutOfRange { .. })
+    ));
 }

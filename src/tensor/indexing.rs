@@ -3,7 +3,7 @@
 //! deterministic on the CPU).
 
 use super::{Operand, Tensor, unwrap_or_panic};
-use crate::dtype::DType;
+use crate::dtype::{DType, Scalar};
 use crate::error::{KilnError, Result};
 use crate::graph::Op;
 use crate::ops::ScatterReduce;
@@ -384,6 +384,164 @@ impl Tensor {
             .try_gather(0, &last.try_clamp_min(0i64)?.try_reshape(flat)?)?
             .try_reshape(self.shape())?;
         Tensor::try_where(&last.try_ge(0i64)?, &picked, self)
+    }
+
+    /// The 1-D `index` of an `index_*` op along `dim`, broadcast over `source`'s shape (the
+    /// scatter index that op is), after checking `source` is this tensor's shape but
+    /// `index.len()` along `dim`.
+    fn index_places(
+        &self,
+        op: &'static str,
+        dim: isize,
+        index: &Tensor,
+        source: &[usize],
+    ) -> Result<(isize, Tensor)> {
+        let axis = normalize_axis(op, dim, self.shape())?;
+        if index.ndim() > 1 {
+            return Err(KilnError::InvalidShape {
+                op,
+                shape: index.shape().to_vec(),
+                requested: vec![-1],
+                reason: "the index must be 1-D".into(),
+            });
+        }
+        let index = self.index_operand(op, index)?;
+        let n = index.numel();
+        let mut want = self.shape().to_vec();
+        want[axis] = n;
+        if source != want.as_slice() {
+            return Err(KilnError::ShapeMismatch {
+                op,
+                lhs: want,
+                rhs: source.to_vec(),
+                detail: format!(
+                    ": the source must have the tensor's shape with the index's length ({n}) along dimension {axis}"
+                ),
+            });
+        }
+        let mut along: Vec<isize> = vec![1; self.ndim()];
+        along[axis] = n as isize;
+        // Stride 0 off the axis: no copy.
+        let places = index.try_reshape(&along)?.expand_view(source)?;
+        Ok((axis as isize, places))
+    }
+
+    /// PyTorch's `index_add`: `source`'s slices added at the positions `index` (1-D) names
+    /// along `dim` (`out[index[i]] += source[i]` for `dim = 0`; repeated positions add up).
+    /// PyTorch's `alpha=a` is `&source * a`.
+    ///
+    /// ```
+    /// use kiln::Tensor;
+    /// let x = Tensor::ones(&[3, 2]);
+    /// let s = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[2, 2]);
+    /// let i = Tensor::from_vec(vec![2i64, 0], &[2]);
+    /// assert_eq!(x.index_add(0, &i, &s).to_vec::<f32>().unwrap(), vec![4.0, 5.0, 1.0, 1.0, 2.0, 3.0]);
+    /// ```
+    #[track_caller]
+    pub fn index_add(&self, dim: isize, index: &Tensor, source: &Tensor) -> Tensor {
+        unwrap_or_panic(self.try_index_add(dim, index, source))
+    }
+
+    /// Fallible [`Tensor::index_add`].
+    pub fn try_index_add(&self, dim: isize, index: &Tensor, source: &Tensor) -> Result<Tensor> {
+        let (d, places) = self.index_places("index_add", dim, index, source.shape())?;
+        self.try_scatter_add(d, &places, source)
+    }
+
+    /// PyTorch's `index_copy`: `source`'s slices written at the positions `index` (1-D)
+    /// names along `dim` (`out[index[i]] = source[i]` for `dim = 0`; where a position
+    /// repeats, the last slice wins, as in [`Tensor::scatter`]).
+    ///
+    /// ```
+    /// use kiln::Tensor;
+    /// let x = Tensor::zeros(&[3, 2]);
+    /// let s = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[2, 2]);
+    /// let i = Tensor::from_vec(vec![2i64, 0], &[2]);
+    /// assert_eq!(x.index_copy(0, &i, &s).to_vec::<f32>().unwrap(), vec![3.0, 4.0, 0.0, 0.0, 1.0, 2.0]);
+    /// ```
+    #[track_caller]
+    pub fn index_copy(&self, dim: isize, index: &Tensor, source: &Tensor) -> Tensor {
+        unwrap_or_panic(self.try_index_copy(dim, index, source))
+    }
+
+    /// Fallible [`Tensor::index_copy`].
+    pub fn try_index_copy(&self, dim: isize, index: &Tensor, source: &Tensor) -> Result<Tensor> {
+        let (d, places) = self.index_places("index_copy", dim, index, source.shape())?;
+        self.try_scatter(d, &places, source)
+    }
+
+    /// PyTorch's `index_fill`: `value` written over the whole slices `index` (1-D) names
+    /// along `dim`.
+    ///
+    /// ```
+    /// use kiln::Tensor;
+    /// let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3]);
+    /// let i = Tensor::from_vec(vec![0i64, 2], &[2]);
+    /// assert_eq!(x.index_fill(1, &i, -1.0).to_vec::<f32>().unwrap(), vec![-1.0, 2.0, -1.0, -1.0, 5.0, -1.0]);
+    /// ```
+    #[track_caller]
+    pub fn index_fill(&self, dim: isize, index: &Tensor, value: impl Into<Scalar>) -> Tensor {
+        unwrap_or_panic(self.try_index_fill(dim, index, value))
+    }
+
+    /// Fallible [`Tensor::index_fill`].
+    pub fn try_index_fill(
+        &self,
+        dim: isize,
+        index: &Tensor,
+        value: impl Into<Scalar>,
+    ) -> Result<Tensor> {
+        let axis = normalize_axis("index_fill", dim, self.shape())?;
+        let mut shape = self.shape().to_vec();
+        shape[axis] = index.numel();
+        let (d, places) = self.index_places("index_fill", dim, index, &shape)?;
+        self.try_scatter(d, &places, value.into())
+    }
+
+    /// PyTorch's `index_reduce`: `source`'s slices reduced into the positions `index` (1-D)
+    /// names along `dim`, with `reduce` one of `"prod"`, `"mean"`, `"amax"` and `"amin"`
+    /// and `include_self` as in [`Tensor::scatter_reduce`].
+    ///
+    /// ```
+    /// use kiln::Tensor;
+    /// let x = Tensor::full(&[3, 2], 2.0);
+    /// let s = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[3, 2]);
+    /// let i = Tensor::from_vec(vec![0i64, 2, 0], &[3]);
+    /// let y = x.index_reduce(0, &i, &s, "prod", true);
+    /// assert_eq!(y.to_vec::<f32>().unwrap(), vec![10.0, 24.0, 2.0, 2.0, 6.0, 8.0]);
+    /// ```
+    #[track_caller]
+    pub fn index_reduce(
+        &self,
+        dim: isize,
+        index: &Tensor,
+        source: &Tensor,
+        reduce: &str,
+        include_self: bool,
+    ) -> Tensor {
+        unwrap_or_panic(self.try_index_reduce(dim, index, source, reduce, include_self))
+    }
+
+    /// Fallible [`Tensor::index_reduce`].
+    pub fn try_index_reduce(
+        &self,
+        dim: isize,
+        index: &Tensor,
+        source: &Tensor,
+        reduce: &str,
+        include_self: bool,
+    ) -> Result<Tensor> {
+        if !matches!(reduce, "prod" | "mean" | "amax" | "amin") {
+            return Err(KilnError::InvalidArgument {
+                op: "index_reduce",
+                shape: self.shape().to_vec(),
+                reason: format!(
+                    "reduce must be \"prod\", \"mean\", \"amax\" or \"amin\", not {reduce:?}"
+                ),
+            });
+        }
+        let (d, places) = self.index_places("index_reduce", dim, index, source.shape())?;
+        self.try_scatter_reduce(d, &places, source, reduce, include_self)
     }
 
     /// `values` reduced by `reduce` into a tensor of this tensor's shape at `index` along

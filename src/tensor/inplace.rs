@@ -1,5 +1,6 @@
 //! In-place updates in PyTorch's trailing-underscore style (`add_`, `sub_`, `mul_`,
-//! `div_`, `zero_`, `fill_`, `copy_`, `scatter_`, `scatter_add_`, `scatter_reduce_`).
+//! `div_`, `zero_`, `fill_`, `copy_`, `scatter_`, `scatter_add_`, `scatter_reduce_`,
+//! `index_add_`, `index_copy_`, `index_fill_`, `index_reduce_`).
 //! They are lazy like every op: the tensor keeps its identity (every handle to it sees
 //! the new value), computations recorded before the update keep reading the old value,
 //! and when the tensor is realized the new value is
@@ -274,6 +275,79 @@ impl Tensor {
     ) -> Result<&Tensor> {
         self.update("scatter_reduce_", |x| {
             x.try_scatter_reduce(dim, index, src, reduce, include_self)
+        })
+    }
+
+    /// [`Tensor::index_add`] in place.
+    ///
+    /// ```
+    /// use kiln::Tensor;
+    /// let x = Tensor::zeros(&[3]);
+    /// x.index_add_(0, &Tensor::from_vec(vec![1i64, 1], &[2]), &Tensor::ones(&[2]));
+    /// assert_eq!(x.to_vec::<f32>().unwrap(), vec![0.0, 2.0, 0.0]);
+    /// ```
+    #[track_caller]
+    pub fn index_add_(&self, dim: isize, index: &Tensor, source: &Tensor) -> &Tensor {
+        unwrap_or_panic(self.try_index_add_(dim, index, source))
+    }
+
+    /// Fallible [`Tensor::index_add_`].
+    pub fn try_index_add_(&self, dim: isize, index: &Tensor, source: &Tensor) -> Result<&Tensor> {
+        self.update("index_add_", |x| x.try_index_add(dim, index, source))
+    }
+
+    /// [`Tensor::index_copy`] in place.
+    #[track_caller]
+    pub fn index_copy_(&self, dim: isize, index: &Tensor, source: &Tensor) -> &Tensor {
+        unwrap_or_panic(self.try_index_copy_(dim, index, source))
+    }
+
+    /// Fallible [`Tensor::index_copy_`].
+    pub fn try_index_copy_(&self, dim: isize, index: &Tensor, source: &Tensor) -> Result<&Tensor> {
+        self.update("index_copy_", |x| x.try_index_copy(dim, index, source))
+    }
+
+    /// [`Tensor::index_fill`] in place.
+    #[track_caller]
+    pub fn index_fill_(&self, dim: isize, index: &Tensor, value: impl Into<Scalar>) -> &Tensor {
+        unwrap_or_panic(self.try_index_fill_(dim, index, value))
+    }
+
+    /// Fallible [`Tensor::index_fill_`].
+    pub fn try_index_fill_(
+        &self,
+        dim: isize,
+        index: &Tensor,
+        value: impl Into<Scalar>,
+    ) -> Result<&Tensor> {
+        let v = value.into();
+        self.update("index_fill_", |x| x.try_index_fill(dim, index, v))
+    }
+
+    /// [`Tensor::index_reduce`] in place.
+    #[track_caller]
+    pub fn index_reduce_(
+        &self,
+        dim: isize,
+        index: &Tensor,
+        source: &Tensor,
+        reduce: &str,
+        include_self: bool,
+    ) -> &Tensor {
+        unwrap_or_panic(self.try_index_reduce_(dim, index, source, reduce, include_self))
+    }
+
+    /// Fallible [`Tensor::index_reduce_`].
+    pub fn try_index_reduce_(
+        &self,
+        dim: isize,
+        index: &Tensor,
+        source: &Tensor,
+        reduce: &str,
+        include_self: bool,
+    ) -> Result<&Tensor> {
+        self.update("index_reduce_", |x| {
+            x.try_index_reduce(dim, index, source, reduce, include_self)
         })
     }
 
