@@ -108,11 +108,11 @@ fn scatter(
 ) -> Result<(Tensor, Tensor)> {
     let ax = axis as isize;
     let at = |t: &Tensor| t.try_gather(ax, idx);
-    // `t` summed into the output's places (as f32 or wider: counts of equal values).
-    let sum_in = |t: &Tensor, start: Option<&Tensor>| -> Result<Tensor> {
+    // `t` reduced by `r` into the output's places, from `start` or from the identity.
+    let reduce_in = |r: ScatterReduce, t: &Tensor, start: Option<&Tensor>| -> Result<Tensor> {
         match start {
-            Some(s) => s.scatter_reduced(axis, ScatterReduce::Sum, idx, t, true),
-            None => out.scatter_reduced(axis, ScatterReduce::Sum, idx, t, false),
+            Some(s) => s.scatter_reduced(axis, r, idx, t, true),
+            None => out.scatter_reduced(axis, r, idx, t, false),
         }
     };
     let zero = Tensor::try_full_on((), 0, g.dtype(), g.device())?;
@@ -123,7 +123,7 @@ fn scatter(
             let hit_i = init.map(|i| i.try_eq(out)).transpose()?;
             let ones = hit_v.try_cast(g.dtype())?;
             let start = hit_i.as_ref().map(|h| h.try_cast(g.dtype())).transpose()?;
-            let count = sum_in(&ones, start.as_ref())?;
+            let count = reduce_in(ScatterReduce::Sum, &ones, start.as_ref())?;
             let share = g.try_div(&count)?;
             let gv = Tensor::try_where(&hit_v, &at(&share)?, &zero)?;
             let gi = match hit_i {
@@ -142,17 +142,15 @@ fn scatter(
                 _ => None,
             };
             // Zeros per place and the product of the nonzero contributors.
-            let zeros = sum_in(
+            let zeros = reduce_in(
+                ScatterReduce::Sum,
                 &z_v.try_cast(g.dtype())?,
                 z_i.as_ref()
                     .map(|z| z.try_cast(g.dtype()))
                     .transpose()?
                     .as_ref(),
             )?;
-            let prod_nz = match &nz_i {
-                Some(s) => s.scatter_reduced(axis, ScatterReduce::Prod, idx, &nz_v, true)?,
-                None => out.scatter_reduced(axis, ScatterReduce::Prod, idx, &nz_v, false)?,
-            };
+            let prod_nz = reduce_in(ScatterReduce::Prod, &nz_v, nz_i.as_ref())?;
             let gp = g.try_mul(&prod_nz)?;
             // A zero contributor gets the others' product when it is the only zero; a
             // nonzero one gets the product over itself when there is no zero.

@@ -231,6 +231,26 @@ impl ScatterReduce {
         }
     }
 
+    /// The tensor op a user called for it (for errors): `scatter_add` for sums, else
+    /// `scatter_reduce`.
+    pub fn op_name(self) -> &'static str {
+        match self {
+            ScatterReduce::Sum => "scatter_add",
+            _ => "scatter_reduce",
+        }
+    }
+
+    /// Its node and kernel names: `scatter_add`, `scatter_prod`, `scatter_amax`,
+    /// `scatter_amin`.
+    pub fn tag(self) -> &'static str {
+        match self {
+            ScatterReduce::Sum => "scatter_add",
+            ScatterReduce::Prod => "scatter_prod",
+            ScatterReduce::Amax => "scatter_amax",
+            ScatterReduce::Amin => "scatter_amin",
+        }
+    }
+
     /// Where a float place starts when nothing is reduced into it: 0, 1, -∞ or +∞.
     pub fn float_identity(self) -> f64 {
         match self {
@@ -316,10 +336,7 @@ impl Op {
             Op::ToDevice(d) => format!("to({d})"),
             Op::Assign => "assign".into(),
             Op::Gather { axis } => format!("gather[{axis}]"),
-            Op::Scatter { axis, reduce } => match reduce {
-                ScatterReduce::Sum => format!("scatter_add[{axis}]"),
-                _ => format!("scatter_{}[{axis}]", reduce.name()),
-            },
+            Op::Scatter { axis, reduce } => format!("{}[{axis}]", reduce.tag()),
             Op::Scan { op, axis } => format!("{}[{axis}]", op.name()),
             Op::ArgSort { axis, descending } => {
                 format!("argsort[{axis}{}]", if *descending { ", desc" } else { "" })
@@ -343,10 +360,7 @@ impl Op {
             Op::ToDevice(_) => "to",
             Op::Assign => "assign",
             Op::Gather { .. } => "gather",
-            Op::Scatter { reduce, .. } => match reduce {
-                ScatterReduce::Sum => "scatter_add",
-                _ => "scatter_reduce",
-            },
+            Op::Scatter { reduce, .. } => reduce.op_name(),
             Op::Scan { op, .. } => op.name(),
             Op::ArgSort { .. } => "argsort",
         }

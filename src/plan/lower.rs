@@ -142,10 +142,7 @@ fn scatter_kernel(
     });
     refs.push(BufferRef::Planned(group));
     let kernel = Kernel {
-        name: match reduce {
-            ScatterReduce::Sum => format!("k{step}_scatter_add"),
-            _ => format!("k{step}_scatter_{}", reduce.name()),
-        },
+        name: format!("k{step}_{}", reduce.tag()),
         shape: node.shape.clone(),
         reduce_axes: vec![],
         args,

@@ -114,14 +114,9 @@ impl Tensor {
             });
         }
         let index = self.index_operand("index_select", index)?;
-        let n = index.shape()[0];
         let mut out = self.shape().to_vec();
-        out[axis] = n;
-        let mut along: Vec<isize> = vec![1; self.ndim()];
-        along[axis] = n as isize;
-        // The index broadcast over the other dimensions (stride 0: no copy).
-        let expanded = index.try_reshape(&along)?.expand_view(&out)?;
-        self.try_gather(dim, &expanded)
+        out[axis] = index.numel();
+        self.try_gather(dim, &spread_index(&index, axis, &out)?)
     }
 
     /// Rows of `weight` (`[vocabulary, dim]`) picked by the integer `ids` (any shape):
@@ -419,11 +414,7 @@ impl Tensor {
                 ),
             });
         }
-        let mut along: Vec<isize> = vec![1; self.ndim()];
-        along[axis] = n as isize;
-        // Stride 0 off the axis: no copy.
-        let places = index.try_reshape(&along)?.expand_view(source)?;
-        Ok((axis as isize, places))
+        Ok((axis as isize, spread_index(&index, axis, source)?))
     }
 
     /// PyTorch's `index_add`: `source`'s slices added at the positions `index` (1-D) names
@@ -582,4 +573,12 @@ impl Tensor {
         self.scatter_reduced(axis, ScatterReduce::Sum, index, &values, false)?
             .try_cast(self.dtype())
     }
+}
+
+/// The 1-D (or 0-D) `index` laid along `axis` and broadcast over the other dimensions of
+/// `shape` (stride 0: no copy); `shape[axis]` is the index's length.
+fn spread_index(index: &Tensor, axis: usize, shape: &[usize]) -> Result<Tensor> {
+    let mut along: Vec<isize> = vec![1; shape.len()];
+    along[axis] = index.numel() as isize;
+    index.try_reshape(&along)?.expand_view(shape)
 }

@@ -952,8 +952,7 @@ impl<'p> Machine<'p> {
                             self.coords[ax] = c0;
                             self.n = n;
                             let at = t * red_total + o * run_total + c0;
-                            self.prefetching =
-                                self.ahead > 0 || super::prefetch::in_row_reductions();
+                            self.prefetching = super::prefetch::in_row_reductions();
                             self.eval_phase(ph, elem, ax, reuse, at);
                             let index0 = (o * run_total + c0) as i64;
                             for (i, &r) in ph.reduces.iter().enumerate() {
@@ -1361,16 +1360,17 @@ impl<'p> Machine<'p> {
                     // SAFETY: the view's offsets are inside the buffer (checked before the
                     // run), so the run's first element is too.
                     let ptr = unsafe { a.ptr.offset(base * sz) } as *const u8;
-                    if self.prefetching && !self.later_pass {
-                        self.next.read_after(ptr, n * sz as usize);
-                    }
-                    if self.ahead > 0 && stride == 1 {
-                        // The same run `ahead` rows on (a guess past the buffer's end costs
-                        // only the hint: prefetches never fault).
-                        let row = view.strides[self.prog.n_out - 1];
-                        let step = (self.ahead as isize).wrapping_mul(row).wrapping_mul(sz);
-                        self.next
-                            .read_at(ptr.wrapping_offset(step), n * sz as usize);
+                    if self.prefetching {
+                        if !self.later_pass {
+                            self.next.read_after(ptr, n * sz as usize);
+                        } else if self.ahead > 0 && stride == 1 {
+                            // The same run `ahead` rows on (a guess past the buffer's end
+                            // costs only the hint: prefetches never fault).
+                            let row = view.strides[self.prog.n_out - 1];
+                            let step = (self.ahead as isize).wrapping_mul(row).wrapping_mul(sz);
+                            self.next
+                                .read_at(ptr.wrapping_offset(step), n * sz as usize);
+                        }
                     }
                     self.vals[v] = Val::Ptr(ptr);
                     return;

@@ -13,6 +13,7 @@
 
 #[cfg(target_arch = "x86_64")]
 mod blocked_gemm;
+mod element;
 mod exec;
 mod f16c;
 mod lanes;

@@ -5,13 +5,13 @@
 //! meet, so the work splits over them (rayon); along the axis each task combines in order,
 //! so the result does not depend on the thread count.
 
+use super::element::{Num, read, write};
 use super::exec::ArgPtr;
 use crate::dtype::DType;
 use crate::error::{KilnError, Result};
 use crate::kernel::{Kernel, ScatterSpec};
 use crate::ops::ScatterReduce;
 use crate::shape::contiguous_strides;
-use half::{bf16, f16};
 use rayon::prelude::*;
 
 /// Lanes (off-axis positions) one task walks the axis for together.
@@ -122,7 +122,7 @@ pub(crate) fn run(kernel: &Kernel, spec: &ScatterSpec, args: &[ArgPtr]) -> Resul
                 // element.
                 unsafe {
                     let old = read(out, dtype, o);
-                    write(out, dtype, o, combine(reduce, old, v));
+                    write(out, dtype, o as usize, combine(reduce, old, v));
                 }
             }
         }
@@ -139,10 +139,7 @@ pub(crate) fn run(kernel: &Kernel, spec: &ScatterSpec, args: &[ArgPtr]) -> Resul
     };
     match bad {
         Some(k) => Err(KilnError::IndexOutOfRange {
-            op: match reduce {
-                ScatterReduce::Sum => "scatter_add",
-                _ => "scatter_reduce",
-            },
+            op: reduce.op_name(),
             index: k,
             size: len,
         }),
@@ -150,38 +147,31 @@ pub(crate) fn run(kernel: &Kernel, spec: &ScatterSpec, args: &[ArgPtr]) -> Resul
     }
 }
 
-/// A value read from a buffer: floats widened to f64 (exactly), integers and bools to i64.
-#[derive(Clone, Copy)]
-enum Val {
-    F(f64),
-    I(i64),
-}
-
-/// `old` and `new` combined (f64 arithmetic rounds to an f32 or half result exactly as the
-/// narrow operation would: one rounding of the exact result either way).
-fn combine(r: ScatterReduce, old: Val, new: Val) -> Val {
+/// `old` and `new` combined (in f64 for floats: an f32 result rounds once, exactly as the
+/// f32 operation would; half types round through f32, as the tensor API's casts do).
+fn combine(r: ScatterReduce, old: Num, new: Num) -> Num {
     match (old, new) {
-        (Val::F(a), Val::F(b)) => Val::F(r.combine_f64(a, b)),
-        (Val::I(a), Val::I(b)) => Val::I(r.combine_i64(a, b)),
-        (Val::F(a), Val::I(b)) => Val::F(r.combine_f64(a, b as f64)),
-        (Val::I(a), Val::F(b)) => Val::I(r.combine_i64(a, b as i64)),
+        (Num::F(a), Num::F(b)) => Num::F(r.combine_f64(a, b)),
+        (Num::I(a), Num::I(b)) => Num::I(r.combine_i64(a, b)),
+        (Num::F(a), Num::I(b)) => Num::F(r.combine_f64(a, b as f64)),
+        (Num::I(a), Num::F(b)) => Num::I(r.combine_i64(a, b as i64)),
     }
 }
 
 /// Fills the `n` elements of `out` with the reduction's identity.
 fn fill_identity(out: ArgPtr, dtype: DType, n: usize, r: ScatterReduce) {
     let v = if dtype.is_float() {
-        Val::F(r.float_identity())
+        Num::F(r.float_identity())
     } else {
-        Val::I(r.int_identity(dtype))
+        Num::I(r.int_identity(dtype))
     };
-    if matches!(v, Val::F(0.0) | Val::I(0)) {
+    if matches!(v, Num::F(0.0) | Num::I(0)) {
         // SAFETY: the output buffer holds at least `n` elements of `dtype` (checked before
         // the run) and nothing else accesses it during the kernel.
         unsafe { std::ptr::write_bytes(out.ptr, 0, n * dtype.size_bytes()) };
         return;
     }
-    for i in 0..n as isize {
+    for i in 0..n {
         // SAFETY: as above, element `i < n`.
         unsafe { write(out, dtype, i, v) };
     }
@@ -231,49 +221,6 @@ unsafe fn copy_view(src: ArgPtr, view: &crate::shape::View, out: ArgPtr, dtype: 
             }
             off -= view.strides[d] * shape[d] as isize;
             coords[d] = 0;
-        }
-    }
-}
-
-/// The element at `off` of `a`, read as `dtype`.
-///
-/// # Safety
-/// Element `off` lies inside `a`'s buffer, which holds `dtype` values.
-unsafe fn read(a: ArgPtr, dtype: DType, off: isize) -> Val {
-    // SAFETY: as the function's contract states.
-    unsafe {
-        match dtype {
-            DType::Bool | DType::U8 => Val::I(*a.ptr.offset(off) as i64),
-            DType::I32 => Val::I(*(a.ptr as *const i32).offset(off) as i64),
-            DType::I64 => Val::I(*(a.ptr as *const i64).offset(off)),
-            DType::F16 => Val::F(f16::from_bits(*(a.ptr as *const u16).offset(off)).to_f64()),
-            DType::BF16 => Val::F(bf16::from_bits(*(a.ptr as *const u16).offset(off)).to_f64()),
-            DType::F32 => Val::F(*(a.ptr as *const f32).offset(off) as f64),
-            DType::F64 => Val::F(*(a.ptr as *const f64).offset(off)),
-        }
-    }
-}
-
-/// `out[off] = v` in `dtype` (integers wrap; floats round once; a bool is `v != 0`).
-///
-/// # Safety
-/// `off` must be inside the output buffer, and no other thread may access that element.
-unsafe fn write(a: ArgPtr, dtype: DType, off: isize, v: Val) {
-    let (f, i) = match v {
-        Val::F(f) => (f, f as i64),
-        Val::I(i) => (i as f64, i),
-    };
-    // SAFETY: as the function's contract states.
-    unsafe {
-        match dtype {
-            DType::Bool => *a.ptr.offset(off) = u8::from(i != 0 || f != 0.0),
-            DType::U8 => *a.ptr.offset(off) = i as u8,
-            DType::I32 => *(a.ptr as *mut i32).offset(off) = i as i32,
-            DType::I64 => *(a.ptr as *mut i64).offset(off) = i,
-            DType::F16 => *(a.ptr as *mut u16).offset(off) = f16::from_f64(f).to_bits(),
-            DType::BF16 => *(a.ptr as *mut u16).offset(off) = bf16::from_f64(f).to_bits(),
-            DType::F32 => *(a.ptr as *mut f32).offset(off) = f as f32,
-            DType::F64 => *(a.ptr as *mut f64).offset(off) = f,
         }
     }
 }

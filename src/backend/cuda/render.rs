@@ -462,6 +462,20 @@ fn offset_expr(view: &View, idx: &str) -> String {
     terms.join(" + ")
 }
 
+/// Appends the lines that set `c{d}` to the coordinates of row-major position `var` over
+/// `shape`, for every dimension but `skip` (whose extent the position does not count).
+fn unravel_lines(body: &mut String, var: &str, shape: &[usize], skip: Option<usize>) {
+    let _ = writeln!(body, "        long long r_ = {var};");
+    for (d, &n) in shape.iter().enumerate().rev() {
+        if Some(d) != skip {
+            let _ = writeln!(
+                body,
+                "        const long long c{d} = r_ % {n}LL; r_ /= {n}LL;"
+            );
+        }
+    }
+}
+
 /// The C literal of `r`'s identity in `dt` (the start of a place without an initial value).
 fn scatter_identity(r: ScatterReduce, dt: DType) -> String {
     match dt {
@@ -541,10 +555,7 @@ pub fn render_scatter(k: &Kernel) -> Result<(RenderedKernel, RenderedKernel)> {
             "render_scatter of a kernel without a scatter",
         ));
     };
-    let op = match spec.reduce {
-        ScatterReduce::Sum => "scatter_add",
-        _ => "scatter_reduce",
-    };
+    let op = spec.reduce.op_name();
     let out = &k.args[spec.out];
     let ty = storage_ctype(out.dtype);
     if !matches!(out.dtype, DType::F32 | DType::F64 | DType::I32 | DType::I64) {
@@ -559,10 +570,8 @@ pub fn render_scatter(k: &Kernel) -> Result<(RenderedKernel, RenderedKernel)> {
     let n_out: usize = k.shape.iter().product();
     let start = match &spec.init {
         Some((_, view)) => {
-            let mut b = String::from("        long long r_ = i;\n");
-            for (d, &n) in view.shape.iter().enumerate().rev() {
-                let _ = writeln!(b, "        const long long c{d} = r_ % {n}LL; r_ /= {n}LL;");
-            }
+            let mut b = String::new();
+            unravel_lines(&mut b, "i", &view.shape, None);
             let _ = write!(b, "        out[i] = init[{}];", offset_expr(view, idx));
             format!(
                 "extern \"C\" __global__ void __launch_bounds__({BLOCK}) {name}_start(const {ty}* __restrict__ init, {ty}* __restrict__ out) {{\n\
@@ -583,13 +592,7 @@ pub fn render_scatter(k: &Kernel) -> Result<(RenderedKernel, RenderedKernel)> {
         body,
         "    for (long long i_ = (long long)blockIdx.x * blockDim.x + threadIdx.x; i_ < {positions}LL; i_ += (long long)gridDim.x * blockDim.x) {{"
     );
-    let _ = writeln!(body, "        long long r_ = i_;");
-    for (d, &n) in shape.iter().enumerate().rev() {
-        let _ = writeln!(
-            body,
-            "        const long long c{d} = r_ % {n}LL; r_ /= {n}LL;"
-        );
-    }
+    unravel_lines(&mut body, "i_", shape, None);
     let out_strides = crate::shape::contiguous_strides(&k.shape);
     let mut dest = vec![];
     for (d, &st) in out_strides.iter().enumerate() {
@@ -706,14 +709,7 @@ pub fn render_lanes(k: &Kernel) -> Result<RenderedKernel> {
     };
     // Lane bases from the off-axis coordinates c{d}.
     let bases = |body: &mut String, var: &str| {
-        let _ = writeln!(body, "        long long r_ = {var};");
-        for d in (0..k.shape.len()).rev().filter(|&d| d != axis) {
-            let n = k.shape[d];
-            let _ = writeln!(
-                body,
-                "        const long long c{d} = r_ % {n}LL; r_ /= {n}LL;"
-            );
-        }
+        unravel_lines(body, var, &k.shape, Some(axis));
         let mut ib = vec![format!("{}LL", view.offset)];
         let mut ob = vec!["0LL".to_string()];
         for d in (0..k.shape.len()).filter(|&d| d != axis) {
