@@ -22,6 +22,10 @@
 //! its runner-up. Exact ties and exact zeros are allowed on purpose (quantized leaves,
 //! expanded values, `x op x`, zero masks): there every implementation must follow
 //! PyTorch's rules (ties split evenly, `relu'(0) = abs'(0) = 0`, zero-exact products).
+//! They are allowed only between values that are the same bits in every correct
+//! evaluation ([`exact`]: leaves, constants, views of them, IEEE-correctly rounded ops
+//! over them); a tie or a zero that comes out of a sum, a matmul or a transcendental is
+//! probed like any other value, since a last-bit difference puts it on either side.
 //!
 //! The loss is `Σ_k Σ w_k ⊙ out_k` over every value no later step reads, with random
 //! weights `w_k` in `[-1, 1]`. The reference gradients are taken before `backward`;
@@ -661,6 +665,8 @@ struct Builder {
     p: Program,
     t: Vec<Tensor>,
     v: Vec<RefTensor>,
+    /// Per node: its value is the same bits in every correct evaluation (see [`exact`]).
+    exact: Vec<bool>,
     f64_only: bool,
     /// No exact ties between independent values in `scatter_reduce`'s `amax`/`amin` (no
     /// derivative exists there) and no exact zeros in its products (a perturbed zero's sign
@@ -686,6 +692,7 @@ impl Builder {
         self.p.nodes.truncate(n);
         self.t.truncate(n);
         self.v.truncate(n);
+        self.exact.truncate(n);
     }
 
     fn shape(&self, i: usize) -> &[usize] {
@@ -731,9 +738,14 @@ impl Builder {
                 return None;
             }
         }
+        let ex = match &n {
+            Node::Op(s) => exact(s, &self.exact),
+            _ => true,
+        };
         self.p.nodes.push(n);
         self.t.push(t);
         self.v.push(v);
+        self.exact.push(ex);
         Some(self.len() - 1)
     }
 
@@ -780,6 +792,38 @@ impl Builder {
         };
         self.push(Node::Leaf { data, shape, dtype })
     }
+}
+
+/// Whether `s`'s value is the same bits in every correct evaluation, given which operands
+/// are (`e`): leaves and constants are; movement ops, casts, `where`, gathers and copies
+/// keep their operands' exactness; ops the op table calls `exact` (IEEE-correctly rounded:
+/// `+ - * /`, sqrt, neg, abs, maximum, …), max/min reductions and the max/min and copying
+/// scatters are exact over exact operands; sums, products of many terms, matmuls, scans
+/// and transcendentals are not (their order and rounding differ between kiln's kernels and
+/// the reference). Exact ties and exact zeros are allowed only between exact values: a
+/// reduction that cancels to 0, or two sums that both give 1, may differ in the last bit.
+fn exact(s: &Step, e: &[bool]) -> bool {
+    // `where`'s condition keeps a margin from its threshold: only the picked values count.
+    if let Step::Where { a, b, .. } = s {
+        return e[*a] && e[*b];
+    }
+    s.operands().iter().all(|&i| e[i])
+        && match s {
+            Step::Unary(u, _) => u.info().exact,
+            Step::Binary(op, ..) | Step::Scalar { op, .. } => op.info().exact,
+            Step::Reduce { red, .. } => matches!(red, Red::Max | Red::Min),
+            Step::ScatterReduce { reduce, .. } => matches!(*reduce, "amax" | "amin"),
+            Step::Matmul(..)
+            | Step::ScatterAdd { .. }
+            | Step::Cumsum(..)
+            | Step::Cumprod(..)
+            | Step::Softmax(..)
+            | Step::LogSoftmax(..)
+            | Step::LayerNorm { .. }
+            | Step::CrossEntropy { .. } => false,
+            // Movement ops, casts, gathers, copies, joins and realizes copy values.
+            _ => true,
+        }
 }
 
 fn random_shape(rng: &mut Rng) -> Vec<usize> {
@@ -853,26 +897,36 @@ fn pairs(xv: &[f64], xs: &[usize], yv: &[f64], ys: &[usize]) -> Option<Vec<(f64,
 /// The margin kept from kinks, thresholds and near-ties, relative to `1 + |x|`.
 const MARGIN: f64 = 2e-3;
 
-/// `f` is defined, smooth and moderately sloped around `x` (or `x` is exactly 0, where
-/// every implementation applies the same convention).
-fn smooth_at(f: &dyn Fn(f64) -> f64, x: f64) -> bool {
+/// `f` is defined, smooth and moderately sloped around `x`, or `x` is an exact 0 (see
+/// [`exact`]), where every implementation applies the same convention (`relu'(0) = 0`,
+/// `ceil(0) = 0`). A 0 that is not exact is probed like any other value: a sum that cancels
+/// to 0 in the reference may be `±1e-9` in kiln, on the far side of a kink or a jump.
+fn smooth_at(f: &dyn Fn(f64) -> f64, x: f64, exact: bool) -> bool {
     let h = MARGIN * (1.0 + x.abs());
     let (l, m, r) = (f(x - h), f(x), f(x + h));
     if !(l.is_finite() && m.is_finite() && r.is_finite()) {
         return false;
     }
-    if x == 0.0 {
+    if x == 0.0 && exact {
         return true;
     }
     let (sl, sr) = ((m - l) / h, (r - m) / h);
-    sl.abs() <= 60.0 && sr.abs() <= 60.0 && (sl - sr).abs() <= 0.1 * (1.0 + sl.abs() + sr.abs())
+    sl.abs() <= MAX_SLOPE
+        && sr.abs() <= MAX_SLOPE
+        && (sl - sr).abs() <= 0.1 * (1.0 + sl.abs() + sr.abs())
 }
 
-fn unary_ok(u: UnaryOp, xs: &[f64]) -> bool {
-    xs.iter().all(|&x| smooth_at(&|t| u.apply::<f64>(t), x))
+/// The steepest slope a conditioned op may have at its operands.
+const MAX_SLOPE: f64 = 60.0;
+
+fn unary_ok(u: UnaryOp, xs: &[f64], exact: bool) -> bool {
+    xs.iter()
+        .all(|&x| smooth_at(&|t| u.apply::<f64>(t), x, exact))
 }
 
-fn binary_ok(b: BinaryOp, ps: &[(f64, f64)]) -> bool {
+/// Every pair `(x, y)` is a conditioned operand pair of `b`; `exact` says which operands
+/// are [`exact`] values.
+fn binary_ok(b: BinaryOp, ps: &[(f64, f64)], (ex, ey): (bool, bool)) -> bool {
     let f = |x: f64, y: f64| match b.apply::<f64>(x, y) {
         kiln::ops::Applied::Value(v) => v,
         kiln::ops::Applied::Bool(_) => f64::NAN,
@@ -886,10 +940,17 @@ fn binary_ok(b: BinaryOp, ps: &[(f64, f64)]) -> bool {
         if b == BinaryOp::Atan2 && x.abs() < 0.05 && y < 0.05 {
             return false;
         }
+        // d/dy of `x mod y` is `-floor(x / y)` (or `-trunc`): steep where `y` is small
+        // against `x`, yet the remainder stays below `|y|`, so the probes below, a
+        // `MARGIN` apart, miss it once `|y|` is under the margin.
+        if matches!(b, BinaryOp::Remainder | BinaryOp::Fmod) && x.abs() > MAX_SLOPE * y.abs() {
+            return false;
+        }
         // An exact tie (x op x) is smooth for every op but atan2 (whose tie at the origin
-        // is where it jumps, by the zeros' signs), or follows the tie rule.
-        let tie = x == y && b != BinaryOp::Atan2;
-        (tie || (smooth_at(&|t| f(t, y), x) && smooth_at(&|t| f(x, t), y))) && {
+        // is where it jumps, by the zeros' signs), or follows the tie rule; only between
+        // exact values is it a tie in every evaluation.
+        let tie = x == y && ex && ey && b != BinaryOp::Atan2;
+        (tie || (smooth_at(&|t| f(t, y), x, ex) && smooth_at(&|t| f(x, t), y, ey))) && {
             let v = f(x, y);
             v.is_finite()
         }
@@ -923,19 +984,12 @@ fn groups(shape: &[usize], axes: &[usize]) -> Vec<Vec<usize>> {
     out
 }
 
-/// The winner of each group is either clear of the runner-up or tied exactly.
-fn clear_extremes(vals: &[f64], gs: &[Vec<usize>], max: bool) -> bool {
+/// The winner of each group is either clear of the runner-up or (where `ties` allows:
+/// exact values) tied with it exactly.
+fn clear_extremes(vals: &[f64], gs: &[Vec<usize>], max: bool, ties: bool) -> bool {
     gs.iter().all(|g| {
-        let mut v: Vec<f64> = g.iter().map(|&i| vals[i]).collect();
-        v.sort_by(|a, b| a.total_cmp(b));
-        if max {
-            v.reverse();
-        }
-        let best = v[0];
-        match v.iter().find(|&&x| x != best) {
-            Some(&next) => (best - next).abs() > MARGIN * (1.0 + best.abs()),
-            None => true,
-        }
+        let v: Vec<f64> = g.iter().map(|&i| vals[i]).collect();
+        clear_winner(&v, max, ties)
     })
 }
 
@@ -1021,7 +1075,7 @@ fn propose(rng: &mut Rng, b: &mut Builder) -> Option<()> {
         // Unary ops, every one of the table.
         0..=17 => {
             let u = rng.pick(UnaryOp::ALL);
-            if !unary_ok(u, &xv) {
+            if !unary_ok(u, &xv, b.exact[x]) {
                 return None;
             }
             Step::Unary(u, x)
@@ -1046,7 +1100,7 @@ fn propose(rng: &mut Rng, b: &mut Builder) -> Option<()> {
             };
             let (l, r) = if rng.chance(0.5) { (x, y) } else { (y, x) };
             let ps = pairs(&b.vals(l), b.shape(l), &b.vals(r), b.shape(r))?;
-            if !binary_ok(op, &ps) {
+            if !binary_ok(op, &ps, (b.exact[l], b.exact[r])) {
                 return None;
             }
             Step::Binary(op, l, r)
@@ -1074,7 +1128,12 @@ fn propose(rng: &mut Rng, b: &mut Builder) -> Option<()> {
                 .iter()
                 .map(|&v| if left { (c, v) } else { (v, c) })
                 .collect();
-            if !binary_ok(op, &ps) {
+            let ex = if left {
+                (true, b.exact[x])
+            } else {
+                (b.exact[x], true)
+            };
+            if !binary_ok(op, &ps, ex) {
                 return None;
             }
             Step::Scalar { op, x, c, left }
@@ -1130,7 +1189,7 @@ fn propose(rng: &mut Rng, b: &mut Builder) -> Option<()> {
             let axes = random_axes(rng, rank);
             let gs = groups(&xs, &axes);
             let ok = match red {
-                Red::Max | Red::Min => clear_extremes(&xv, &gs, red == Red::Max),
+                Red::Max | Red::Min => clear_extremes(&xv, &gs, red == Red::Max, b.exact[x]),
                 Red::Prod => gs[0].len() <= 6 && xv.iter().all(|v| v.abs() <= 3.0),
                 Red::Var => gs[0].len() >= 2,
                 _ => true,
@@ -1513,8 +1572,8 @@ fn propose(rng: &mut Rng, b: &mut Builder) -> Option<()> {
                     (ravel_broadcast(&c, &xs), from)
                 })
                 .collect();
-            // (Only a leaf's values are the same in every evaluation.)
-            if ties && matches!(b.p.nodes[x], Node::Leaf { .. }) {
+            // (Only an exact value is the same in every evaluation.)
+            if ties && b.exact[x] {
                 for &(p, from) in &at {
                     if rng.chance(0.5) {
                         data[from] = xv[p];
@@ -1531,10 +1590,12 @@ fn propose(rng: &mut Rng, b: &mut Builder) -> Option<()> {
             for &(p, from) in &at {
                 places[p].push(round(data[from], x_dtype));
             }
+            // Ties among src values (constants) are exact; with `self`, x's must be too.
+            let ties_ok = !b.fd_safe && (b.exact[x] || !include_self);
             let ok = match reduce {
                 "amax" | "amin" => places
                     .iter()
-                    .all(|g| clear_winner(g, reduce == "amax", !b.fd_safe)),
+                    .all(|g| clear_winner(g, reduce == "amax", ties_ok)),
                 "prod" => places
                     .iter()
                     .all(|g| g.len() <= 6 && g.iter().all(|v| v.abs() <= 3.0)),
@@ -1616,6 +1677,7 @@ fn generate(seed: u64, cfg: &Config) -> Program {
         },
         t: vec![],
         v: vec![],
+        exact: vec![],
         f64_only: cfg.f64_only,
         fd_safe: cfg.fd_safe,
     };
