@@ -457,3 +457,59 @@ fn index_ops_gradients_and_errors() {
         Err(KilnError::IndexOutOfRange { .. })
     ));
 }
+
+/// Long rows (an embedding gradient's shape: each index step adds a whole row) take the
+/// row-blocked path, split into parts and over threads; large outputs are filled in
+/// parallel. Checked against plain loops, for sums (rows of f32) and for the other
+/// reductions and dtypes, which go element by element under the same blocking.
+#[test]
+fn long_rows_and_large_outputs_match_plain_loops() {
+    let (vocab, tokens, dim) = (40usize, 300usize, 5000usize);
+    // The last 5 rows are never indexed.
+    let ids: Vec<i64> = (0..tokens)
+        .map(|i| ((i * 7 + i / 3) % (vocab - 5)) as i64)
+        .collect();
+    let vals: Vec<f32> = (0..tokens * dim)
+        .map(|i| ((i * 37 % 101) as f32 - 50.0) / 8.0)
+        .collect();
+    let index = Tensor::from_vec(ids.clone(), [tokens, 1]).expand([tokens, dim]);
+    let src = Tensor::from_vec(vals.clone(), [tokens, dim]);
+    // sum into zeros, as an embedding's backward does: in index order, per place.
+    let mut want = vec![0.0f32; vocab * dim];
+    for t in 0..tokens {
+        let r = ids[t] as usize;
+        for c in 0..dim {
+            want[r * dim + c] += vals[t * dim + c];
+        }
+    }
+    let got = f32s(&Tensor::zeros([vocab, dim]).scatter_add(0, &index, &src));
+    assert_eq!(got, want);
+    // amax without self: the identity fill (-inf) is not zero, and every untouched place
+    // keeps self's value.
+    let base: Vec<f64> = (0..vocab * dim).map(|i| (i % 13) as f64 - 6.0).collect();
+    let x = Tensor::from_vec(base.clone(), [vocab, dim]);
+    let src64 = src.cast(DType::F64);
+    let got = x
+        .scatter_reduce(0, &index, &src64, "amax", false)
+        .to_vec::<f64>()
+        .unwrap();
+    let mut want: Vec<Option<f64>> = vec![None; vocab * dim];
+    for t in 0..tokens {
+        let r = ids[t] as usize;
+        for c in 0..dim {
+            let v = vals[t * dim + c] as f64;
+            let w = &mut want[r * dim + c];
+            *w = Some(w.map_or(v, |o: f64| o.max(v)));
+        }
+    }
+    let want: Vec<f64> = want
+        .iter()
+        .zip(&base)
+        .map(|(w, &b)| w.unwrap_or(b))
+        .collect();
+    assert_eq!(got, want);
+    assert!(
+        vocab * dim > 1 << 16,
+        "the output is larger than one fill chunk"
+    );
+}

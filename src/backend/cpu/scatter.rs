@@ -14,8 +14,73 @@ use crate::ops::ScatterReduce;
 use crate::shape::contiguous_strides;
 use rayon::prelude::*;
 
-/// Lanes (off-axis positions) one task walks the axis for together.
+/// Lanes (off-axis positions) one task walks the axis for together, at least.
 const LANE_BLOCK: usize = 32;
+/// Lanes of one innermost off-axis row one task takes at most.
+const ROW_BLOCK: usize = 2048;
+
+/// How the lanes split into blocks, one task each. A block never spans two rows of the
+/// innermost off-axis dimension (in a row, consecutive lanes are usually neighbours in
+/// memory and share their index, so a row's block adds one run per step: an embedding
+/// gradient's rows). Long rows are cut into equal parts of at most [`ROW_BLOCK`] lanes, and
+/// into at least as many parts in all as there are threads; short rows go [`LANE_BLOCK`]
+/// lanes at a time, as they come. Before this, every block was [`LANE_BLOCK`] lanes, so
+/// each index step of a `[8192, 768]` embedding gradient touched 24 separate 128-byte runs
+/// of a random row, each in its own pass over the index.
+struct LaneBlocks {
+    lanes: usize,
+    /// Lanes per innermost row, when blocks follow rows (else 0).
+    row: usize,
+    /// Parts per row and lanes per part.
+    parts: usize,
+    width: usize,
+}
+
+impl LaneBlocks {
+    fn new(others: &[usize], shape: &[usize], lanes: usize, threads: usize) -> LaneBlocks {
+        let row = others.last().map_or(1, |&d| shape[d]);
+        if row <= LANE_BLOCK || lanes == 0 {
+            return LaneBlocks {
+                lanes,
+                row: 0,
+                parts: 1,
+                width: LANE_BLOCK,
+            };
+        }
+        let rows = lanes / row;
+        let parts = row
+            .div_ceil(ROW_BLOCK)
+            .max(threads.div_ceil(rows))
+            .min(row.div_ceil(LANE_BLOCK));
+        LaneBlocks {
+            lanes,
+            row,
+            parts,
+            width: row.div_ceil(parts),
+        }
+    }
+
+    fn count(&self) -> usize {
+        match self.lanes.checked_div(self.row) {
+            Some(rows) => rows * self.parts,
+            None => self.lanes.div_ceil(self.width),
+        }
+    }
+
+    /// Lanes `[lo, hi)` of block `b`.
+    fn lanes(&self, b: usize) -> (usize, usize) {
+        if self.row == 0 {
+            let lo = b * self.width;
+            return (lo, (lo + self.width).min(self.lanes));
+        }
+        let (r, p) = (b / self.parts, b % self.parts);
+        let lo = p * self.width;
+        (
+            r * self.row + lo,
+            r * self.row + (lo + self.width).min(self.row),
+        )
+    }
+}
 
 /// Runs a scatter kernel (`spec` of `kernel`) on bound arguments.
 pub(crate) fn run(kernel: &Kernel, spec: &ScatterSpec, args: &[ArgPtr]) -> Result<()> {
@@ -63,9 +128,12 @@ pub(crate) fn run(kernel: &Kernel, spec: &ScatterSpec, args: &[ArgPtr]) -> Resul
     // Lanes go in blocks of consecutive ones, each block walking the axis once with its
     // lanes innermost (neighbouring lanes are usually neighbours in memory). Every lane
     // still adds in axis order, so results do not depend on the blocking or the threads.
+    let blocking = LaneBlocks::new(&others, shape, lanes, rayon::current_num_threads());
     let block = |b: usize| -> std::result::Result<(), i64> {
-        let lo = b * LANE_BLOCK;
-        let hi = (lo + LANE_BLOCK).min(lanes);
+        let (lo, hi) = blocking.lanes(b);
+        if lo >= hi {
+            return Ok(());
+        }
         let bases: Vec<(isize, isize, isize)> = (lo..hi).map(lane_base).collect();
         let (bi0, bv0, bo0) = bases[0];
         // f32 rows (an embedding's gradient): the block's lanes share one index per step
@@ -128,7 +196,7 @@ pub(crate) fn run(kernel: &Kernel, spec: &ScatterSpec, args: &[ArgPtr]) -> Resul
         }
         Ok(())
     };
-    let blocks = lanes.div_ceil(LANE_BLOCK);
+    let blocks = blocking.count();
     let bad = if lanes * along < 1 << 14 || blocks == 1 {
         (0..blocks).map(block).find_map(|r| r.err())
     } else {
@@ -165,17 +233,34 @@ fn fill_identity(out: ArgPtr, dtype: DType, n: usize, r: ScatterReduce) {
     } else {
         Num::I(r.int_identity(dtype))
     };
-    if matches!(v, Num::F(0.0) | Num::I(0)) {
-        // SAFETY: the output buffer holds at least `n` elements of `dtype` (checked before
-        // the run) and nothing else accesses it during the kernel.
-        unsafe { std::ptr::write_bytes(out.ptr, 0, n * dtype.size_bytes()) };
-        return;
-    }
-    for i in 0..n {
-        // SAFETY: as above, element `i < n`.
-        unsafe { write(out, dtype, i, v) };
+    let zero = matches!(v, Num::F(0.0) | Num::I(0));
+    let size = dtype.size_bytes();
+    // In parallel above a few pages: one thread fills a 150 MB embedding gradient at
+    // about half the rate of two.
+    let fill = |c: usize| {
+        let (lo, hi) = (c * FILL_CHUNK, ((c + 1) * FILL_CHUNK).min(n));
+        if zero {
+            // SAFETY: the output buffer holds at least `n` elements of `dtype` (checked
+            // before the run); chunks are disjoint and nothing else accesses the buffer
+            // during the kernel.
+            unsafe { std::ptr::write_bytes(out.ptr.add(lo * size), 0, (hi - lo) * size) };
+        } else {
+            for i in lo..hi {
+                // SAFETY: as above, element `i < n`, in this chunk only.
+                unsafe { write(out, dtype, i, v) };
+            }
+        }
+    };
+    let chunks = n.div_ceil(FILL_CHUNK);
+    if chunks > 1 {
+        (0..chunks).into_par_iter().for_each(fill);
+    } else {
+        (0..chunks).for_each(fill);
     }
 }
+
+/// Elements per task of [`fill_identity`].
+const FILL_CHUNK: usize = 1 << 16;
 
 /// Copies `view` of `src` (the output's shape and dtype) into `out`, row-major.
 ///
@@ -221,6 +306,65 @@ unsafe fn copy_view(src: ArgPtr, view: &crate::shape::View, out: ArgPtr, dtype: 
             }
             off -= view.strides[d] * shape[d] as isize;
             coords[d] = 0;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every lane lands in exactly one block, a block never spans two innermost rows, and
+    /// a single long row is still split over the threads.
+    #[test]
+    fn lane_blocks_partition_the_lanes_along_rows() {
+        let shapes: &[&[usize]] = &[
+            &[7],
+            &[8192, 768],
+            &[3, 5000],
+            &[2, 4, 33],
+            &[5, 100, 1],
+            &[1, 1],
+            &[16, 2, 65],
+            &[4, 0, 40],
+        ];
+        for &shape in shapes {
+            for axis in 0..shape.len() {
+                let others: Vec<usize> = (0..shape.len()).filter(|&d| d != axis).collect();
+                let lanes: usize = others.iter().map(|&d| shape[d]).product();
+                let row = others.last().map_or(1, |&d| shape[d]);
+                for threads in [1, 2, 3, 16] {
+                    let b = LaneBlocks::new(&others, shape, lanes, threads);
+                    let mut seen = vec![0u32; lanes];
+                    for k in 0..b.count() {
+                        let (lo, hi) = b.lanes(k);
+                        if lo >= hi {
+                            continue;
+                        }
+                        if row > LANE_BLOCK {
+                            assert_eq!(
+                                lo / row,
+                                (hi - 1) / row,
+                                "{shape:?} axis {axis}: block {k} spans rows"
+                            );
+                            assert!(hi - lo <= ROW_BLOCK.max(LANE_BLOCK));
+                        }
+                        for s in &mut seen[lo..hi] {
+                            *s += 1;
+                        }
+                    }
+                    assert!(
+                        seen.iter().all(|&s| s == 1),
+                        "{shape:?} axis {axis} threads {threads}"
+                    );
+                    if row > LANE_BLOCK && lanes == row && threads > 1 {
+                        assert!(
+                            b.count() >= 2,
+                            "{shape:?} axis {axis}: one block for {threads} threads"
+                        );
+                    }
+                }
+            }
         }
     }
 }
