@@ -642,9 +642,31 @@ fn scatter(
         (None, Some(i)) => i[o],
         (None, None) => 0.0,
     };
+    // amax/amin: the result is the reference's own combination of the contributors, not
+    // `out`: a realized output holds the last bits of kiln's forward, which may differ from
+    // the reference's recomputed inputs (a layer_norm's, say), and then no contributor
+    // would match it (as for the max/min reductions).
+    let own = |o: usize, list: &[Option<usize>]| -> f64 {
+        let pick = |a: f64, v: f64, max: bool| {
+            if a.is_nan() || v.is_nan() {
+                f64::NAN
+            } else if max {
+                a.max(v)
+            } else {
+                a.min(v)
+            }
+        };
+        let vs = list.iter().map(|&w| value(w, o));
+        match reduce {
+            ScatterReduce::Amax => vs.fold(f64::NEG_INFINITY, |a, v| pick(a, v, true)),
+            ScatterReduce::Amin => vs.fold(f64::INFINITY, |a, v| pick(a, v, false)),
+            ScatterReduce::Sum | ScatterReduce::Prod => res[o],
+        }
+    };
     let (mut gv, mut gi) = (vec![0.0; vals.len()], vec![0.0; n_out]);
     for (o, list) in who.iter().enumerate() {
-        let equal = list.iter().filter(|&&w| value(w, o) == res[o]).count() as f64;
+        let result = own(o, list);
+        let equal = list.iter().filter(|&&w| value(w, o) == result).count() as f64;
         for (k, &w) in list.iter().enumerate() {
             let grad = match reduce {
                 ScatterReduce::Sum => g[o],
@@ -658,7 +680,7 @@ fn scatter(
                     g[o] * others
                 }
                 ScatterReduce::Amax | ScatterReduce::Amin => {
-                    if value(w, o) == res[o] {
+                    if value(w, o) == result {
                         g[o] / equal
                     } else {
                         0.0
