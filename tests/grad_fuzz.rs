@@ -12,7 +12,8 @@
 //! steps, pads, flips, `contiguous`, gather, scatter_add, scatter_reduce (sum, prod with
 //! exact zeros, mean, amax/amin with exact ties; with and without `include_self`; `src`
 //! sometimes larger than the index), scatter (repeated indices), cumsum, cumprod (fed exact
-//! zeros through masks), softmax, log_softmax, layer_norm, cross_entropy, cat and realizing an
+//! zeros through masks), masked_select and masked_scatter (masks realized mid-build),
+//! softmax, log_softmax, layer_norm, cross_entropy, cat and realizing an
 //! intermediate before `backward` (so backward runs through a realized node's kept
 //! history). Each candidate step is built and evaluated by the reference evaluator while
 //! generating, and kept only if the values it reads are well conditioned: finite, bounded,
@@ -217,6 +218,19 @@ enum Step {
         opts: CrossEntropyOptions,
     },
     Cat(Vec<usize>, isize),
+    /// `x.masked_select(c > t)` (`c` broadcasts to `x`'s shape).
+    MaskedSelect {
+        x: usize,
+        c: usize,
+        t: f64,
+    },
+    /// `x.masked_scatter(c > t, src)`.
+    MaskedScatter {
+        x: usize,
+        c: usize,
+        t: f64,
+        src: usize,
+    },
     /// Realizes `x` (with the run's options) before the loss is built: the identity.
     Realize(usize),
 }
@@ -242,6 +256,8 @@ impl Step {
             | Step::Realize(x) => vec![*x],
             Step::Binary(_, a, b) | Step::Matmul(a, b) => vec![*a, *b],
             Step::Where { c, a, b, .. } => vec![*c, *a, *b],
+            Step::MaskedSelect { x, c, .. } => vec![*x, *c],
+            Step::MaskedScatter { x, c, src, .. } => vec![*x, *c, *src],
             Step::Gather { x, index, .. } => vec![*x, *index],
             Step::ScatterAdd { x, index, src, .. }
             | Step::ScatterReduce { x, index, src, .. }
@@ -310,6 +326,10 @@ fn apply(step: &Step, t: &[Tensor], realize: Option<&RealizeOptions>) -> kiln::R
             _ => t[*x].try_binary_op(*op, *c)?,
         },
         Step::Where { c, t: th, a, b } => Tensor::try_where(&t[*c].try_gt(*th)?, &t[*a], &t[*b])?,
+        Step::MaskedSelect { x, c, t: th } => t[*x].try_masked_select(&t[*c].try_gt(*th)?)?,
+        Step::MaskedScatter { x, c, t: th, src } => {
+            t[*x].try_masked_scatter(&t[*c].try_gt(*th)?, &t[*src])?
+        }
         Step::Cast(x, d) => t[*x].try_cast(*d)?,
         Step::Reduce {
             red,
@@ -496,6 +516,15 @@ fn step_rust(s: &Step, shape_of: &dyn Fn(usize) -> Vec<usize>) -> String {
                 v(b)
             )
         }
+        Step::MaskedSelect { x, c, t } => {
+            format!("{}.masked_select(&{}.gt({t:?}f64))", v(x), v(c))
+        }
+        Step::MaskedScatter { x, c, t, src } => format!(
+            "{}.masked_scatter(&{}.gt({t:?}f64), &{})",
+            v(x),
+            v(c),
+            v(src)
+        ),
         Step::Cast(x, d) => format!("{}.cast(DType::{d:?})", v(x)),
         Step::Reduce {
             red,
@@ -826,6 +855,26 @@ fn exact(s: &Step, e: &[bool]) -> bool {
         }
 }
 
+/// Whether node `x` is, or is computed from, a cross entropy. Realizing such a value
+/// realizes the composite's forward ops, which record no history, so the reference could
+/// not differentiate through them afterwards.
+fn after_cross_entropy(b: &Builder, x: usize) -> bool {
+    let mut stack = vec![x];
+    let mut seen = vec![false; b.p.nodes.len()];
+    while let Some(i) = stack.pop() {
+        if std::mem::replace(&mut seen[i], true) {
+            continue;
+        }
+        if let Node::Op(s) = &b.p.nodes[i] {
+            if matches!(s, Step::CrossEntropy { .. }) {
+                return true;
+            }
+            stack.extend(s.operands());
+        }
+    }
+    false
+}
+
 fn random_shape(rng: &mut Rng) -> Vec<usize> {
     let rank = rng.pick(&[0, 1, 1, 2, 2, 2, 3, 3, 4]);
     let mut s: Vec<usize> = (0..rank).map(|_| rng.int(1, 4)).collect();
@@ -1070,7 +1119,7 @@ fn propose(rng: &mut Rng, b: &mut Builder) -> Option<()> {
     let xs = b.shape(x).to_vec();
     let rank = xs.len();
     let xv = b.vals(x);
-    let kind = rng.below(104);
+    let kind = rng.below(108);
     let step = match kind {
         // Unary ops, every one of the table.
         0..=17 => {
@@ -1627,25 +1676,71 @@ fn propose(rng: &mut Rng, b: &mut Builder) -> Option<()> {
                 }
             }
         }
+        // masked_select and masked_scatter by `c > t` (a margin from the threshold, as for
+        // `where`), `c` broadcasting to `x`'s shape; masked_scatter's `src` a fresh leaf of
+        // `x`'s dtype with the selected count or one or two more elements. The mask is
+        // realized while the program is built, so it must not come from a cross entropy
+        // (see `after_cross_entropy`).
+        102..=105 => {
+            let cands: Vec<usize> = (0..b.len())
+                .filter(|&i| {
+                    b.is_float(i)
+                        && broadcast(&xs, b.shape(i)).as_deref() == Some(xs.as_slice())
+                        && !after_cross_entropy(b, i)
+                })
+                .collect();
+            if cands.is_empty() {
+                return None;
+            }
+            let c = rng.pick(&cands);
+            let cv = b.vals(c);
+            if cv.is_empty() {
+                return None;
+            }
+            let t = cv[rng.below(cv.len())] + rng.range(-0.3, 0.3);
+            if cv
+                .iter()
+                .any(|&v| (v - t).abs() <= MARGIN * (1.0 + t.abs()))
+            {
+                return None;
+            }
+            let count = pairs(&xv, &xs, &cv, b.shape(c))?
+                .iter()
+                .filter(|&&(_, v)| v > t)
+                .count();
+            // (An empty selection is tested by hand; later steps need elements.)
+            if count == 0 {
+                return None;
+            }
+            if kind <= 103 {
+                Step::MaskedSelect { x, c, t }
+            } else {
+                let n = count + rng.int(0, 2);
+                let dtype = b.v[x].dtype;
+                let data: Vec<f64> = (0..n)
+                    .map(|_| {
+                        let v = rng.range(-2.0, 2.0);
+                        if dtype == DType::F32 {
+                            v as f32 as f64
+                        } else {
+                            v
+                        }
+                    })
+                    .collect();
+                let src = b.push(Node::Leaf {
+                    data,
+                    shape: vec![n],
+                    dtype,
+                })?;
+                Step::MaskedScatter { x, c, t, src }
+            }
+        }
         // Realize an intermediate (backward then runs through its kept history).
         _ => {
             // (Nothing downstream of a cross entropy: realizing it, or a value computed from
             // it, realizes the composite's forward ops, which record no history, so the
             // reference could not differentiate through them.)
-            let is_op = matches!(b.p.nodes[x], Node::Op(_));
-            let mut stack = vec![x];
-            let mut seen = vec![false; b.p.nodes.len()];
-            let mut after_cross_entropy = false;
-            while let Some(i) = stack.pop() {
-                if std::mem::replace(&mut seen[i], true) {
-                    continue;
-                }
-                if let Node::Op(s) = &b.p.nodes[i] {
-                    after_cross_entropy |= matches!(s, Step::CrossEntropy { .. });
-                    stack.extend(s.operands());
-                }
-            }
-            let is_op = is_op && !after_cross_entropy;
+            let is_op = matches!(b.p.nodes[x], Node::Op(_)) && !after_cross_entropy(b, x);
             let already =
                 b.p.nodes
                     .iter()

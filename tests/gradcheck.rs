@@ -441,6 +441,27 @@ fn indexing_joining_and_masking_ops() {
             t[0].scatter(1, &i, &t[1]).exp()
         },
     );
+    // Data-dependent selections: a constant index into a gather and a where.
+    let sel = Tensor::from_vec(vec![true, false, true, true, false, true], [2, 3]);
+    let rows = Tensor::from_vec(vec![false, true], [2, 1]);
+    check(
+        "masked_select",
+        &[(values(6, 36, -1.0, 1.0), vec![2, 3])],
+        |t| t[0].masked_select(&sel).exp() + t[0].t().masked_select(&sel.t()).sum(..),
+    );
+    check(
+        "masked_select broadcast",
+        &[(values(3, 37, -1.0, 1.0), vec![3])],
+        |t| t[0].masked_select(&rows).sin(),
+    );
+    check(
+        "masked_scatter",
+        &[
+            (values(6, 38, -1.0, 1.0), vec![2, 3]),
+            (values(5, 39, -1.0, 1.0), vec![5]),
+        ],
+        |t| t[0].masked_scatter(&sel, &t[1]).exp() + t[0].masked_scatter(&rows, &t[1]).sin(),
+    );
     check(
         "cat",
         &[

@@ -1,6 +1,7 @@
 //! In-place updates in PyTorch's trailing-underscore style (`add_`, `sub_`, `mul_`,
 //! `div_`, `zero_`, `fill_`, `copy_`, `scatter_`, `scatter_add_`, `scatter_reduce_`,
-//! `index_add_`, `index_copy_`, `index_fill_`, `index_reduce_`).
+//! `index_add_`, `index_copy_`, `index_fill_`, `index_reduce_`, `masked_fill_`,
+//! `masked_scatter_`).
 //! They are lazy like every op: the tensor keeps its identity (every handle to it sees
 //! the new value), computations recorded before the update keep reading the old value,
 //! and when the tensor is realized the new value is
@@ -195,6 +196,54 @@ impl Tensor {
         self.update("fill_", |x| {
             Tensor::try_full_on(&x.shape, v, x.dtype, x.device)
         })
+    }
+
+    /// [`Tensor::masked_fill`] in place (the mask broadcasts to this tensor's shape).
+    ///
+    /// ```
+    /// let x = kiln::Tensor::from_vec(vec![1.0f32, -2.0, 3.0], &[3]);
+    /// x.masked_fill_(&x.lt(0.0), 0.0);
+    /// assert_eq!(x.to_vec::<f32>().unwrap(), vec![1.0, 0.0, 3.0]);
+    /// ```
+    #[track_caller]
+    pub fn masked_fill_(&self, mask: &Tensor, value: impl Into<Scalar>) -> &Tensor {
+        unwrap_or_panic(self.try_masked_fill_(mask, value))
+    }
+
+    /// Fallible [`Tensor::masked_fill_`].
+    pub fn try_masked_fill_(&self, mask: &Tensor, value: impl Into<Scalar>) -> Result<&Tensor> {
+        let value = value.into();
+        self.update("masked_fill_", |x| x.try_masked_fill(mask, value))
+    }
+
+    /// [`Tensor::masked_scatter`] in place (the mask broadcasts to this tensor's shape).
+    /// Realizes the mask once, before the update is recorded.
+    ///
+    /// ```
+    /// use kiln::Tensor;
+    /// let x = Tensor::zeros([3]);
+    /// x.masked_scatter_(&Tensor::from_vec(vec![false, true, true], [3]), &Tensor::ones([2]));
+    /// assert_eq!(x.to_vec::<f32>().unwrap(), vec![0.0, 1.0, 1.0]);
+    /// ```
+    #[track_caller]
+    pub fn masked_scatter_(&self, mask: &Tensor, source: &Tensor) -> &Tensor {
+        unwrap_or_panic(self.try_masked_scatter_(mask, source))
+    }
+
+    /// Fallible [`Tensor::masked_scatter_`].
+    pub fn try_masked_scatter_(&self, mask: &Tensor, source: &Tensor) -> Result<&Tensor> {
+        let shape = self.shape().to_vec();
+        let both = crate::shape::broadcast_shapes("masked_scatter_", &shape, mask.shape())?;
+        if both != shape {
+            return Err(KilnError::ShapeMismatch {
+                op: "masked_scatter_",
+                lhs: shape,
+                rhs: mask.shape().to_vec(),
+                detail: ": the mask must broadcast to the updated tensor's shape".into(),
+            });
+        }
+        let picked = self.scattered_source(mask, source, &shape)?;
+        self.update("masked_scatter_", |x| Tensor::try_where(mask, &picked, x))
     }
 
     /// Copies `src` (broadcast to this tensor's shape, converted to its dtype) into this

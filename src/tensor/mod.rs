@@ -20,6 +20,7 @@ mod quantile;
 mod realize;
 mod reduce;
 mod scan;
+mod selection;
 mod sort;
 mod transfer;
 
@@ -27,6 +28,7 @@ pub use elementwise::Operand;
 pub use operators::ScalarOperand;
 pub use quantile::QuantileInterpolation;
 pub use realize::{RealizeReport, plan_all, realize_all, realize_all_with};
+pub use selection::Unique;
 
 use crate::device::Device;
 use crate::dtype::{DType, Element};

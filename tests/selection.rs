@@ -1,0 +1,232 @@
+//! Data-dependent selections: `nonzero`/`argwhere`, `masked_select`, `masked_scatter` (and
+//! in place), `masked_fill_` and `unique`. PyTorch's documented examples, hand-computed
+//! edge cases (NaN, `-0.0`, 0-d and empty tensors, broadcasting, views, half types, no
+//! selected element), gradients against hand-computed values, fusion with what follows,
+//! and the typed errors.
+
+use kiln::{DType, KilnError, Tensor};
+
+fn i64s(t: &Tensor) -> Vec<i64> {
+    t.to_vec::<i64>().unwrap()
+}
+
+fn f32s(t: &Tensor) -> Vec<f32> {
+    t.to_vec::<f32>().unwrap()
+}
+
+/// PyTorch's `torch.nonzero` examples, and NaN, `-0.0`, bools, 0-d and empty inputs.
+#[test]
+fn nonzero_matches_pytorch() {
+    let x = Tensor::from_vec(vec![1i64, 1, 1, 0, 1], [5]);
+    let nz = x.nonzero();
+    assert_eq!(nz.shape(), &[4, 1]);
+    assert_eq!(nz.dtype(), DType::I64);
+    assert_eq!(i64s(&nz), vec![0, 1, 2, 4]);
+    let d = Tensor::from_vec(
+        vec![
+            0.6f32, 0.0, 0.0, 0.0, 0.0, 0.4, 0.0, 0.0, 0.0, 0.0, 1.2, 0.0, 0.0, 0.0, 0.0, -0.4,
+        ],
+        [4, 4],
+    );
+    assert_eq!(d.nonzero().shape(), &[4, 2]);
+    assert_eq!(i64s(&d.nonzero()), vec![0, 0, 1, 1, 2, 2, 3, 3]);
+    assert_eq!(i64s(&d.argwhere()), i64s(&d.nonzero()));
+    // NaN is nonzero, -0.0 is zero.
+    let f = Tensor::from_vec(vec![-0.0f32, f32::NAN, 0.0, 2.0], [2, 2]);
+    assert_eq!(i64s(&f.nonzero()), vec![0, 1, 1, 1]);
+    let b = Tensor::from_vec(vec![false, true, true], [3]);
+    assert_eq!(i64s(&b.nonzero()), vec![1, 2]);
+    // A 0-d tensor gives [n, 0]; an empty one [0, ndim].
+    assert_eq!(Tensor::scalar(3.0f32).nonzero().shape(), &[1, 0]);
+    assert_eq!(Tensor::scalar(0.0f32).nonzero().shape(), &[0, 0]);
+    assert_eq!(Tensor::zeros([0, 3]).nonzero().shape(), &[0, 2]);
+    // Through a view, in the view's order; and of a lazy value (realized first).
+    let t = Tensor::from_vec(vec![0.0f32, 1.0, 2.0, 0.0, 0.0, 3.0], [2, 3]);
+    assert_eq!(i64s(&t.t().nonzero()), vec![1, 0, 2, 0, 2, 1]);
+    assert_eq!(
+        i64s(&(&t - 1.0).nonzero()),
+        vec![0, 0, 0, 2, 1, 0, 1, 1, 1, 2]
+    );
+}
+
+/// `masked_select` picks in row-major order over the broadcast shape.
+#[test]
+fn masked_select_matches_hand_values() {
+    let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], [2, 2]);
+    let m = Tensor::from_vec(vec![true, false, false, true], [2, 2]);
+    let s = x.masked_select(&m);
+    assert_eq!(s.shape(), &[2]);
+    assert_eq!(f32s(&s), vec![1.0, 4.0]);
+    // The mask broadcasts over the tensor, and the tensor over the mask.
+    let rows = Tensor::from_vec(vec![false, true], [2, 1]);
+    assert_eq!(f32s(&x.masked_select(&rows)), vec![3.0, 4.0]);
+    let v = Tensor::from_vec(vec![5i32, 6, 7], [3]);
+    let m2 = Tensor::from_vec(vec![true, false, true, false, true, true], [2, 3]);
+    assert_eq!(
+        v.masked_select(&m2).to_vec::<i32>().unwrap(),
+        vec![5, 7, 6, 7]
+    );
+    // Transposed views read in the view's order; half types keep their dtype.
+    let xt = x.t();
+    assert_eq!(f32s(&xt.masked_select(&m)), vec![1.0, 4.0]);
+    assert_eq!(f32s(&xt.masked_select(&m.t())), vec![1.0, 4.0]);
+    let h = x.cast(DType::F16).masked_select(&x.gt(2.0));
+    assert_eq!(h.dtype(), DType::F16);
+    assert_eq!(f32s(&h), vec![3.0, 4.0]);
+    // Nothing selected: an empty result.
+    let none = x.masked_select(&x.gt(10.0));
+    assert_eq!(none.shape(), &[0]);
+    assert!(f32s(&none).is_empty());
+    // What follows the selection is ordinary lazy work.
+    assert_eq!(
+        f32s(&(x.masked_select(&x.gt(1.5)) * 2.0).sum(..)),
+        vec![18.0]
+    );
+}
+
+/// PyTorch's documented `masked_scatter` example, broadcasting, in place, and no selection.
+#[test]
+fn masked_scatter_matches_pytorch() {
+    let x = Tensor::from_vec(vec![0i64, 0, 0, 0, 0], [5]);
+    let mask = Tensor::from_vec(
+        vec![
+            false, false, false, true, true, true, true, false, true, true,
+        ],
+        [2, 5],
+    );
+    let source = Tensor::from_vec((0..10).collect::<Vec<i64>>(), [2, 5]);
+    let y = x.masked_scatter(&mask, &source);
+    assert_eq!(y.shape(), &[2, 5]);
+    assert_eq!(i64s(&y), vec![0, 0, 0, 0, 1, 2, 3, 0, 4, 5]);
+    // In place: the tensor keeps its shape and identity.
+    let z = Tensor::from_vec(vec![9.0f32, 9.0, 9.0, 9.0], [2, 2]);
+    let alias = z.clone();
+    z.masked_scatter_(
+        &Tensor::from_vec(vec![true, false], [1, 2]),
+        &Tensor::from_vec(vec![1.0f32, 2.0, 3.0], [3]),
+    );
+    assert_eq!(f32s(&alias), vec![1.0, 9.0, 2.0, 9.0]);
+    z.masked_fill_(&z.gt(5.0), -1.0);
+    assert_eq!(f32s(&alias), vec![1.0, -1.0, 2.0, -1.0]);
+    // No true element: source is never read and may be empty.
+    let w = Tensor::from_vec(vec![1.0f32, 2.0], [2]);
+    let none = w.masked_scatter(&w.gt(5.0), &Tensor::zeros([0]));
+    assert_eq!(f32s(&none), vec![1.0, 2.0]);
+}
+
+/// Gradients: the selected elements get the upstream gradient; `masked_scatter` sends it
+/// to `self` where the mask is false and to the source elements used, in order.
+#[test]
+fn selection_gradients_match_hand_values() {
+    let x = Tensor::from_vec(vec![1.0f64, 2.0, 3.0, 4.0], [2, 2]).requires_grad_(true);
+    let m = Tensor::from_vec(vec![true, false, true, true], [2, 2]);
+    let w = Tensor::from_vec(vec![10.0f64, 20.0, 30.0], [3]);
+    (x.masked_select(&m) * &w).sum(..).backward().unwrap();
+    assert_eq!(
+        x.grad().unwrap().to_vec::<f64>().unwrap(),
+        vec![10.0, 0.0, 20.0, 30.0]
+    );
+    let a = Tensor::from_vec(vec![1.0f64, 2.0, 3.0, 4.0], [2, 2]).requires_grad_(true);
+    let s = Tensor::from_vec(vec![5.0f64, 6.0, 7.0, 8.0, 9.0], [5]).requires_grad_(true);
+    let g = Tensor::from_vec(vec![1.0f64, 2.0, 3.0, 4.0], [2, 2]);
+    (a.masked_scatter(&m, &s) * &g).sum(..).backward().unwrap();
+    assert_eq!(
+        a.grad().unwrap().to_vec::<f64>().unwrap(),
+        vec![0.0, 2.0, 0.0, 0.0]
+    );
+    assert_eq!(
+        s.grad().unwrap().to_vec::<f64>().unwrap(),
+        vec![1.0, 3.0, 4.0, 0.0, 0.0]
+    );
+}
+
+/// PyTorch's documented `torch.unique` examples, counts, NaN, `-0.0`, bools and halves.
+#[test]
+fn unique_matches_pytorch() {
+    let x = Tensor::from_vec(vec![1i64, 3, 2, 3], [4]);
+    assert_eq!(i64s(&x.unique()), vec![1, 2, 3]);
+    let u = x.unique_all();
+    assert_eq!(i64s(&u.values), vec![1, 2, 3]);
+    assert_eq!(i64s(&u.inverse), vec![0, 2, 1, 2]);
+    assert_eq!(i64s(&u.counts), vec![1, 1, 2]);
+    let y = Tensor::from_vec(vec![1i64, 3, 2, 3], [2, 2]);
+    let u = y.unique_all();
+    assert_eq!(u.inverse.shape(), &[2, 2]);
+    assert_eq!(i64s(&u.inverse), vec![0, 2, 1, 2]);
+    // Floats: -0.0 and 0.0 are one value; each NaN is its own, sorted last.
+    let f = Tensor::from_vec(vec![f32::NAN, 0.0, -0.0, 2.5, f32::NAN, -1.0], [6]);
+    let u = f.unique_all();
+    let v = f32s(&u.values);
+    assert_eq!(v.len(), 5);
+    assert_eq!(&v[..3], &[-1.0, 0.0, 2.5]);
+    assert!(v[3].is_nan() && v[4].is_nan());
+    assert_eq!(i64s(&u.counts), vec![1, 2, 1, 1, 1]);
+    assert_eq!(i64s(&u.inverse), vec![3, 1, 1, 2, 4, 0]);
+    // Bools and half types keep their dtype; large i64 values stay exact.
+    let b = Tensor::from_vec(vec![true, true, false], [3]);
+    assert_eq!(b.unique().to_vec::<bool>().unwrap(), vec![false, true]);
+    let h = Tensor::from_vec(vec![2.0f32, 0.5, 2.0], [3]).cast(DType::BF16);
+    assert_eq!(h.unique().dtype(), DType::BF16);
+    assert_eq!(f32s(&h.unique()), vec![0.5, 2.0]);
+    let big = Tensor::from_vec(vec![(1i64 << 60) + 1, 1 << 60, (1 << 60) + 1], [3]);
+    assert_eq!(i64s(&big.unique()), vec![1 << 60, (1 << 60) + 1]);
+    // Empty input, and a value without history.
+    assert_eq!(Tensor::zeros([0]).unique().shape(), &[0]);
+    let r = Tensor::from_vec(vec![1.0f32, 1.0], [2]).requires_grad_(true);
+    assert!(!r.unique().requires_grad());
+}
+
+#[test]
+fn bad_input_is_a_typed_error() {
+    let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], [3]);
+    let not_bool = Tensor::from_vec(vec![1i64, 0, 1], [3]);
+    assert!(matches!(
+        x.try_masked_select(&not_bool),
+        Err(KilnError::UnsupportedDType {
+            op: "masked_select",
+            ..
+        })
+    ));
+    let wrong = Tensor::from_vec(vec![true, false], [2]);
+    assert!(matches!(
+        x.try_masked_select(&wrong),
+        Err(KilnError::ShapeMismatch {
+            op: "masked_select",
+            ..
+        })
+    ));
+    let m = Tensor::from_vec(vec![true, true, false], [3]);
+    // Too short a source names both counts.
+    let e = x
+        .try_masked_scatter(&m, &Tensor::from_vec(vec![1.0f32], [1]))
+        .unwrap_err();
+    assert!(matches!(
+        e,
+        KilnError::InvalidArgument {
+            op: "masked_scatter",
+            ..
+        }
+    ));
+    assert!(
+        e.to_string()
+            .contains("selects 2 elements but source has only 1"),
+        "{e}"
+    );
+    assert!(matches!(
+        x.try_masked_scatter(&m, &Tensor::from_vec(vec![1.0f64, 2.0], [2])),
+        Err(KilnError::DTypeMismatch {
+            op: "masked_scatter",
+            ..
+        })
+    ));
+    // In place, the mask may not widen the tensor.
+    let rows = Tensor::from_vec(vec![true, false], [2, 1]);
+    assert!(matches!(
+        x.try_masked_scatter_(&rows, &x),
+        Err(KilnError::ShapeMismatch {
+            op: "masked_scatter_",
+            ..
+        })
+    ));
+    assert_eq!(f32s(&x), vec![1.0, 2.0, 3.0]);
+}
