@@ -77,6 +77,22 @@ fn benches(c: &mut Criterion) {
     compare(c, "matmul_bias_relu_1024", || (a.matmul(&w) + &bias).relu());
     let s = input(&[4096, 1024], 6);
     compare(c, "softmax_4096x1024", || s.softmax(-1));
+    // An embedding's gradient: 8192 rows of 768 scattered into a 50,000-row table (the
+    // table's zero fill and one scatter-add kernel).
+    let table = input(&[50_000, 768], 7).requires_grad_(true);
+    let ids: Vec<i64> = (0..8192u64)
+        .map(|i| (i * 2_654_435_761 % 50_000) as i64)
+        .collect();
+    let ids = Tensor::from_vec(ids, [8192]);
+    let up = input(&[8192, 768], 8);
+    compare(c, "embedding_grad_8192x768_of_50000", || {
+        table.zero_grad();
+        (Tensor::embedding(&ids, &table) * &up)
+            .sum(..)
+            .backward()
+            .expect("backward");
+        table.grad().expect("a gradient")
+    });
     cuda_benches(c);
 }
 
