@@ -13,6 +13,7 @@
 //! exact zeros, mean, amax/amin with exact ties; with and without `include_self`; `src`
 //! sometimes larger than the index), scatter (repeated indices), cumsum, cumprod (fed exact
 //! zeros through masks), masked_select and masked_scatter (masks realized mid-build),
+//! index_put (repeated and negative indices, with and without accumulation),
 //! softmax, log_softmax, layer_norm, cross_entropy, cat and realizing an
 //! intermediate before `backward` (so backward runs through a realized node's kept
 //! history). Each candidate step is built and evaluated by the reference evaluator while
@@ -231,6 +232,13 @@ enum Step {
         t: f64,
         src: usize,
     },
+    /// `x.index_put(&[index], values, accumulate)` along `x`'s first dimension.
+    IndexPut {
+        x: usize,
+        index: usize,
+        values: usize,
+        accumulate: bool,
+    },
     /// Realizes `x` (with the run's options) before the loss is built: the identity.
     Realize(usize),
 }
@@ -258,6 +266,9 @@ impl Step {
             Step::Where { c, a, b, .. } => vec![*c, *a, *b],
             Step::MaskedSelect { x, c, .. } => vec![*x, *c],
             Step::MaskedScatter { x, c, src, .. } => vec![*x, *c, *src],
+            Step::IndexPut {
+                x, index, values, ..
+            } => vec![*x, *index, *values],
             Step::Gather { x, index, .. } => vec![*x, *index],
             Step::ScatterAdd { x, index, src, .. }
             | Step::ScatterReduce { x, index, src, .. }
@@ -330,6 +341,12 @@ fn apply(step: &Step, t: &[Tensor], realize: Option<&RealizeOptions>) -> kiln::R
         Step::MaskedScatter { x, c, t: th, src } => {
             t[*x].try_masked_scatter(&t[*c].try_gt(*th)?, &t[*src])?
         }
+        Step::IndexPut {
+            x,
+            index,
+            values,
+            accumulate,
+        } => t[*x].try_index_put(&[&t[*index]], &t[*values], *accumulate)?,
         Step::Cast(x, d) => t[*x].try_cast(*d)?,
         Step::Reduce {
             red,
@@ -524,6 +541,17 @@ fn step_rust(s: &Step, shape_of: &dyn Fn(usize) -> Vec<usize>) -> String {
             v(x),
             v(c),
             v(src)
+        ),
+        Step::IndexPut {
+            x,
+            index,
+            values,
+            accumulate,
+        } => format!(
+            "{}.index_put(&[&{}], &{}, {accumulate})",
+            v(x),
+            v(index),
+            v(values)
         ),
         Step::Cast(x, d) => format!("{}.cast(DType::{d:?})", v(x)),
         Step::Reduce {
@@ -799,6 +827,22 @@ impl Builder {
         }
     }
 
+    /// A leaf of `shape` with `like`'s dtype, values uniform in `[-2, 2)`.
+    fn leaf_like(&mut self, rng: &mut Rng, like: usize, shape: Vec<usize>) -> Option<usize> {
+        let dtype = self.v[like].dtype;
+        let data = (0..shape.iter().product::<usize>())
+            .map(|_| {
+                let v = rng.range(-2.0, 2.0);
+                if dtype == DType::F32 {
+                    v as f32 as f64
+                } else {
+                    v
+                }
+            })
+            .collect();
+        self.push(Node::Leaf { data, shape, dtype })
+    }
+
     fn leaf(&mut self, rng: &mut Rng, shape: Vec<usize>, positive: bool) -> Option<usize> {
         let dtype = self.leaf_dtype(rng);
         let n: usize = shape.iter().product();
@@ -842,6 +886,7 @@ fn exact(s: &Step, e: &[bool]) -> bool {
             Step::Binary(op, ..) | Step::Scalar { op, .. } => op.info().exact,
             Step::Reduce { red, .. } => matches!(red, Red::Max | Red::Min),
             Step::ScatterReduce { reduce, .. } => matches!(*reduce, "amax" | "amin"),
+            Step::IndexPut { accumulate, .. } => !accumulate,
             Step::Matmul(..)
             | Step::ScatterAdd { .. }
             | Step::Cumsum(..)
@@ -1119,7 +1164,7 @@ fn propose(rng: &mut Rng, b: &mut Builder) -> Option<()> {
     let xs = b.shape(x).to_vec();
     let rank = xs.len();
     let xv = b.vals(x);
-    let kind = rng.below(108);
+    let kind = rng.below(110);
     let step = match kind {
         // Unary ops, every one of the table.
         0..=17 => {
@@ -1682,6 +1727,11 @@ fn propose(rng: &mut Rng, b: &mut Builder) -> Option<()> {
         // realized while the program is built, so it must not come from a cross entropy
         // (see `after_cross_entropy`).
         102..=105 => {
+            // (Not in the finite-difference check's programs: they build without history,
+            // and realizing the mask can realize a shared operand, which then keeps none.)
+            if b.fd_safe {
+                return None;
+            }
             let cands: Vec<usize> = (0..b.len())
                 .filter(|&i| {
                     b.is_float(i)
@@ -1716,23 +1766,33 @@ fn propose(rng: &mut Rng, b: &mut Builder) -> Option<()> {
                 Step::MaskedSelect { x, c, t }
             } else {
                 let n = count + rng.int(0, 2);
-                let dtype = b.v[x].dtype;
-                let data: Vec<f64> = (0..n)
-                    .map(|_| {
-                        let v = rng.range(-2.0, 2.0);
-                        if dtype == DType::F32 {
-                            v as f32 as f64
-                        } else {
-                            v
-                        }
-                    })
-                    .collect();
-                let src = b.push(Node::Leaf {
-                    data,
-                    shape: vec![n],
-                    dtype,
-                })?;
+                let src = b.leaf_like(rng, x, vec![n])?;
                 Step::MaskedScatter { x, c, t, src }
+            }
+        }
+        // index_put along the first dimension: random (often repeated, sometimes negative)
+        // indices, values of `x`'s dtype; without `accumulate` the last write wins.
+        106..=107 => {
+            if rank == 0 {
+                return None;
+            }
+            let n = xs[0];
+            let count = rng.int(1, 4);
+            let data = (0..count)
+                .map(|_| rng.below(2 * n) as i64 - n as i64)
+                .collect();
+            let index = b.push(Node::Index {
+                data,
+                shape: vec![count],
+            })?;
+            let mut vs = vec![count];
+            vs.extend_from_slice(&xs[1..]);
+            let values = b.leaf_like(rng, x, vs)?;
+            Step::IndexPut {
+                x,
+                index,
+                values,
+                accumulate: rng.chance(0.5),
             }
         }
         // Realize an intermediate (backward then runs through its kept history).

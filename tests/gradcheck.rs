@@ -462,6 +462,20 @@ fn indexing_joining_and_masking_ops() {
         ],
         |t| t[0].masked_scatter(&sel, &t[1]).exp() + t[0].masked_scatter(&rows, &t[1]).sin(),
     );
+    let (pr, pc) = (
+        Tensor::from_vec(vec![2i64, 0, 2], [3]),
+        Tensor::from_vec(vec![1i64, -1, 0], [3]),
+    );
+    for accumulate in [false, true] {
+        check(
+            &format!("index_put accumulate={accumulate}"),
+            &[
+                (values(9, 40, -1.0, 1.0), vec![3, 3]),
+                (values(3, 41, -1.0, 1.0), vec![3]),
+            ],
+            |t| t[0].index_put(&[&pr, &pc], &t[1], accumulate).exp(),
+        );
+    }
     check(
         "cat",
         &[

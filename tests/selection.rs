@@ -1,5 +1,6 @@
 //! Data-dependent selections: `nonzero`/`argwhere`, `masked_select`, `masked_scatter` (and
-//! in place), `masked_fill_` and `unique`. PyTorch's documented examples, hand-computed
+//! in place), `masked_fill_` and `unique`; and `index_put` (`x[i0, i1] = v`, in place too),
+//! whose bool-mask indices are selections. PyTorch's documented examples, hand-computed
 //! edge cases (NaN, `-0.0`, 0-d and empty tensors, broadcasting, views, half types, no
 //! selected element), gradients against hand-computed values, fusion with what follows,
 //! and the typed errors.
@@ -229,4 +230,133 @@ fn bad_input_is_a_typed_error() {
         })
     ));
     assert_eq!(f32s(&x), vec![1.0, 2.0, 3.0]);
+}
+
+/// `index_put` by hand: integer indices (negative ones wrap, broadcast together, fewer than
+/// the dimensions), a bool mask, accumulation with repeated places, the last write winning
+/// without it, in place.
+#[test]
+fn index_put_matches_hand_values() {
+    let rows = Tensor::from_vec(vec![0i64, 2], [2]);
+    let cols = Tensor::from_vec(vec![1i64, -1], [2]);
+    let v = Tensor::from_vec(vec![5.0f32, 7.0], [2]);
+    let y = Tensor::zeros([3, 3]).index_put(&[&rows, &cols], &v, false);
+    assert_eq!(f32s(&y), vec![0.0, 5.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 7.0]);
+    // One index: whole rows.
+    let i = Tensor::from_vec(vec![2i64, 0], [2]);
+    let rowsv = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], [2, 2]);
+    let y = Tensor::zeros([3, 2]).index_put(&[&i], &rowsv, false);
+    assert_eq!(f32s(&y), vec![3.0, 4.0, 0.0, 0.0, 1.0, 2.0]);
+    // Indices broadcast ([2, 1] with [3]) to a 2×3 block; the value broadcasts too.
+    let r = Tensor::from_vec(vec![0i64, 1], [2, 1]);
+    let c = Tensor::from_vec(vec![0i64, 1, 2], [3]);
+    let y = Tensor::zeros([3, 3]).index_put(&[&r, &c], &Tensor::from_vec(vec![9.0f32], [1]), false);
+    assert_eq!(f32s(&y), vec![9.0, 9.0, 9.0, 9.0, 9.0, 9.0, 0.0, 0.0, 0.0]);
+    // Accumulate sums repeated places; without it the last value wins.
+    let rep = Tensor::from_vec(vec![1i64, 1, 3], [3]);
+    let add = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], [3]);
+    assert_eq!(
+        f32s(&Tensor::zeros([4]).index_put(&[&rep], &add, true)),
+        vec![0.0, 3.0, 0.0, 3.0]
+    );
+    assert_eq!(
+        f32s(&Tensor::zeros([4]).index_put(&[&rep], &add, false)),
+        vec![0.0, 2.0, 0.0, 3.0]
+    );
+    // A bool mask names the places of its true elements, in row-major order.
+    let x = Tensor::from_vec(vec![0i64, 1, 2, 3, 4, 5], [2, 3]);
+    let m = Tensor::from_vec(vec![true, false, true, false, false, true], [2, 3]);
+    let y = x.index_put(&[&m], &Tensor::from_vec(vec![-1i64, -2, -3], [3]), false);
+    assert_eq!(i64s(&y), vec![-1, 1, -2, 3, 4, -3]);
+    // A mask over the leading dimension, then an integer index.
+    let lead = Tensor::from_vec(vec![false, true], [2]);
+    let y = x.index_put(
+        &[&lead, &Tensor::from_vec(vec![2i64], [1])],
+        &Tensor::from_vec(vec![9i64], [1]),
+        false,
+    );
+    assert_eq!(i64s(&y), vec![0, 1, 2, 3, 4, 9]);
+    // In place, through every handle.
+    let z = Tensor::zeros([2, 2]);
+    let alias = z.clone();
+    z.index_put_(
+        &[&Tensor::from_vec(vec![1i64, 1], [2])],
+        &Tensor::ones([2, 2]),
+        true,
+    );
+    assert_eq!(f32s(&alias), vec![0.0, 0.0, 2.0, 2.0]);
+}
+
+#[test]
+fn index_put_gradients_match_hand_values() {
+    let w = Tensor::from_vec(vec![1.0f64, 2.0, 3.0, 4.0], [4]);
+    let i = Tensor::from_vec(vec![3i64, 1], [2]);
+    for accumulate in [false, true] {
+        let x = Tensor::from_vec(vec![0.5f64, 0.5, 0.5, 0.5], [4]).requires_grad_(true);
+        let v = Tensor::from_vec(vec![10.0f64, 20.0], [2]).requires_grad_(true);
+        (x.index_put(&[&i], &v, accumulate) * &w)
+            .sum(..)
+            .backward()
+            .unwrap();
+        let gx = x.grad().unwrap().to_vec::<f64>().unwrap();
+        if accumulate {
+            assert_eq!(gx, vec![1.0, 2.0, 3.0, 4.0]);
+        } else {
+            assert_eq!(gx, vec![1.0, 0.0, 3.0, 0.0]);
+        }
+        assert_eq!(v.grad().unwrap().to_vec::<f64>().unwrap(), vec![4.0, 2.0]);
+    }
+}
+
+#[test]
+fn index_put_errors_are_typed() {
+    let x = Tensor::zeros([3, 3]);
+    let i = Tensor::from_vec(vec![0i64], [1]);
+    let v = Tensor::from_vec(vec![1.0f32], [1]);
+    assert!(matches!(
+        x.try_index_put(&[&i], &Tensor::from_vec(vec![1.0f64], [1]), false),
+        Err(KilnError::DTypeMismatch {
+            op: "index_put",
+            ..
+        })
+    ));
+    assert!(matches!(
+        x.try_index_put(&[&i, &i, &i], &v, false),
+        Err(KilnError::InvalidArgument {
+            op: "index_put",
+            ..
+        })
+    ));
+    assert!(matches!(
+        x.try_index_put(&[&Tensor::from_vec(vec![0.0f32], [1])], &v, false),
+        Err(KilnError::UnsupportedDType {
+            op: "index_put",
+            ..
+        })
+    ));
+    let two = Tensor::from_vec(vec![0i64, 1], [2]);
+    let three = Tensor::from_vec(vec![0i64, 1, 2], [3]);
+    assert!(matches!(
+        x.try_index_put(&[&two, &three], &v, false),
+        Err(KilnError::ShapeMismatch {
+            op: "index_put",
+            ..
+        })
+    ));
+    // An index outside its own dimension fails when realized, even where its flat place
+    // would land inside the tensor (row 0, column 5 is element 5).
+    let far = Tensor::from_vec(vec![5i64], [1]);
+    let y = x.try_index_put(&[&i, &far], &v, false).unwrap();
+    assert!(matches!(
+        y.realize(),
+        Err(KilnError::IndexOutOfRange { .. })
+    ));
+    let low = Tensor::from_vec(vec![-4i64], [1]);
+    let y = x
+        .try_index_put(&[&low], &Tensor::zeros([1, 3]), false)
+        .unwrap();
+    assert!(matches!(
+        y.realize(),
+        Err(KilnError::IndexOutOfRange { .. })
+    ));
 }

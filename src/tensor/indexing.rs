@@ -535,6 +535,111 @@ impl Tensor {
         self.try_scatter_reduce(d, &places, source, reduce, include_self)
     }
 
+    /// PyTorch's `index_put`: `values` written at the places that `indices` name in this
+    /// tensor's leading dimensions (`x[i0, i1] = v`), or added there when `accumulate`
+    /// (`x[i0, i1] += v`, repeated places summing). The index tensors are integers
+    /// (negative ones count from the end) broadcast together, or a bool mask standing for
+    /// the dimensions it covers (its [`Tensor::nonzero`] columns: realized when called);
+    /// `values` broadcasts to the indexed shape (the indices' shape, then the dimensions
+    /// not indexed) and has this tensor's dtype. An index outside its dimension fails when
+    /// realized ([`KilnError::IndexOutOfRange`]). Where a place repeats without
+    /// `accumulate`, the last value in the indices' row-major order wins (PyTorch leaves it
+    /// undefined). Gradients reach this tensor (except at overwritten places) and
+    /// `values`.
+    ///
+    /// ```
+    /// use kiln::Tensor;
+    /// let x = Tensor::zeros(&[3, 3]);
+    /// let rows = Tensor::from_vec(vec![0i64, 2], &[2]);
+    /// let cols = Tensor::from_vec(vec![1i64, -1], &[2]);
+    /// let y = x.index_put(&[&rows, &cols], &Tensor::from_vec(vec![5.0f32, 7.0], &[2]), false);
+    /// assert_eq!(y.to_vec::<f32>().unwrap(), vec![0.0, 5.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 7.0]);
+    /// ```
+    #[track_caller]
+    pub fn index_put(&self, indices: &[&Tensor], values: &Tensor, accumulate: bool) -> Tensor {
+        unwrap_or_panic(self.try_index_put(indices, values, accumulate))
+    }
+
+    /// Fallible [`Tensor::index_put`].
+    pub fn try_index_put(
+        &self,
+        indices: &[&Tensor],
+        values: &Tensor,
+        accumulate: bool,
+    ) -> Result<Tensor> {
+        const OP: &str = "index_put";
+        let idx = mask_indices(indices)?
+            .iter()
+            .map(|t| self.index_operand(OP, t))
+            .collect::<Result<Vec<Tensor>>>()?;
+        let k = idx.len();
+        if k == 0 || k > self.ndim() {
+            return Err(KilnError::InvalidArgument {
+                op: OP,
+                shape: self.shape().to_vec(),
+                reason: format!(
+                    "{k} index dimensions for a tensor of {} dimensions (at least 1, at most that)",
+                    self.ndim()
+                ),
+            });
+        }
+        let mut bshape = idx[0].shape().to_vec();
+        for t in &idx[1..] {
+            bshape = crate::shape::broadcast_shapes(OP, &bshape, t.shape())?;
+        }
+        if values.dtype() != self.dtype() {
+            return Err(KilnError::DTypeMismatch {
+                op: OP,
+                lhs: self.dtype(),
+                rhs: values.dtype(),
+            });
+        }
+        let (lead, trail) = self.shape().split_at(k);
+        // The flat place in the leading dimensions, negative indices wrapped.
+        let mut flat: Option<Tensor> = None;
+        let mut stride = 1i64;
+        for (d, t) in idx.iter().enumerate().rev() {
+            let n = lead[d] as i64;
+            let wrapped = Tensor::try_where(&t.try_lt(0)?, &t.try_add(n)?, t)?;
+            // The range check, per dimension (a flat place alone could alias another row):
+            // a gather of zeros at every index, which fails when realized for an index
+            // outside `-n..n`, as PyTorch raises.
+            let zeros = Tensor::try_full_on([lead[d]], 0i64, DType::I64, self.device())?;
+            let checked = zeros
+                .try_gather(0, &wrapped.try_reshape([-1])?)?
+                .try_reshape(wrapped.shape())?;
+            let term = wrapped
+                .try_add(&checked)?
+                .try_broadcast_to(bshape.as_slice())?
+                .try_mul(stride)?;
+            flat = Some(match flat {
+                Some(f) => f.try_add(&term)?,
+                None => term,
+            });
+            stride *= n;
+        }
+        let Some(flat) = flat else {
+            return Err(KilnError::internal("index_put: no index"));
+        };
+        let places: usize = bshape.iter().product();
+        let rest: usize = trail.iter().product();
+        let mut vshape = bshape.clone();
+        vshape.extend_from_slice(trail);
+        let vals = values
+            .try_broadcast_to(vshape.as_slice())?
+            .try_reshape([places as isize, rest as isize])?;
+        let at = flat
+            .try_reshape([places as isize, 1])?
+            .expand_view(&[places, rest])?;
+        let rows = self.try_reshape([lead.iter().product::<usize>() as isize, rest as isize])?;
+        let out = if accumulate {
+            rows.try_scatter_add(0, &at, &vals)?
+        } else {
+            rows.try_scatter(0, &at, &vals)?
+        };
+        out.try_reshape(self.shape().iter().map(|&d| d as isize).collect::<Vec<_>>())
+    }
+
     /// `values` reduced by `reduce` into a tensor of this tensor's shape at `index` along
     /// `axis`, starting from `self` (`include_self`, which must then have `values`' dtype)
     /// or from the reduction's identity. The result has `values`' dtype.
@@ -577,6 +682,24 @@ impl Tensor {
 
 /// The 1-D (or 0-D) `index` laid along `axis` and broadcast over the other dimensions of
 /// `shape` (stride 0: no copy); `shape[axis]` is the index's length.
+/// `indices` with each bool mask replaced by its [`Tensor::nonzero`] columns (one integer
+/// index per dimension it covers, as PyTorch's advanced indexing reads a mask); realizes
+/// the masks.
+pub(crate) fn mask_indices(indices: &[&Tensor]) -> Result<Vec<Tensor>> {
+    let mut out = Vec::with_capacity(indices.len());
+    for t in indices {
+        if t.dtype() == DType::Bool {
+            let nz = t.try_nonzero()?;
+            for c in 0..t.ndim() as isize {
+                out.push(nz.try_slice_dim(1, c, c + 1, 1)?.try_reshape([-1])?);
+            }
+        } else {
+            out.push((*t).clone());
+        }
+    }
+    Ok(out)
+}
+
 fn spread_index(index: &Tensor, axis: usize, shape: &[usize]) -> Result<Tensor> {
     let mut along: Vec<isize> = vec![1; shape.len()];
     along[axis] = index.numel() as isize;

@@ -1,7 +1,7 @@
 //! In-place updates in PyTorch's trailing-underscore style (`add_`, `sub_`, `mul_`,
 //! `div_`, `zero_`, `fill_`, `copy_`, `scatter_`, `scatter_add_`, `scatter_reduce_`,
-//! `index_add_`, `index_copy_`, `index_fill_`, `index_reduce_`, `masked_fill_`,
-//! `masked_scatter_`).
+//! `index_add_`, `index_copy_`, `index_fill_`, `index_reduce_`, `index_put_`,
+//! `masked_fill_`, `masked_scatter_`).
 //! They are lazy like every op: the tensor keeps its identity (every handle to it sees
 //! the new value), computations recorded before the update keep reading the old value,
 //! and when the tensor is realized the new value is
@@ -196,6 +196,33 @@ impl Tensor {
         self.update("fill_", |x| {
             Tensor::try_full_on(&x.shape, v, x.dtype, x.device)
         })
+    }
+
+    /// [`Tensor::index_put`] in place (`x[i0, i1] = v`, or `+=` with `accumulate`).
+    ///
+    /// ```
+    /// use kiln::Tensor;
+    /// let x = Tensor::zeros(&[2, 2]);
+    /// let i = Tensor::from_vec(vec![1i64, 1], &[2]);
+    /// x.index_put_(&[&i], &Tensor::ones(&[2, 2]), true);
+    /// assert_eq!(x.to_vec::<f32>().unwrap(), vec![0.0, 0.0, 2.0, 2.0]);
+    /// ```
+    #[track_caller]
+    pub fn index_put_(&self, indices: &[&Tensor], values: &Tensor, accumulate: bool) -> &Tensor {
+        unwrap_or_panic(self.try_index_put_(indices, values, accumulate))
+    }
+
+    /// Fallible [`Tensor::index_put_`].
+    pub fn try_index_put_(
+        &self,
+        indices: &[&Tensor],
+        values: &Tensor,
+        accumulate: bool,
+    ) -> Result<&Tensor> {
+        // Bool masks are turned into indices (realized) once, before the update.
+        let owned = super::indexing::mask_indices(indices)?;
+        let refs: Vec<&Tensor> = owned.iter().collect();
+        self.update("index_put_", |x| x.try_index_put(&refs, values, accumulate))
     }
 
     /// [`Tensor::masked_fill`] in place (the mask broadcasts to this tensor's shape).
