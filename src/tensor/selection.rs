@@ -50,11 +50,6 @@ fn index_tensor(v: Vec<i64>, shape: &[usize], like: &Tensor) -> Result<Tensor> {
     Tensor::try_from_vec(v, shape)?.try_to(like.device())
 }
 
-/// The values of `t` in row-major order, read as `T` (realizing `t`).
-fn values_of<T: Element>(t: &Tensor) -> Result<Vec<T>> {
-    t.to_vec::<T>()
-}
-
 impl Tensor {
     /// The indices of the nonzero elements (`true` for bools; NaN counts as nonzero, `-0.0`
     /// does not), one row per element in row-major order: an i64 tensor of shape
@@ -239,24 +234,16 @@ impl Tensor {
         let dtype = self.dtype();
         let values = self.detach();
         let (order, groups, distinct) = if dtype.is_float() {
-            let v = values_of::<f64>(&values)?;
-            // Ascending, NaNs last in input order (a stable sort), -0.0 == 0.0.
-            let mut order: Vec<usize> = (0..v.len()).collect();
-            order.sort_by(|&a, &b| match (v[a].is_nan(), v[b].is_nan()) {
-                (false, false) => v[a].partial_cmp(&v[b]).unwrap_or(std::cmp::Ordering::Equal),
-                (x, y) => x.cmp(&y),
-            });
-            // NaN != NaN: every NaN starts a group.
-            let (g, d) = group_sorted(&order, |a, b| v[a] == v[b]);
-            let distinct = Tensor::try_from_vec(d.iter().map(|&i| v[i]).collect(), [d.len()])?;
-            (order, g, distinct)
+            // Ascending, NaNs last in input order; NaN != NaN, so every NaN starts a group,
+            // and -0.0 == 0.0 share one.
+            distinct_sorted(values.to_vec::<f64>()?, |a, b| {
+                match (a.is_nan(), b.is_nan()) {
+                    (false, false) => a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal),
+                    (x, y) => x.cmp(&y),
+                }
+            })?
         } else {
-            let v = values_of::<i64>(&values)?;
-            let mut order: Vec<usize> = (0..v.len()).collect();
-            order.sort_by_key(|&i| v[i]);
-            let (g, d) = group_sorted(&order, |a, b| v[a] == v[b]);
-            let distinct = Tensor::try_from_vec(d.iter().map(|&i| v[i]).collect(), [d.len()])?;
-            (order, g, distinct)
+            distinct_sorted(values.to_vec::<i64>()?, |a, b| a.cmp(b))?
         };
         let mut inverse = vec![0i64; order.len()];
         let mut counts = vec![0i64; distinct.numel()];
@@ -273,17 +260,23 @@ impl Tensor {
     }
 }
 
-/// For elements visited in `order` (sorted), the group number of each (a new group
-/// wherever `same` fails against the previous element), and the first element of each
-/// group.
-fn group_sorted(order: &[usize], same: impl Fn(usize, usize) -> bool) -> (Vec<usize>, Vec<usize>) {
+/// `v` sorted stably by `cmp`: the visiting order, each element's group number along it
+/// (a new group wherever an element differs (`!=`) from the one before), and the
+/// distinct values (each group's first) as a 1-D tensor.
+fn distinct_sorted<T: Element + PartialEq>(
+    v: Vec<T>,
+    cmp: impl Fn(&T, &T) -> std::cmp::Ordering,
+) -> Result<(Vec<usize>, Vec<usize>, Tensor)> {
+    let mut order: Vec<usize> = (0..v.len()).collect();
+    order.sort_by(|&a, &b| cmp(&v[a], &v[b]));
     let mut groups = Vec::with_capacity(order.len());
-    let mut firsts = Vec::new();
+    let mut distinct = Vec::new();
     for (k, &i) in order.iter().enumerate() {
-        if k == 0 || !same(order[k - 1], i) {
-            firsts.push(i);
+        if k == 0 || v[order[k - 1]] != v[i] {
+            distinct.push(v[i]);
         }
-        groups.push(firsts.len() - 1);
+        groups.push(distinct.len() - 1);
     }
-    (groups, firsts)
+    let n = distinct.len();
+    Ok((order, groups, Tensor::try_from_vec(distinct, [n])?))
 }

@@ -29,7 +29,7 @@ const ROW_BLOCK: usize = 2048;
 /// of a random row, each in its own pass over the index.
 struct LaneBlocks {
     lanes: usize,
-    /// Lanes per innermost row, when blocks follow rows (else 0).
+    /// Lanes per row that blocks never cross (all the lanes when rows are short).
     row: usize,
     /// Parts per row and lanes per part.
     parts: usize,
@@ -39,42 +39,33 @@ struct LaneBlocks {
 impl LaneBlocks {
     fn new(others: &[usize], shape: &[usize], lanes: usize, threads: usize) -> LaneBlocks {
         let row = others.last().map_or(1, |&d| shape[d]);
-        if row <= LANE_BLOCK || lanes == 0 {
-            return LaneBlocks {
-                lanes,
-                row: 0,
-                parts: 1,
-                width: LANE_BLOCK,
-            };
-        }
-        let rows = lanes / row;
-        let parts = row
-            .div_ceil(ROW_BLOCK)
-            .max(threads.div_ceil(rows))
-            .min(row.div_ceil(LANE_BLOCK));
+        let (row, width) = if row <= LANE_BLOCK {
+            (lanes, LANE_BLOCK)
+        } else {
+            let parts = row
+                .div_ceil(ROW_BLOCK)
+                .max(threads.div_ceil((lanes / row).max(1)))
+                .min(row.div_ceil(LANE_BLOCK));
+            (row, row.div_ceil(parts))
+        };
         LaneBlocks {
             lanes,
             row,
-            parts,
-            width: row.div_ceil(parts),
+            parts: row.div_ceil(width),
+            width,
         }
     }
 
     fn count(&self) -> usize {
-        match self.lanes.checked_div(self.row) {
-            Some(rows) => rows * self.parts,
-            None => self.lanes.div_ceil(self.width),
-        }
+        self.lanes
+            .checked_div(self.row)
+            .map_or(0, |rows| rows * self.parts)
     }
 
-    /// Lanes `[lo, hi)` of block `b`.
+    /// Lanes `[lo, hi)` of block `b` (empty past a row's end).
     fn lanes(&self, b: usize) -> (usize, usize) {
-        if self.row == 0 {
-            let lo = b * self.width;
-            return (lo, (lo + self.width).min(self.lanes));
-        }
         let (r, p) = (b / self.parts, b % self.parts);
-        let lo = p * self.width;
+        let lo = (p * self.width).min(self.row);
         (
             r * self.row + lo,
             r * self.row + (lo + self.width).min(self.row),
