@@ -68,6 +68,6 @@ pub use plan::{Plan, RealizeOptions};
 pub use random::manual_seed;
 pub use shape::{Axes, ShapeLike};
 pub use tensor::{
-    Operand, QuantileInterpolation, RealizeReport, ScalarOperand, SliceGuard, Tensor, Unique,
-    plan_all, realize_all, realize_all_with,
+    Index, Operand, QuantileInterpolation, RealizeReport, ScalarOperand, SliceGuard, Subscripts,
+    Tensor, Unique, plan_all, realize_all, realize_all_with,
 };

@@ -4,7 +4,8 @@
 //! PyTorch's documented formulas, the max-pool tie rule, the errors, and the modules.
 
 use kiln::nn::functional::{
-    ConvPadding, adaptive_avg_pool1d, adaptive_avg_pool2d, avg_pool1d, avg_pool2d,
+    ConvPadding, adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_max_pool1d,
+    adaptive_max_pool2d, adaptive_max_pool2d_with_indices, avg_pool1d, avg_pool2d,
     conv_transpose1d, conv_transpose2d, conv1d, conv2d, conv3d, max_pool1d, max_pool2d,
 };
 use kiln::nn::{
@@ -699,6 +700,37 @@ fn random_pools_match_pytorchs_loops() {
                 "adaptive case {case_no}: {g} vs {w}"
             );
         }
+        // Adaptive max pooling to the same size: each cell's first largest element in
+        // row-major order (PyTorch's loop keeps a strictly larger value), and its flat
+        // index in the plane.
+        let (ym, at) = adaptive_max_pool2d_with_indices(&xt, o).unwrap();
+        let (want_v, want_i): (Vec<f64>, Vec<i64>) = indices(&[n, c, o[0], o[1]])
+            .into_iter()
+            .map(|i| {
+                let (h0, h1) = (i[2] * hw[0] / o[0], ((i[2] + 1) * hw[0]).div_ceil(o[0]));
+                let (w0, w1) = (i[3] * hw[1] / o[1], ((i[3] + 1) * hw[1]).div_ceil(o[1]));
+                let mut best = (f64::NEG_INFINITY, -1i64);
+                for h in h0..h1 {
+                    for w in w0..w1 {
+                        let v = x[flat(&shape, &[i[0], i[1], h, w])];
+                        if best.1 < 0 || v > best.0 {
+                            best = (v, (h * hw[1] + w) as i64);
+                        }
+                    }
+                }
+                best
+            })
+            .unzip();
+        assert_eq!(
+            ym.to_vec::<f64>().unwrap(),
+            want_v,
+            "adaptive max case {case_no}"
+        );
+        assert_eq!(
+            at.to_vec::<i64>().unwrap(),
+            want_i,
+            "adaptive max case {case_no}"
+        );
     }
 }
 
@@ -935,4 +967,46 @@ fn a_small_cnn_learns_to_separate_two_patterns() {
         "starts near chance: {first}"
     );
     assert!(last < 0.1, "loss {first} -> {last}");
+}
+
+/// Adaptive max pooling: hand values with ties (the first largest in row-major order wins
+/// and takes the gradient), overlapping cells, a NaN cell, 1-d and unbatched input, the
+/// module, and the errors.
+#[test]
+fn adaptive_max_pool_picks_the_first_largest_element() {
+    // A 3 × 3 plane of ties pooled to 2 × 2: cells rows 0..2 / 1..3, columns 0..2 / 1..3.
+    let x = Tensor::from_vec(
+        vec![1.0f32, 5.0, 5.0, 5.0, 2.0, 0.0, 3.0, 5.0, 4.0],
+        [1, 1, 3, 3],
+    )
+    .requires_grad_(true);
+    let (y, at) = adaptive_max_pool2d_with_indices(&x, 2).unwrap();
+    assert_eq!(y.to_vec::<f32>().unwrap(), vec![5.0, 5.0, 5.0, 5.0]);
+    assert_eq!(at.to_vec::<i64>().unwrap(), vec![1, 1, 3, 7]);
+    y.sum(..).backward().unwrap();
+    assert_eq!(
+        x.grad().unwrap().to_vec::<f32>().unwrap(),
+        vec![0.0, 2.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0, 0.0]
+    );
+    // 1-d, unbatched [C, L], with a NaN in the second cell.
+    // Cells 0..3 and 2..5.
+    let v = Tensor::from_vec(vec![0.5f32, 2.0, 1.0, f32::NAN, -1.0], [1, 5]);
+    let y = adaptive_max_pool1d(&v, 2).unwrap().to_vec::<f32>().unwrap();
+    assert_eq!(y[0], 2.0);
+    assert!(y[1].is_nan());
+    // The module, and pooling to the input's own size is the identity.
+    let m = kiln::nn::AdaptiveMaxPool2d::new((3, 3));
+    assert_eq!(
+        m.forward(&x.detach()).unwrap().to_vec::<f32>().unwrap(),
+        x.detach().to_vec::<f32>().unwrap()
+    );
+    assert_eq!(
+        adaptive_max_pool2d(&x.detach(), 1).unwrap().shape(),
+        &[1, 1, 1, 1]
+    );
+    // Errors: a zero output size, an empty plane, an integer input.
+    assert!(adaptive_max_pool2d(&x, (0, 2)).is_err());
+    assert!(adaptive_max_pool2d(&Tensor::zeros([1, 1, 0, 3]), 1).is_err());
+    let e = adaptive_max_pool1d(&Tensor::from_vec(vec![1i64, 2], [1, 2]), 1).unwrap_err();
+    assert!(matches!(e, KilnError::UnsupportedDType { .. }), "{e}");
 }

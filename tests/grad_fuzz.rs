@@ -55,7 +55,7 @@ mod common;
 use kiln::nn::functional::{CrossEntropyOptions, Reduction};
 use kiln::ops::{BinaryOp, UnaryOp};
 use kiln::reference::{self, RefData, RefTensor, grad};
-use kiln::{DType, RealizeOptions, Tensor, no_grad, realize_all_with};
+use kiln::{DType, Index, RealizeOptions, Tensor, no_grad, realize_all_with};
 use std::fmt::Write as _;
 
 // ---------------------------------------------------------------------------------------
@@ -239,8 +239,30 @@ enum Step {
         values: usize,
         accumulate: bool,
     },
+    /// `x.i(entries)`: a PyTorch subscript (integers, slices, new axes, an ellipsis and
+    /// integer index tensors).
+    Subscript {
+        x: usize,
+        entries: Vec<Sub>,
+    },
+    /// `x.mode(dim, keepdim).0`.
+    Mode {
+        x: usize,
+        dim: isize,
+        keepdim: bool,
+    },
     /// Realizes `x` (with the run's options) before the loss is built: the identity.
     Realize(usize),
+}
+
+/// One subscript entry of [`Step::Subscript`] (`Ints` names an index node).
+#[derive(Clone, Debug)]
+enum Sub {
+    At(i64),
+    Slice(Option<i64>, Option<i64>, i64),
+    New,
+    Ellipsis,
+    Ints(usize),
 }
 
 impl Step {
@@ -282,6 +304,13 @@ impl Step {
                 x, targets, weight, ..
             } => [*x, *targets].into_iter().chain(*weight).collect(),
             Step::Cat(xs, _) => xs.clone(),
+            Step::Subscript { x, entries } => std::iter::once(*x)
+                .chain(entries.iter().filter_map(|e| match e {
+                    Sub::Ints(i) => Some(*i),
+                    _ => None,
+                }))
+                .collect(),
+            Step::Mode { x, .. } => vec![*x],
         }
     }
 }
@@ -347,6 +376,24 @@ fn apply(step: &Step, t: &[Tensor], realize: Option<&RealizeOptions>) -> kiln::R
             values,
             accumulate,
         } => t[*x].try_index_put(&[&t[*index]], &t[*values], *accumulate)?,
+        Step::Subscript { x, entries } => {
+            let subs: Vec<Index> = entries
+                .iter()
+                .map(|e| match e {
+                    Sub::At(i) => Index::At(*i),
+                    Sub::Slice(a, b, s) => Index::Slice {
+                        start: *a,
+                        end: *b,
+                        step: *s,
+                    },
+                    Sub::New => Index::NewAxis,
+                    Sub::Ellipsis => Index::Ellipsis,
+                    Sub::Ints(i) => Index::Tensor(t[*i].clone()),
+                })
+                .collect();
+            t[*x].try_i(subs)?
+        }
+        Step::Mode { x, dim, keepdim } => t[*x].try_mode(*dim, *keepdim)?.0,
         Step::Cast(x, d) => t[*x].try_cast(*d)?,
         Step::Reduce {
             red,
@@ -553,6 +600,24 @@ fn step_rust(s: &Step, shape_of: &dyn Fn(usize) -> Vec<usize>) -> String {
             v(index),
             v(values)
         ),
+        Step::Subscript { x, entries } => format!(
+            "{}.i(vec![{}])",
+            v(x),
+            entries
+                .iter()
+                .map(|e| match e {
+                    Sub::At(i) => format!("Index::At({i})"),
+                    Sub::Slice(a, b, s) => {
+                        format!("Index::Slice {{ start: {a:?}, end: {b:?}, step: {s} }}")
+                    }
+                    Sub::New => "Index::NewAxis".into(),
+                    Sub::Ellipsis => "Index::Ellipsis".into(),
+                    Sub::Ints(i) => format!("Index::Tensor({}.clone())", v(i)),
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        Step::Mode { x, dim, keepdim } => format!("{}.mode({dim}, {keepdim}).0", v(x)),
         Step::Cast(x, d) => format!("{}.cast(DType::{d:?})", v(x)),
         Step::Reduce {
             red,
@@ -1164,7 +1229,7 @@ fn propose(rng: &mut Rng, b: &mut Builder) -> Option<()> {
     let xs = b.shape(x).to_vec();
     let rank = xs.len();
     let xv = b.vals(x);
-    let kind = rng.below(110);
+    let kind = rng.below(116);
     let step = match kind {
         // Unary ops, every one of the table.
         0..=17 => {
@@ -1793,6 +1858,80 @@ fn propose(rng: &mut Rng, b: &mut Builder) -> Option<()> {
                 index,
                 values,
                 accumulate: rng.chance(0.5),
+            }
+        }
+        // A subscript: integers, slices with steps, new axes, an ellipsis and integer
+        // index tensors (adjacent or separated) over `x`'s dimensions.
+        110..=112 => {
+            if rank == 0 {
+                return None;
+            }
+            let mut entries = Vec::new();
+            let mut d = 0;
+            let mut ellipsis = false;
+            // Index tensors share a shape of 1 or 2 elements (broadcasting within it).
+            let count = rng.int(1, 3);
+            while d < rank && rng.below(4) != 0 {
+                let n = xs[d] as i64;
+                if n == 0 {
+                    // (No position exists in an empty dimension.)
+                    return None;
+                }
+                match rng.below(6) {
+                    0 => {
+                        entries.push(Sub::At(rng.below(2 * xs[d]) as i64 - n));
+                        d += 1;
+                    }
+                    1 | 2 => {
+                        let bound = |r: &mut Rng| {
+                            r.chance(0.7).then(|| r.below(2 * xs[d] + 2) as i64 - n - 1)
+                        };
+                        let (a, z) = (bound(rng), bound(rng));
+                        entries.push(Sub::Slice(a, z, rng.int(1, 3) as i64));
+                        d += 1;
+                    }
+                    3 => entries.push(Sub::New),
+                    4 if !ellipsis && d == 0 => {
+                        // Only first, standing for every dimension the rest leave.
+                        ellipsis = true;
+                        entries.push(Sub::Ellipsis);
+                        d = rank - rng.below(rank).min(1);
+                    }
+                    _ => {
+                        let data = (0..count)
+                            .map(|_| rng.below(2 * xs[d]) as i64 - n)
+                            .collect();
+                        let index = b.push(Node::Index {
+                            data,
+                            shape: vec![count],
+                        })?;
+                        entries.push(Sub::Ints(index));
+                        d += 1;
+                    }
+                }
+            }
+            if ellipsis && d != rank {
+                return None;
+            }
+            let step = Step::Subscript { x, entries };
+            // (Later steps need elements: no empty results.)
+            let shape = apply(&step, &b.t, None).ok()?.shape().to_vec();
+            if shape.contains(&0) {
+                return None;
+            }
+            step
+        }
+        // The mode along a dimension: it compares values for equality, so only of values
+        // every evaluation computes alike, and not where finite differences would break
+        // its ties.
+        113..=114 => {
+            if rank == 0 || !b.exact[x] || b.fd_safe {
+                return None;
+            }
+            Step::Mode {
+                x,
+                dim: rng.below(rank) as isize - if rng.chance(0.5) { rank as isize } else { 0 },
+                keepdim: rng.chance(0.5),
             }
         }
         // Realize an intermediate (backward then runs through its kept history).

@@ -476,6 +476,26 @@ fn indexing_joining_and_masking_ops() {
             |t| t[0].index_put(&[&pr, &pc], &t[1], accumulate).exp(),
         );
     }
+    // Subscripts: integers, ranges and index tensors mixed (adjacent and separated), and
+    // a write through one.
+    let (si, sj) = (
+        Tensor::from_vec(vec![2i64, 0, -1], [3]),
+        Tensor::from_vec(vec![1i64, 0], [2, 1]),
+    );
+    check(
+        "i (subscripts) and i_put",
+        &[
+            (values(60, 42, -1.0, 1.0), vec![3, 4, 5]),
+            (values(4, 43, -1.0, 1.0), vec![2, 2]),
+        ],
+        |t| {
+            let x = &t[0];
+            let read = x.i((1, &si, kiln::Index::stepped(1.., 2))).exp().sum(..)
+                + x.i((&sj, .., &si)).sin().sum(..)
+                + x.movedim(2, 0).select(1, -1).sum(..);
+            x.i_put((0, 1..3, 3..), &t[1]).exp() * read
+        },
+    );
     check(
         "cat",
         &[
@@ -909,6 +929,11 @@ fn convolution_and_pooling() {
         &[(values(2 * 5 * 7, 112, -2.0, 2.0), vec![2, 5, 7])],
         |t| adaptive_avg_pool2d(&t[0], (3, 4)).unwrap(),
     );
+    check(
+        "adaptive_max_pool2d",
+        &[(values(2 * 5 * 7, 113, -2.0, 2.0), vec![2, 5, 7])],
+        |t| kiln::nn::functional::adaptive_max_pool2d(&t[0], (3, 4)).unwrap(),
+    );
 }
 
 #[test]
@@ -922,6 +947,13 @@ fn median_and_quantile() {
     );
     check("median", &[(values(9, 122, -2.0, 2.0), vec![3, 3])], |t| {
         t[0].median()
+    });
+    // The mode of lanes with repeats built in (each lane's third value three times), so
+    // the differences move every copy together and the mode stays the same element.
+    let repeat = Tensor::from_vec(vec![0i64, 1, 1, 2, 2, 2, 3], [7]);
+    check("mode", &[(values(12, 125, -2.0, 2.0), vec![3, 4])], |t| {
+        let x = t[0].index_select(1, &repeat);
+        x.mode(1, false).0.exp() + x.t().mode(0, true).0.squeeze_dim(0)
     });
     check(
         "quantiles linear and midpoint",

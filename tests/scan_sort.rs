@@ -554,3 +554,89 @@ fn median_and_quantile_gradients_reach_the_chosen_elements() {
         "{g:?}"
     );
 }
+
+/// `mode`: the most frequent value (the smallest among equally frequent ones, as PyTorch's
+/// CPU kernel) and its last index; NaNs each count once; bools, keepdim, views, 0-d input,
+/// the gradient, and random small-integer lanes against a plain count.
+#[test]
+fn mode_matches_pytorch_and_a_plain_count() {
+    // Rows [6, 5, 1] (all once: the smallest), [0, 2, 0], [0, 1, 1].
+    let x = Tensor::from_vec(vec![6.0f32, 5.0, 1.0, 0.0, 2.0, 0.0, 0.0, 1.0, 1.0], [3, 3]);
+    let (v, i) = x.mode(-1, false);
+    assert_eq!(f32s(&v), vec![1.0, 0.0, 1.0]);
+    assert_eq!(i64s(&i), vec![2, 2, 2]);
+    // Along dim 0 with keepdim: columns [6, 0, 0], [5, 2, 1], [1, 0, 1].
+    let (v, i) = x.mode(0, true);
+    assert_eq!(v.shape(), &[1, 3]);
+    assert_eq!(f32s(&v), vec![0.0, 1.0, 1.0]);
+    assert_eq!(i64s(&i), vec![2, 2, 2]);
+    // NaNs are distinct: [nan, nan, 3] has mode 3; a lane of NaNs gives NaN, index 1.
+    let n = Tensor::from_vec(
+        vec![f32::NAN, f32::NAN, 3.0, f32::NAN, f32::NAN, f32::NAN],
+        [2, 3],
+    );
+    let (v, i) = n.mode(1, false);
+    let v = f32s(&v);
+    assert_eq!(v[0], 3.0);
+    assert!(v[1].is_nan());
+    assert_eq!(i64s(&i)[0], 2);
+    // -0.0 and 0.0 are one value.
+    let z = Tensor::from_vec(vec![-0.0f32, 1.0, 0.0, 1.0, 0.0], [5]);
+    let (v, i) = z.mode(0, false);
+    assert_eq!(v.item::<f32>().unwrap(), 0.0);
+    assert_eq!(i.item::<i64>().unwrap(), 4);
+    // Bools, and a transposed view.
+    let b = Tensor::from_vec(vec![true, false, true], [3]);
+    assert!(b.mode(0, false).0.item::<bool>().unwrap());
+    // Rows of the transpose: [1, 2], [2, 1], [2, 1] (ties: the smallest).
+    let t = Tensor::from_vec(vec![1i64, 2, 2, 2, 1, 1], [2, 3]).t();
+    let (v, i) = t.mode(1, false);
+    assert_eq!(i64s(&v), vec![1, 1, 1]);
+    assert_eq!(i64s(&i), vec![0, 1, 1]);
+    let t3 = Tensor::from_vec(vec![2i64, 2, 1, 2, 1, 1], [2, 3]).t();
+    // Columns of the transpose: [2, 2, 1], [2, 1, 1].
+    assert_eq!(i64s(&t3.mode(0, false).0), vec![2, 1]);
+    // 0-d: the value itself and index 0; an empty lane is an error.
+    let (v, i) = Tensor::scalar(2.5f32).mode(0, false);
+    assert_eq!(
+        (v.item::<f32>().unwrap(), i.item::<i64>().unwrap()),
+        (2.5, 0)
+    );
+    assert!(matches!(
+        Tensor::zeros([2, 0]).try_mode(1, false),
+        Err(KilnError::InvalidArgument { .. })
+    ));
+    // The gradient reaches the returned element only.
+    let w = Tensor::from_vec(vec![3.0f32, 1.0, 3.0, 2.0], [4]).requires_grad_(true);
+    let (v, _) = w.mode(0, false);
+    (v * 2.0).backward().unwrap();
+    assert_eq!(f32s(&w.grad().unwrap()), vec![0.0, 0.0, 2.0, 0.0]);
+    // Random lanes of small integers: the value with the highest count (smallest on a
+    // tie) and its last index.
+    let mut state = 12345u64;
+    for _ in 0..40 {
+        let (rows, cols) = (1 + (state % 5) as usize, 1 + (state % 13) as usize);
+        let data: Vec<i64> = (0..rows * cols)
+            .map(|_| {
+                state = state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((state >> 33) % 4) as i64
+            })
+            .collect();
+        let x = Tensor::from_vec(data.clone(), [rows, cols]);
+        let (v, i) = x.mode(1, false);
+        let (v, i) = (i64s(&v), i64s(&i));
+        for r in 0..rows {
+            let lane = &data[r * cols..(r + 1) * cols];
+            let count = |val: i64| lane.iter().filter(|&&e| e == val).count();
+            let best = (0..4).max_by_key(|&val| (count(val), -val)).unwrap();
+            let last = lane.iter().rposition(|&e| e == best).unwrap() as i64;
+            assert_eq!((v[r], i[r]), (best, last), "lane {lane:?}");
+        }
+        // The float path agrees.
+        let (fv, fi) = x.cast(DType::F32).mode(1, false);
+        assert_eq!(f32s(&fv), v.iter().map(|&e| e as f32).collect::<Vec<_>>());
+        assert_eq!(i64s(&fi), i);
+    }
+}

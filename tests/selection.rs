@@ -360,3 +360,100 @@ fn index_put_errors_are_typed() {
         Err(KilnError::IndexOutOfRange { .. })
     ));
 }
+
+/// `unique(dim=…)` and `unique_consecutive` (flattened and along a dimension): hand
+/// values with NaN and `-0.0`, PyTorch's empty-tensor rules, and random integer slices
+/// against a sorted map of rows.
+#[test]
+fn unique_dim_and_unique_consecutive_match_hand_values() {
+    let x = Tensor::from_vec(vec![1.0f32, 1.0, f32::NAN, f32::NAN, -0.0, 0.0, 2.0], [7]);
+    let u = x.unique_consecutive_all();
+    let v = f32s(&u.values);
+    assert_eq!(v.len(), 5);
+    assert!(v[1].is_nan() && v[2].is_nan());
+    assert_eq!((v[0], v[4]), (1.0, 2.0));
+    // The run keeps its first element: -0.0.
+    assert!(v[3] == 0.0 && v[3].is_sign_negative());
+    assert_eq!(i64s(&u.inverse), vec![0, 0, 1, 2, 3, 3, 4]);
+    assert_eq!(i64s(&u.counts), vec![2, 1, 1, 2, 1]);
+    // Columns (1, 2), (0, 5), (1, 2): sorted (0, 5), (1, 2).
+    let c = Tensor::from_vec(vec![1i64, 0, 1, 2, 5, 2], [2, 3]);
+    let u = c.unique_dim_all(1);
+    assert_eq!(u.values.shape(), &[2, 2]);
+    assert_eq!(i64s(&u.values), vec![0, 1, 5, 2]);
+    assert_eq!(i64s(&u.inverse), vec![1, 0, 1]);
+    assert_eq!(i64s(&u.counts), vec![1, 2]);
+    assert_eq!(i64s(&c.unique_dim(-1)), vec![0, 1, 5, 2]);
+    // Slices holding a NaN are never equal.
+    let n = Tensor::from_vec(vec![f32::NAN, 1.0, f32::NAN, 1.0], [2, 2]);
+    assert_eq!(i64s(&n.unique_dim_all(0).counts), vec![1, 1]);
+    // Consecutive slices along the middle dimension of a 3-D tensor.
+    let t = Tensor::from_vec(vec![1i64, 1, 2, 1, 1, 2, 3, 3, 3], [1, 3, 3]).permute([0, 2, 1]);
+    let u = t.unique_consecutive_dim_all(1);
+    assert_eq!(u.values.shape(), &[1, 2, 3]);
+    assert_eq!(i64s(&u.values), vec![1, 1, 3, 2, 2, 3]);
+    assert_eq!(i64s(&u.inverse), vec![0, 0, 1]);
+    assert_eq!(i64s(&u.counts), vec![2, 1]);
+    // Empty tensors (PyTorch's rules): `dim` the only empty dimension gives the input
+    // back; another empty dimension is an error.
+    let u = Tensor::zeros([0, 3]).unique_dim_all(0);
+    assert_eq!(u.values.shape(), &[0, 3]);
+    assert_eq!(
+        (u.inverse.shape(), u.counts.shape()),
+        (&[0usize][..], &[0usize][..])
+    );
+    assert!(Tensor::zeros([3, 0]).try_unique_dim_all(0).is_err());
+    assert!(Tensor::zeros([0, 0]).try_unique_dim_all(0).is_err());
+    assert_eq!(Tensor::zeros([0, 3]).unique().shape(), &[0]);
+    assert!(Tensor::zeros([2]).try_unique_dim(1).is_err());
+    // Random integer rows against a sorted map.
+    let mut state = 7u64;
+    for _ in 0..30 {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let (n, w) = (
+            1 + (state >> 40) as usize % 9,
+            1 + (state >> 50) as usize % 3,
+        );
+        let data: Vec<i64> = (0..n * w)
+            .map(|_| {
+                state = state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((state >> 33) % 3) as i64
+            })
+            .collect();
+        let x = Tensor::from_vec(data.clone(), [n, w]);
+        let rows: Vec<&[i64]> = data.chunks(w).collect();
+        let mut map = std::collections::BTreeMap::new();
+        for r in &rows {
+            *map.entry(r.to_vec()).or_insert(0i64) += 1;
+        }
+        let u = x.unique_dim_all(0);
+        let want: Vec<i64> = map.keys().flatten().copied().collect();
+        assert_eq!(i64s(&u.values), want);
+        assert_eq!(i64s(&u.counts), map.values().copied().collect::<Vec<_>>());
+        let keys: Vec<&Vec<i64>> = map.keys().collect();
+        let inv: Vec<i64> = rows
+            .iter()
+            .map(|r| keys.iter().position(|k| k.as_slice() == *r).unwrap() as i64)
+            .collect();
+        assert_eq!(i64s(&u.inverse), inv);
+        // Consecutive: the runs of equal rows.
+        let uc = x.unique_consecutive_dim_all(0);
+        let mut runs: Vec<(&[i64], i64)> = Vec::new();
+        for r in &rows {
+            match runs.last_mut() {
+                Some((last, count)) if last == r => *count += 1,
+                _ => runs.push((r, 1)),
+            }
+        }
+        let want: Vec<i64> = runs.iter().flat_map(|(r, _)| r.iter().copied()).collect();
+        assert_eq!(i64s(&uc.values), want);
+        assert_eq!(
+            i64s(&uc.counts),
+            runs.iter().map(|r| r.1).collect::<Vec<_>>()
+        );
+    }
+}

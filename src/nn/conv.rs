@@ -22,7 +22,7 @@
 //! - adaptive average pooling averages PyTorch's cells one spatial dimension at a time (a
 //!   reshape and a mean when the size divides, else one slice per cell).
 
-use crate::dtype::Scalar;
+use crate::dtype::{DType, Scalar};
 use crate::error::{KilnError, Result};
 use crate::tensor::Tensor;
 
@@ -646,6 +646,9 @@ const fn pool_name(kind: u8, n: usize) -> &'static str {
         (b'a', 1) => "avg_pool1d",
         (b'a', 2) => "avg_pool2d",
         (b'a', _) => "avg_pool3d",
+        (b'x', 1) => "adaptive_max_pool1d",
+        (b'x', 2) => "adaptive_max_pool2d",
+        (b'x', _) => "adaptive_max_pool3d",
         (_, 1) => "adaptive_avg_pool1d",
         (_, 2) => "adaptive_avg_pool2d",
         _ => "adaptive_avg_pool3d",
@@ -963,4 +966,104 @@ adaptive_avg_pool_functions! {
     /// assert_eq!(y.to_vec::<f32>().unwrap(), vec![7.5]);
     /// ```
     adaptive_avg_pool2d, 2;
+}
+
+/// The `N`-dimensional adaptive max pooling behind [`adaptive_max_pool1d`] and
+/// [`adaptive_max_pool2d`]: the values and, for each, its flat index in the input's
+/// spatial plane (`h·W + w` in 2-D), as PyTorch's `return_indices=True` gives them.
+///
+/// Each spatial dimension is pooled in turn, the last first: a cell's first largest
+/// element (its `argmax`, NaN counting as largest) is gathered, with the flat index it
+/// came from. Each earlier dimension then picks the first among those row maxima, so the
+/// winner is the cell's first largest element in row-major order (pooling the first
+/// dimension first would find the column-major first), and the gradient (through the
+/// gathers) reaches it alone, as PyTorch's does.
+pub(crate) fn adaptive_max_pool_nd<const N: usize>(
+    input: &Tensor,
+    output_size: Spatial<N>,
+) -> Result<(Tensor, Tensor)> {
+    let op = pool_name(b'x', N);
+    let (mut x, was_batched) = batched(op, input, N)?;
+    require_float(op, &x)?;
+    require_positive(op, x.shape(), "output_size", output_size)?;
+    let spatial = &x.shape()[2..];
+    if spatial.contains(&0) {
+        return Err(invalid(
+            op,
+            x.shape(),
+            "the spatial dimensions must not be empty (as PyTorch requires)".into(),
+        ));
+    }
+    // The flat spatial index of every element, broadcast over batch and channels.
+    let plane: usize = spatial.iter().product();
+    let mut index_shape = vec![1, 1];
+    index_shape.extend_from_slice(spatial);
+    let mut at = Tensor::try_arange(0, plane as i64, 1, DType::I64)?
+        .try_to(x.device())?
+        .try_reshape(index_shape.iter().map(|&d| d as isize).collect::<Vec<_>>())?
+        .try_broadcast_to(x.shape())?;
+    for i in (0..N).rev() {
+        let axis = (2 + i) as isize;
+        let (len, o) = (x.shape()[2 + i], output_size.0[i]);
+        let (values, places): (Vec<Tensor>, Vec<Tensor>) = (0..o)
+            .map(|j| {
+                // PyTorch's cells: [⌊j·len/o⌋, ⌈(j+1)·len/o⌉).
+                let start = (j * len / o) as isize;
+                let end = ((j + 1) * len).div_ceil(o) as isize;
+                let cell = x.try_slice_dim(axis, start, end, 1)?;
+                let first = cell.try_argmax_keepdim(axis)?;
+                Ok((
+                    cell.try_gather(axis, &first)?,
+                    at.try_slice_dim(axis, start, end, 1)?
+                        .try_gather(axis, &first)?,
+                ))
+            })
+            .collect::<Result<Vec<_>>>()?
+            .into_iter()
+            .unzip();
+        x = Tensor::try_cat(&values.iter().collect::<Vec<_>>(), axis)?;
+        at = Tensor::try_cat(&places.iter().collect::<Vec<_>>(), axis)?;
+    }
+    Ok((unbatch(x, was_batched)?, unbatch(at, was_batched)?))
+}
+
+macro_rules! adaptive_max_pool_functions {
+    ($($(#[$doc:meta])* $name:ident, $with:ident, $n:literal;)*) => {$(
+        $(#[$doc])*
+        pub fn $name(input: &Tensor, output_size: impl Into<Spatial<$n>>) -> Result<Tensor> {
+            Ok(adaptive_max_pool_nd(input, output_size.into())?.0)
+        }
+
+        #[doc = concat!("[`", stringify!($name), "`] with PyTorch's `return_indices=True`: ")]
+        /// the values and, for each, the i64 flat index of the chosen element in its
+        /// input plane (row-major over the spatial dimensions).
+        pub fn $with(
+            input: &Tensor,
+            output_size: impl Into<Spatial<$n>>,
+        ) -> Result<(Tensor, Tensor)> {
+            adaptive_max_pool_nd(input, output_size.into())
+        }
+    )*};
+}
+
+adaptive_max_pool_functions! {
+    /// PyTorch's `F.adaptive_max_pool1d(input, output_size)` over `[N, C, L]` or `[C, L]`;
+    /// see [`adaptive_max_pool2d`].
+    adaptive_max_pool1d, adaptive_max_pool1d_with_indices, 1;
+    /// PyTorch's `F.adaptive_max_pool2d(input, output_size)` over `[N, C, H, W]` or
+    /// `[C, H, W]` (float): output cell `j` of a dimension of length `n` pooled to `o` is
+    /// the largest of elements `⌊j·n/o⌋ .. ⌈(j+1)·n/o⌉` (cells may overlap), NaN
+    /// propagating. The gradient goes to each cell's first largest element in row-major
+    /// order, as PyTorch's does.
+    ///
+    /// ```
+    /// use kiln::Tensor;
+    /// use kiln::nn::functional::{adaptive_max_pool2d, adaptive_max_pool2d_with_indices};
+    /// let x = Tensor::arange(0.0, 16.0, 1.0).reshape([1, 1, 4, 4]);
+    /// let y = adaptive_max_pool2d(&x, 2).unwrap();
+    /// assert_eq!(y.to_vec::<f32>().unwrap(), vec![5.0, 7.0, 13.0, 15.0]);
+    /// let (_, at) = adaptive_max_pool2d_with_indices(&x, [1, 3]).unwrap();
+    /// assert_eq!(at.to_vec::<i64>().unwrap(), vec![13, 14, 15]);
+    /// ```
+    adaptive_max_pool2d, adaptive_max_pool2d_with_indices, 2;
 }

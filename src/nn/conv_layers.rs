@@ -3,8 +3,8 @@
 //! forms in [`super::functional`].
 
 use super::conv::{
-    ConvPadding, Spatial, adaptive_avg_pool_nd, avg_pool_nd, conv_name, conv_nd,
-    conv_transpose_name, conv_transpose_nd, max_pool_nd,
+    ConvPadding, Spatial, adaptive_avg_pool_nd, adaptive_max_pool_nd, avg_pool_nd, conv_name,
+    conv_nd, conv_transpose_name, conv_transpose_nd, max_pool_nd,
 };
 use super::{Module, init};
 use crate::error::{KilnError, Result};
@@ -557,6 +557,41 @@ impl<const N: usize> AdaptiveAvgPool<N> {
 impl<const N: usize> Module for AdaptiveAvgPool<N> {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         adaptive_avg_pool_nd(x, self.output_size)
+    }
+
+    fn visit_parameters(&self, _: &mut dyn FnMut(&str, &Tensor)) {}
+
+    fn visit_parameters_mut(&mut self, _: &mut dyn FnMut(&str, &mut Tensor)) {}
+
+    /// No mode: the same in training and evaluation.
+    fn set_training(&mut self, _training: bool) {}
+}
+
+/// Adaptive max pooling to a fixed output size (PyTorch's `nn.AdaptiveMaxPool1d/2d`
+/// without `return_indices`); see [`super::functional::adaptive_max_pool2d`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AdaptiveMaxPool<const N: usize> {
+    /// The output's spatial size.
+    pub output_size: Spatial<N>,
+}
+
+/// PyTorch's `nn.AdaptiveMaxPool1d`.
+pub type AdaptiveMaxPool1d = AdaptiveMaxPool<1>;
+/// PyTorch's `nn.AdaptiveMaxPool2d`.
+pub type AdaptiveMaxPool2d = AdaptiveMaxPool<2>;
+
+impl<const N: usize> AdaptiveMaxPool<N> {
+    /// Pools to `output_size`.
+    pub fn new(output_size: impl Into<Spatial<N>>) -> AdaptiveMaxPool<N> {
+        AdaptiveMaxPool {
+            output_size: output_size.into(),
+        }
+    }
+}
+
+impl<const N: usize> Module for AdaptiveMaxPool<N> {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        Ok(adaptive_max_pool_nd(x, self.output_size)?.0)
     }
 
     fn visit_parameters(&self, _: &mut dyn FnMut(&str, &Tensor)) {}

@@ -11,7 +11,7 @@ use crate::shape::normalize_axis;
 
 impl Tensor {
     /// The index tensor as i64, checked to be an integer tensor on this device.
-    fn index_operand(&self, op: &'static str, index: &Tensor) -> Result<Tensor> {
+    pub(super) fn index_operand(&self, op: &'static str, index: &Tensor) -> Result<Tensor> {
         if !index.dtype().is_int() {
             return Err(KilnError::UnsupportedDType {
                 op,
@@ -595,32 +595,7 @@ impl Tensor {
             });
         }
         let (lead, trail) = self.shape().split_at(k);
-        // The flat place in the leading dimensions, negative indices wrapped.
-        let mut flat: Option<Tensor> = None;
-        let mut stride = 1i64;
-        for (d, t) in idx.iter().enumerate().rev() {
-            let n = lead[d] as i64;
-            let wrapped = Tensor::try_where(&t.try_lt(0)?, &t.try_add(n)?, t)?;
-            // The range check, per dimension (a flat place alone could alias another row):
-            // a gather of zeros at every index, which fails when realized for an index
-            // outside `-n..n`, as PyTorch raises.
-            let zeros = Tensor::try_full_on([lead[d]], 0i64, DType::I64, self.device())?;
-            let checked = zeros
-                .try_gather(0, &wrapped.try_reshape([-1])?)?
-                .try_reshape(wrapped.shape())?;
-            let term = wrapped
-                .try_add(&checked)?
-                .try_broadcast_to(bshape.as_slice())?
-                .try_mul(stride)?;
-            flat = Some(match flat {
-                Some(f) => f.try_add(&term)?,
-                None => term,
-            });
-            stride *= n;
-        }
-        let Some(flat) = flat else {
-            return Err(KilnError::internal("index_put: no index"));
-        };
+        let flat = flat_places(&idx, lead, &bshape, self.device())?;
         let places: usize = bshape.iter().product();
         let rest: usize = trail.iter().product();
         let mut vshape = bshape.clone();
@@ -680,8 +655,6 @@ impl Tensor {
     }
 }
 
-/// The 1-D (or 0-D) `index` laid along `axis` and broadcast over the other dimensions of
-/// `shape` (stride 0: no copy); `shape[axis]` is the index's length.
 /// `indices` with each bool mask replaced by its [`Tensor::nonzero`] columns (one integer
 /// index per dimension it covers, as PyTorch's advanced indexing reads a mask); realizes
 /// the masks.
@@ -700,6 +673,44 @@ pub(crate) fn mask_indices(indices: &[&Tensor]) -> Result<Vec<Tensor>> {
     Ok(out)
 }
 
+/// A tensor of `index`'s shape that is `fill` everywhere and fails when realized
+/// ([`KilnError::IndexOutOfRange`]) if an element of `index` (i64) lies outside
+/// `0..size`: a gather of a constant at every index. Ops whose result alone would not
+/// notice a bad index (a comparison, a flattened place that aliases another row) add or
+/// multiply it in, so they raise where PyTorch does.
+pub(crate) fn range_guard(index: &Tensor, size: usize, fill: i64) -> Result<Tensor> {
+    let constant = Tensor::try_full_on([size], fill, DType::I64, index.device())?;
+    constant
+        .try_gather(0, &index.try_reshape([-1])?)?
+        .try_reshape(index.shape())
+}
+
+/// The flat (row-major) place of each index tuple in dimensions of `sizes`: `idx[j]` (i64)
+/// indexes dimension `j`, all broadcast to `bshape`. Negative indices count from the end,
+/// and an index outside `-n..n` fails when realized, checked per dimension (a flat place
+/// alone could alias another row).
+pub(crate) fn flat_places(
+    idx: &[Tensor],
+    sizes: &[usize],
+    bshape: &[usize],
+    device: crate::Device,
+) -> Result<Tensor> {
+    let mut flat = Tensor::try_full_on(bshape, 0i64, DType::I64, device)?;
+    let mut stride = 1i64;
+    for (t, &n) in idx.iter().zip(sizes).rev() {
+        let wrapped = Tensor::try_where(&t.try_lt(0)?, &t.try_add(n as i64)?, t)?;
+        let term = wrapped
+            .try_add(&range_guard(&wrapped, n, 0)?)?
+            .try_broadcast_to(bshape)?
+            .try_mul(stride)?;
+        flat = flat.try_add(&term)?;
+        stride *= n as i64;
+    }
+    Ok(flat)
+}
+
+/// The 1-D (or 0-D) `index` laid along `axis` and broadcast over the other dimensions of
+/// `shape` (stride 0: no copy); `shape[axis]` is the index's length.
 fn spread_index(index: &Tensor, axis: usize, shape: &[usize]) -> Result<Tensor> {
     let mut along: Vec<isize> = vec![1; shape.len()];
     along[axis] = index.numel() as isize;

@@ -35,7 +35,11 @@ enum Attempt {
 
 impl Tensor {
     /// Replaces this tensor's value with `f(self)` in place (see the module documentation).
-    fn update(&self, op: &'static str, f: impl Fn(&Tensor) -> Result<Tensor>) -> Result<&Tensor> {
+    pub(super) fn update(
+        &self,
+        op: &'static str,
+        f: impl Fn(&Tensor) -> Result<Tensor>,
+    ) -> Result<&Tensor> {
         if graph::grad_enabled() && self.requires_grad() {
             return Err(KilnError::InvalidArgument {
                 op,

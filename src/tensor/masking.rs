@@ -128,11 +128,8 @@ impl Tensor {
             Tensor::try_arange(0, num_classes as i64, 1, DType::I64)?.try_to(self.device())?;
         let t = self.try_cast(DType::I64)?.try_unsqueeze(-1)?;
         let hot = t.try_eq(&classes)?.try_cast(DType::I64)?;
-        // The range check: a gather of ones at every index, which fails when realized for
-        // a class outside `0..num_classes` (PyTorch raises there; a comparison alone
-        // would give a row of zeros).
-        let ones = Tensor::try_full_on([num_classes], 1i64, DType::I64, self.device())?;
-        let checked = ones.try_gather(0, &t.try_reshape([-1])?)?;
-        hot.try_mul(&checked.try_reshape(t.shape())?)
+        // The range check (PyTorch raises for a class outside `0..num_classes`, where a
+        // comparison alone would give a row of zeros).
+        hot.try_mul(&super::indexing::range_guard(&t, num_classes, 1)?)
     }
 }

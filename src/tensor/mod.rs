@@ -22,6 +22,7 @@ mod reduce;
 mod scan;
 mod selection;
 mod sort;
+mod subscript;
 mod transfer;
 
 pub use elementwise::Operand;
@@ -29,6 +30,7 @@ pub use operators::ScalarOperand;
 pub use quantile::QuantileInterpolation;
 pub use realize::{RealizeReport, plan_all, realize_all, realize_all_with};
 pub use selection::Unique;
+pub use subscript::{Index, Subscripts};
 
 use crate::device::Device;
 use crate::dtype::{DType, Element};

@@ -105,6 +105,31 @@ impl Tensor {
         self.movement(Movement::Reshape(out))
     }
 
+    /// PyTorch's `movedim(source, destination)` (also `moveaxis`): dimension `source` moved
+    /// to position `destination`, the others keeping their order; a view. Negative values
+    /// count from the end.
+    ///
+    /// ```
+    /// let x = kiln::Tensor::zeros([2, 3, 4]);
+    /// assert_eq!(x.movedim(0, -1).shape(), &[3, 4, 2]);
+    /// assert_eq!(x.movedim(2, 0).shape(), &[4, 2, 3]);
+    /// ```
+    #[track_caller]
+    pub fn movedim(&self, source: isize, destination: isize) -> Tensor {
+        unwrap_or_panic(self.try_movedim(source, destination))
+    }
+
+    /// Fallible [`Tensor::movedim`].
+    pub fn try_movedim(&self, source: isize, destination: isize) -> Result<Tensor> {
+        let s = normalize_axis("movedim", source, &self.shape)?;
+        let d = normalize_axis("movedim", destination, &self.shape)?;
+        let mut order: Vec<isize> = (0..self.ndim() as isize)
+            .filter(|&a| a != s as isize)
+            .collect();
+        order.insert(d, s as isize);
+        self.try_permute(order)
+    }
+
     /// Reorders dimensions: output dimension `i` is input dimension `perm[i]`.
     #[track_caller]
     pub fn permute(&self, perm: impl Axes) -> Tensor {
@@ -331,6 +356,36 @@ impl Tensor {
     #[track_caller]
     pub fn narrow(&self, dim: isize, start: isize, length: usize) -> Tensor {
         unwrap_or_panic(self.try_narrow(dim, start, length))
+    }
+
+    /// PyTorch's `x.select(dim, index)` (`x[:, index]` for `dim = 1`): the slice at
+    /// `index` along `dim`, without that dimension; a view. A negative `index` counts from
+    /// the end; one outside the dimension is an error here.
+    ///
+    /// ```
+    /// let x = kiln::Tensor::arange(0.0, 6.0, 1.0).reshape([2, 3]);
+    /// assert_eq!(x.select(1, -1).to_vec::<f32>().unwrap(), vec![2.0, 5.0]);
+    /// assert!(x.try_select(0, 2).is_err());
+    /// ```
+    #[track_caller]
+    pub fn select(&self, dim: isize, index: i64) -> Tensor {
+        unwrap_or_panic(self.try_select(dim, index))
+    }
+
+    /// Fallible [`Tensor::select`].
+    pub fn try_select(&self, dim: isize, index: i64) -> Result<Tensor> {
+        let d = normalize_axis("select", dim, &self.shape)?;
+        let n = self.shape[d] as i64;
+        if index < -n || index >= n {
+            return Err(KilnError::InvalidArgument {
+                op: "select",
+                shape: self.shape.clone(),
+                reason: format!("index {index} is out of range for dimension {dim} (size {n})"),
+            });
+        }
+        let k = if index < 0 { index + n } else { index };
+        self.try_narrow(d as isize, k as isize, 1)?
+            .try_squeeze_dim(d as isize)
     }
 
     /// Fallible [`Tensor::narrow`].

@@ -1,4 +1,4 @@
-//! Order statistics from a sort: PyTorch's `median` and `quantile`. Each sorts the lane
+//! Order statistics from a sort: PyTorch's `median`, `quantile` and `mode`. Each sorts the lane
 //! (one stable `argsort`), then gathers the wanted positions, so the gradient reaches the
 //! chosen elements (split between the two neighbours of an interpolated quantile) and the
 //! gathers fuse into their consumers. A lane holding a NaN gives NaN, as PyTorch's does.
@@ -77,6 +77,93 @@ impl Tensor {
         Ok(v)
     }
 
+    /// The dimension a value-and-index reduction takes `what` along (`None` for a 0-d
+    /// tensor, after checking `dim` as PyTorch does: it is its own lane); an empty lane is
+    /// an error naming `op`.
+    fn value_lane(&self, op: &'static str, dim: isize, what: &str) -> Result<Option<usize>> {
+        if self.ndim() == 0 {
+            normalize_axis(op, dim, &[1])?;
+            return Ok(None);
+        }
+        let d = normalize_axis(op, dim, &self.shape)?;
+        if self.shape[d] == 0 {
+            return Err(KilnError::InvalidArgument {
+                op,
+                shape: self.shape.clone(),
+                reason: format!("dimension {dim} has no elements to take {what} of"),
+            });
+        }
+        Ok(Some(d))
+    }
+
+    /// A 0-d tensor's value-and-index reduction: a copy of itself at index 0.
+    fn own_pick(&self) -> Result<(Tensor, Tensor)> {
+        let idx = Tensor::try_full_on((), 0, DType::I64, self.device)?;
+        Ok((self.try_copy()?, idx))
+    }
+
+    /// PyTorch's `mode(dim, keepdim)`: the most frequent value along `dim` and the i64
+    /// index of its last occurrence. Where several values are equally frequent, the
+    /// smallest wins, as on PyTorch's CPU. Each NaN counts as its own value (as in
+    /// [`Tensor::unique`]), so a NaN is the mode only of a lane of NaNs. PyTorch documents
+    /// the index only as "the index location" and its CPU kernel does not always return
+    /// the last one (its issue 129303); kiln always does. The gradient goes to that
+    /// element. Lazy: one stable sort per lane, a scan and a few gathers, no read-back.
+    ///
+    /// ```
+    /// use kiln::Tensor;
+    /// let x = Tensor::from_vec(vec![1i64, 2, 3, 3, 2, 5, 5, 4, 4, 4], [2, 5]);
+    /// let (v, i) = x.mode(1, false);
+    /// assert_eq!(v.to_vec::<i64>().unwrap(), vec![2, 4]);
+    /// assert_eq!(i.to_vec::<i64>().unwrap(), vec![4, 4]);
+    /// ```
+    #[track_caller]
+    pub fn mode(&self, dim: isize, keepdim: bool) -> (Tensor, Tensor) {
+        unwrap_or_panic(self.try_mode(dim, keepdim))
+    }
+
+    /// Fallible [`Tensor::mode`].
+    pub fn try_mode(&self, dim: isize, keepdim: bool) -> Result<(Tensor, Tensor)> {
+        let Some(d) = self.value_lane("mode", dim, "a mode")? else {
+            return self.own_pick();
+        };
+        let n = self.shape[d];
+        let axis = d as isize;
+        let (sorted, order) = self.try_sort(axis, false)?;
+        let mut one = self.shape.clone();
+        one[d] = 1;
+        let edge = Tensor::try_full_on(one.as_slice(), true, DType::Bool, self.device)?;
+        // `differs[j]`: sorted elements j and j + 1 differ (NaN differs from everything),
+        // so a run of equal values starts after each and ends at each.
+        let differs = sorted
+            .try_narrow(axis, 1, n - 1)?
+            .try_ne(&sorted.try_narrow(axis, 0, n - 1)?)?;
+        let starts = Tensor::try_cat(&[&edge, &differs], axis)?;
+        let ends = Tensor::try_cat(&[&differs, &edge], axis)?;
+        // Each position's run number, each run's length, and that length at the run's last
+        // position (0 elsewhere).
+        let run = starts.try_cast(DType::I64)?.try_cumsum(axis)?.try_sub(1)?;
+        let lengths = Tensor::try_full_on(self.shape.as_slice(), 0i64, DType::I64, self.device)?
+            .try_scatter_add(
+                axis,
+                &run,
+                &Tensor::try_full_on(self.shape.as_slice(), 1i64, DType::I64, self.device)?,
+            )?;
+        let at_ends = Tensor::try_where(&ends, &lengths.try_gather(axis, &run)?, 0i64)?;
+        // The first longest run is the smallest value; its last position holds the largest
+        // original index (the sort is stable).
+        let pos = at_ends.try_argmax_keepdim(axis)?;
+        let (v, i) = (
+            sorted.try_gather(axis, &pos)?,
+            order.try_gather(axis, &pos)?,
+        );
+        if keepdim {
+            Ok((v, i))
+        } else {
+            Ok((v.try_squeeze_dim(axis)?, i.try_squeeze_dim(axis)?))
+        }
+    }
+
     /// PyTorch's `median(dim, keepdim)`: the lower median along `dim` and its i64 index.
     /// A lane holding a NaN gives NaN and the index of its first NaN, as PyTorch. Among
     /// equal medians the index is the one a stable sort puts in the middle; PyTorch's CPU
@@ -111,20 +198,10 @@ impl Tensor {
         keepdim: bool,
         skip_nan: bool,
     ) -> Result<(Tensor, Tensor)> {
-        if self.ndim() == 0 {
-            normalize_axis(op, dim, &[1])?;
-            let idx = Tensor::try_full_on((), 0, DType::I64, self.device)?;
-            return Ok((self.try_copy()?, idx));
-        }
-        let d = normalize_axis(op, dim, &self.shape)?;
+        let Some(d) = self.value_lane(op, dim, "a median")? else {
+            return self.own_pick();
+        };
         let n = self.shape[d];
-        if n == 0 {
-            return Err(KilnError::InvalidArgument {
-                op,
-                shape: self.shape.clone(),
-                reason: format!("dimension {dim} has no elements to take a median of"),
-            });
-        }
         let (sorted, order) = self.try_sort(dim, false)?;
         let middle = ((n - 1) / 2) as i64;
         let pos = if !self.dtype.is_float() {

@@ -1,5 +1,6 @@
 //! Selections whose result shape depends on the data: `nonzero` (`argwhere`),
-//! `masked_select`, `masked_scatter` and `unique`.
+//! `masked_select`, `masked_scatter`, `unique` (flattened or along a dimension) and
+//! `unique_consecutive`.
 //!
 //! kiln plans from shapes alone, so each of these realizes what decides the result's shape
 //! (the mask, or for `unique` the input), reads it back, and builds on the host the
@@ -11,7 +12,7 @@
 //! the plan cache.
 
 use super::{Tensor, unwrap_or_panic};
-use crate::dtype::{DType, Element};
+use crate::dtype::DType;
 use crate::error::{KilnError, Result};
 use crate::shape::{broadcast_shapes, contiguous_strides};
 
@@ -231,52 +232,226 @@ impl Tensor {
 
     /// Fallible [`Tensor::unique_all`].
     pub fn try_unique_all(&self) -> Result<Unique> {
-        let dtype = self.dtype();
-        let values = self.detach();
-        let (order, groups, distinct) = if dtype.is_float() {
-            // Ascending, NaNs last in input order; NaN != NaN, so every NaN starts a group,
-            // and -0.0 == 0.0 share one.
-            distinct_sorted(values.to_vec::<f64>()?, |a, b| {
+        self.distinct("unique", None, false)
+    }
+
+    /// PyTorch's `torch.unique(x, dim=d)`: the distinct slices along `dim`, sorted
+    /// lexicographically (elements compared in order, NaN after every number); see
+    /// [`Tensor::unique_dim_all`] for the inverse and the counts.
+    ///
+    /// ```
+    /// use kiln::Tensor;
+    /// let x = Tensor::from_vec(vec![1i64, 3, 0, 2, 1, 3], [3, 2]);
+    /// assert_eq!(x.unique_dim(0).to_vec::<i64>().unwrap(), vec![0, 2, 1, 3]);
+    /// ```
+    #[track_caller]
+    pub fn unique_dim(&self, dim: isize) -> Tensor {
+        unwrap_or_panic(self.try_unique_dim(dim))
+    }
+
+    /// Fallible [`Tensor::unique_dim`].
+    pub fn try_unique_dim(&self, dim: isize) -> Result<Tensor> {
+        Ok(self.try_unique_dim_all(dim)?.values)
+    }
+
+    /// [`Tensor::unique_dim`] with the inverse (for each slice along `dim`, the position of
+    /// its value among the distinct ones: shape `[x.shape[dim]]`) and the counts. Slices
+    /// holding a NaN are each distinct, as PyTorch compares them with `==`. As in PyTorch, a
+    /// tensor whose only empty dimension is `dim` comes back unchanged with empty inverse
+    /// and counts, and any other empty dimension is an error.
+    ///
+    /// ```
+    /// use kiln::Tensor;
+    /// let x = Tensor::from_vec(vec![1i64, 3, 0, 2, 1, 3], [3, 2]);
+    /// let u = x.unique_dim_all(0);
+    /// assert_eq!(u.inverse.to_vec::<i64>().unwrap(), vec![1, 0, 1]);
+    /// assert_eq!(u.counts.to_vec::<i64>().unwrap(), vec![1, 2]);
+    /// ```
+    #[track_caller]
+    pub fn unique_dim_all(&self, dim: isize) -> Unique {
+        unwrap_or_panic(self.try_unique_dim_all(dim))
+    }
+
+    /// Fallible [`Tensor::unique_dim_all`].
+    pub fn try_unique_dim_all(&self, dim: isize) -> Result<Unique> {
+        self.distinct("unique", Some(dim), false)
+    }
+
+    /// PyTorch's `torch.unique_consecutive(x)`: the flattened tensor with each run of equal
+    /// consecutive elements kept once (its first), unsorted. NaNs are each their own run;
+    /// `-0.0` and `0.0` are one value. Realizes the tensor; not differentiable.
+    ///
+    /// ```
+    /// use kiln::Tensor;
+    /// let x = Tensor::from_vec(vec![1i64, 1, 2, 2, 3, 1, 1, 2], [8]);
+    /// assert_eq!(x.unique_consecutive().to_vec::<i64>().unwrap(), vec![1, 2, 3, 1, 2]);
+    /// ```
+    #[track_caller]
+    pub fn unique_consecutive(&self) -> Tensor {
+        unwrap_or_panic(self.try_unique_consecutive())
+    }
+
+    /// Fallible [`Tensor::unique_consecutive`].
+    pub fn try_unique_consecutive(&self) -> Result<Tensor> {
+        Ok(self.try_unique_consecutive_all()?.values)
+    }
+
+    /// [`Tensor::unique_consecutive`] with `return_inverse=True, return_counts=True`: each
+    /// element's run number (the input's shape) and each run's length.
+    ///
+    /// ```
+    /// use kiln::Tensor;
+    /// let x = Tensor::from_vec(vec![1i64, 1, 2, 2, 3, 1, 1, 2], [8]);
+    /// let u = x.unique_consecutive_all();
+    /// assert_eq!(u.inverse.to_vec::<i64>().unwrap(), vec![0, 0, 1, 1, 2, 3, 3, 4]);
+    /// assert_eq!(u.counts.to_vec::<i64>().unwrap(), vec![2, 2, 1, 2, 1]);
+    /// ```
+    #[track_caller]
+    pub fn unique_consecutive_all(&self) -> Unique {
+        unwrap_or_panic(self.try_unique_consecutive_all())
+    }
+
+    /// Fallible [`Tensor::unique_consecutive_all`].
+    pub fn try_unique_consecutive_all(&self) -> Result<Unique> {
+        self.distinct("unique_consecutive", None, true)
+    }
+
+    /// PyTorch's `torch.unique_consecutive(x, dim=d)`: runs of equal consecutive slices
+    /// along `dim`, each kept once; see [`Tensor::unique_consecutive_dim_all`].
+    #[track_caller]
+    pub fn unique_consecutive_dim(&self, dim: isize) -> Tensor {
+        unwrap_or_panic(self.try_unique_consecutive_dim(dim))
+    }
+
+    /// Fallible [`Tensor::unique_consecutive_dim`].
+    pub fn try_unique_consecutive_dim(&self, dim: isize) -> Result<Tensor> {
+        Ok(self.try_unique_consecutive_dim_all(dim)?.values)
+    }
+
+    /// `torch.unique_consecutive(x, dim=d)` with the inverse and counts: runs of equal
+    /// consecutive slices along `dim`, each kept once.
+    ///
+    /// ```
+    /// use kiln::Tensor;
+    /// let x = Tensor::from_vec(vec![1i64, 1, 1, 1, 2, 2], [3, 2]);
+    /// let u = x.unique_consecutive_dim_all(0);
+    /// assert_eq!(u.values.to_vec::<i64>().unwrap(), vec![1, 1, 2, 2]);
+    /// assert_eq!(u.counts.to_vec::<i64>().unwrap(), vec![2, 1]);
+    /// ```
+    #[track_caller]
+    pub fn unique_consecutive_dim_all(&self, dim: isize) -> Unique {
+        unwrap_or_panic(self.try_unique_consecutive_dim_all(dim))
+    }
+
+    /// Fallible [`Tensor::unique_consecutive_dim_all`].
+    pub fn try_unique_consecutive_dim_all(&self, dim: isize) -> Result<Unique> {
+        self.distinct("unique_consecutive", Some(dim), true)
+    }
+
+    /// The distinct values (`dim: None`, flattened) or slices along `dim`: sorted, or runs
+    /// of equal neighbours (`consecutive`). Each group's representative is its first
+    /// element in visiting order (the stable sort's, or the input's).
+    fn distinct(&self, op: &'static str, dim: Option<isize>, consecutive: bool) -> Result<Unique> {
+        let x = self.detach();
+        let (x, d) = match dim {
+            None => (x.try_reshape([-1])?, 0),
+            Some(dim) => {
+                let d = crate::shape::normalize_axis(op, dim, self.shape())?;
+                let empty_dims = self.shape().iter().filter(|&&s| s == 0).count();
+                // PyTorch's rules: an empty `dim` (and no other) gives the input back with
+                // empty inverse and counts; any other empty dimension is an error.
+                if empty_dims > 1 || (empty_dims == 1 && self.shape()[d] != 0) {
+                    return Err(KilnError::InvalidArgument {
+                        op,
+                        shape: self.shape().to_vec(),
+                        reason: format!(
+                            "{empty_dims} dimension(s) are empty and not only dimension {dim}, so unique cannot be applied"
+                        ),
+                    });
+                }
+                if empty_dims == 1 {
+                    let empty = index_tensor(Vec::new(), &[0], self)?;
+                    return Ok(Unique {
+                        values: x.try_copy()?,
+                        inverse: empty.clone(),
+                        counts: empty,
+                    });
+                }
+                (x, d)
+            }
+        };
+        let n = x.shape()[d];
+        let width = x.numel().checked_div(n).unwrap_or(0);
+        // The slices along `d` as rows of `width` elements.
+        let rows = x.try_movedim(d as isize, 0)?.try_contiguous()?;
+        let (order, groups, firsts) = if self.dtype().is_float() {
+            let v = rows.to_vec::<f64>()?;
+            group_rows(&v, n, width, consecutive, |a, b| {
                 match (a.is_nan(), b.is_nan()) {
                     (false, false) => a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal),
-                    (x, y) => x.cmp(&y),
+                    (p, q) => p.cmp(&q),
                 }
-            })?
+            })
         } else {
-            distinct_sorted(values.to_vec::<i64>()?, |a, b| a.cmp(b))?
+            let v = rows.to_vec::<i64>()?;
+            group_rows(&v, n, width, consecutive, |a, b| a.cmp(b))
         };
-        let mut inverse = vec![0i64; order.len()];
-        let mut counts = vec![0i64; distinct.numel()];
+        let mut inverse = vec![0i64; n];
+        let mut counts = vec![0i64; firsts.len()];
         for (&i, &g) in order.iter().zip(&groups) {
             inverse[i] = g as i64;
             counts[g] += 1;
         }
-        let n = counts.len();
+        let picks = index_tensor(
+            firsts.iter().map(|&i| i as i64).collect(),
+            &[firsts.len()],
+            self,
+        )?;
+        let inverse_shape = if dim.is_none() {
+            self.shape().to_vec()
+        } else {
+            vec![n]
+        };
+        let k = counts.len();
         Ok(Unique {
-            values: distinct.try_cast(dtype)?.try_to(self.device())?,
-            inverse: index_tensor(inverse, self.shape(), self)?,
-            counts: index_tensor(counts, &[n], self)?,
+            values: x.try_index_select(d as isize, &picks)?.try_contiguous()?,
+            inverse: index_tensor(inverse, &inverse_shape, self)?,
+            counts: index_tensor(counts, &[k], self)?,
         })
     }
 }
 
-/// `v` sorted stably by `cmp`: the visiting order, each element's group number along it
-/// (a new group wherever an element differs (`!=`) from the one before), and the
-/// distinct values (each group's first) as a 1-D tensor.
-fn distinct_sorted<T: Element + PartialEq>(
-    v: Vec<T>,
+/// Groups the `n` rows of `width` elements in `v` (row-major): visited in a stable sort by
+/// `cmp` (lexicographic over a row) or in order (`consecutive`); a new group starts at
+/// each row that differs (`!=` on some element: NaN differs from itself) from the one
+/// visited before. Returns the visiting order, each visited row's group, and each group's
+/// first row.
+fn group_rows<T: PartialEq>(
+    v: &[T],
+    n: usize,
+    width: usize,
+    consecutive: bool,
     cmp: impl Fn(&T, &T) -> std::cmp::Ordering,
-) -> Result<(Vec<usize>, Vec<usize>, Tensor)> {
-    let mut order: Vec<usize> = (0..v.len()).collect();
-    order.sort_by(|&a, &b| cmp(&v[a], &v[b]));
-    let mut groups = Vec::with_capacity(order.len());
-    let mut distinct = Vec::new();
-    for (k, &i) in order.iter().enumerate() {
-        if k == 0 || v[order[k - 1]] != v[i] {
-            distinct.push(v[i]);
-        }
-        groups.push(distinct.len() - 1);
+) -> (Vec<usize>, Vec<usize>, Vec<usize>) {
+    let row = |i: usize| &v[i * width..(i + 1) * width];
+    let mut order: Vec<usize> = (0..n).collect();
+    if !consecutive {
+        order.sort_by(|&a, &b| {
+            row(a)
+                .iter()
+                .zip(row(b))
+                .map(|(p, q)| cmp(p, q))
+                .find(|o| o.is_ne())
+                .unwrap_or(std::cmp::Ordering::Equal)
+        });
     }
-    let n = distinct.len();
-    Ok((order, groups, Tensor::try_from_vec(distinct, [n])?))
+    let mut groups = Vec::with_capacity(n);
+    let mut firsts = Vec::new();
+    for (k, &i) in order.iter().enumerate() {
+        if k == 0 || row(order[k - 1]) != row(i) {
+            firsts.push(i);
+        }
+        groups.push(firsts.len() - 1);
+    }
+    (order, groups, firsts)
 }
