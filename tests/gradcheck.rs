@@ -984,3 +984,78 @@ fn median_and_quantile() {
         },
     );
 }
+
+/// The second family of composites (see `tests/composite_math.rs`): their gradients come
+/// from their parts; these check the compositions, including the `where` arms that must
+/// not leak NaN into the gradient.
+#[test]
+fn numeric_linalg_and_arrangement_composites() {
+    let nan_mask = Tensor::from_vec(vec![false, true, false, false, false, true], [2, 3]);
+    check(
+        "nansum, nanmean, var_mean, std_mean, aminmax",
+        &[(values(6, 130, -2.0, 2.0), vec![2, 3])],
+        |t| {
+            let x = t[0].masked_fill(&nan_mask, f64::NAN);
+            let (v, m) = t[0].var_mean(1, 1, false);
+            let (s, m2) = t[0].std_mean(0, 0, false);
+            let (lo, hi) = t[0].aminmax(1, false);
+            x.nansum(1) + x.nanmean(1) * 3.0 + v + m + s.sum(..) * m2.sum(..) + lo * hi
+        },
+    );
+    check(
+        "logaddexp, hypot, lerp (tensor weight), nan_to_num",
+        &[
+            (values(6, 131, -3.0, 3.0), vec![2, 3]),
+            (values(3, 132, -3.0, 3.0), vec![3]),
+            (values(3, 133, 0.0, 1.0), vec![3]),
+        ],
+        |t| {
+            let inf = Tensor::from_vec(vec![f64::INFINITY, 0.0, f64::NEG_INFINITY], [3]);
+            t[0].logaddexp(&t[1])
+                + t[0].hypot(&t[1])
+                + t[0].lerp(&t[1].unsqueeze(0).expand([2, 3]), &t[2])
+                + t[0].lerp(&t[1].unsqueeze(0).expand([2, 3]), 0.75)
+                + (&t[1] + &inf).nan_to_num(0.0, Some(2.0), Some(-2.0)) * &t[1]
+        },
+    );
+    check(
+        "logaddexp at equal arguments",
+        &[(values(4, 134, -2.0, 2.0), vec![4])],
+        |t| t[0].logaddexp(&t[0]) + t[0].hypot(&t[0]),
+    );
+    check(
+        "outer, trace, cross, addmm",
+        &[
+            (values(3, 135, -1.0, 1.0), vec![3]),
+            (values(6, 136, -1.0, 1.0), vec![2, 3]),
+            (values(9, 137, -1.0, 1.0), vec![3, 3]),
+        ],
+        |t| {
+            let o = t[0].outer(&t[0]);
+            let c = t[1].cross(&t[0].unsqueeze(0), 1);
+            let a = t[0].addmm(&t[1], &t[2], 0.5, 2.0);
+            o.trace() + c.sum(..) + a.sum(..) + t[2].t().trace() * o.sum(..)
+        },
+    );
+    let take = Tensor::from_vec(vec![2i64, 0, 1, 1], [2, 2]);
+    let reps = Tensor::from_vec(vec![2i64, 0, 3], [3]);
+    check(
+        "diff, rot90, meshgrid, repeat_interleave, take_along_dim, kthvalue, unfold, cummax, cummin, logcumsumexp",
+        &[(values(6, 138, -2.0, 2.0), vec![2, 3])],
+        |t| {
+            let x = &t[0];
+            let g = Tensor::meshgrid(&[&x.select(0, 0), &x.select(1, 1)], "xy");
+            x.diff(2, 1).sum(..)
+                + x.rot90(1, [0, 1]).diff(1, 0).sum(..)
+                + (&g[0] * &g[1]).sum(..)
+                + x.repeat_interleave(2, Some(0)).exp().sum(..)
+                + x.repeat_interleave_by(&reps, Some(1)).sin().sum(..)
+                + x.take_along_dim(&take, Some(1)).exp().sum(..)
+                + x.kthvalue(2, 1, false).0.sum(..)
+                + x.unfold(1, 2, 1).exp().sum(..)
+                + x.cummax(1).0.sum(..)
+                + x.cummin(0).0.exp().sum(..)
+                + x.logcumsumexp(1).sum(..)
+        },
+    );
+}

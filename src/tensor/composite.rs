@@ -1,6 +1,8 @@
 //! PyTorch ops kiln records as compositions of its primitives (views, `cat`, `where`,
-//! comparisons, arange): `roll`, `diagonal`, `diag`, the `logical_*` family and
-//! `linspace`. Each is differentiated, fused and run on every device as its parts are.
+//! comparisons, arange, gathers): `roll`, `diagonal`, `diag`, the `logical_*` family,
+//! `linspace`, `diff`, `rot90`, `meshgrid`, `repeat_interleave`, `take_along_dim`,
+//! `unfold` and `tril_indices`/`triu_indices`. Each is differentiated, fused and run on every device
+//! as its parts are.
 
 use super::{Tensor, unwrap_or_panic};
 use crate::dtype::{DType, Scalar};
@@ -301,4 +303,354 @@ impl Tensor {
             .try_rsub(&e)?;
         Tensor::try_where(&i.try_lt((steps / 2) as i64)?, &up, &back)?.try_cast(dtype)
     }
+}
+
+impl Tensor {
+    /// PyTorch's `diff(n, dim)`: the `n`-th forward difference along `dim`
+    /// (`x[1:] - x[:-1]`, `n` times; bools give `x[1:] != x[:-1]`). Each step shortens
+    /// the dimension by one (not below zero).
+    ///
+    /// ```
+    /// use kiln::Tensor;
+    /// let x = Tensor::from_vec(vec![1i64, 4, 9, 16], [4]);
+    /// assert_eq!(x.diff(1, 0).to_vec::<i64>().unwrap(), vec![3, 5, 7]);
+    /// assert_eq!(x.diff(2, -1).to_vec::<i64>().unwrap(), vec![2, 2]);
+    /// ```
+    #[track_caller]
+    pub fn diff(&self, n: usize, dim: isize) -> Tensor {
+        unwrap_or_panic(self.try_diff(n, dim))
+    }
+
+    /// Fallible [`Tensor::diff`].
+    pub fn try_diff(&self, n: usize, dim: isize) -> Result<Tensor> {
+        let d = normalize_axis("diff", dim, &self.shape)?;
+        let mut x = self.unchanged()?;
+        for _ in 0..n {
+            let len = x.shape[d];
+            if len == 0 {
+                break;
+            }
+            let (hi, lo) = (
+                x.try_narrow(d as isize, 1, len - 1)?,
+                x.try_narrow(d as isize, 0, len - 1)?,
+            );
+            x = if x.dtype == DType::Bool {
+                hi.try_ne(&lo)?
+            } else {
+                hi.try_sub(&lo)?
+            };
+        }
+        Ok(x)
+    }
+
+    /// PyTorch's `rot90(k, dims)`: rotates by 90° `k` times in the plane of `dims`, from
+    /// the first dimension towards the second (negative `k` turns the other way); a view.
+    ///
+    /// ```
+    /// use kiln::Tensor;
+    /// let x = Tensor::arange(0, 4, 1).reshape([2, 2]);
+    /// assert_eq!(x.rot90(1, [0, 1]).to_vec::<i64>().unwrap(), vec![1, 3, 0, 2]);
+    /// assert_eq!(x.rot90(-1, [0, 1]).to_vec::<i64>().unwrap(), vec![2, 0, 3, 1]);
+    /// ```
+    #[track_caller]
+    pub fn rot90(&self, k: i64, dims: [isize; 2]) -> Tensor {
+        unwrap_or_panic(self.try_rot90(k, dims))
+    }
+
+    /// Fallible [`Tensor::rot90`].
+    pub fn try_rot90(&self, k: i64, dims: [isize; 2]) -> Result<Tensor> {
+        let (a, b) = (
+            normalize_axis("rot90", dims[0], &self.shape)?,
+            normalize_axis("rot90", dims[1], &self.shape)?,
+        );
+        if a == b {
+            return Err(KilnError::InvalidArgument {
+                op: "rot90",
+                shape: self.shape.clone(),
+                reason: format!("the two dimensions are the same ({a})"),
+            });
+        }
+        let (a, b) = (a as isize, b as isize);
+        match k.rem_euclid(4) {
+            1 => self.try_flip(b)?.try_transpose(a, b),
+            2 => self.try_flip([a, b]),
+            3 => self.try_flip(a)?.try_transpose(a, b),
+            _ => self.unchanged(),
+        }
+    }
+
+    /// PyTorch's `torch.meshgrid(*tensors, indexing=…)`: each 1-D (or 0-D) tensor spread
+    /// over the grid of all their lengths, as views. `"ij"` puts the tensors' dimensions in
+    /// order; `"xy"` (NumPy's default) swaps the first two.
+    ///
+    /// ```
+    /// use kiln::Tensor;
+    /// let x = Tensor::from_vec(vec![1i64, 2, 3], [3]);
+    /// let y = Tensor::from_vec(vec![4i64, 5], [2]);
+    /// let g = Tensor::meshgrid(&[&x, &y], "ij");
+    /// assert_eq!(g[0].shape(), &[3, 2]);
+    /// assert_eq!(g[0].to_vec::<i64>().unwrap(), vec![1, 1, 2, 2, 3, 3]);
+    /// assert_eq!(g[1].to_vec::<i64>().unwrap(), vec![4, 5, 4, 5, 4, 5]);
+    /// assert_eq!(Tensor::meshgrid(&[&x, &y], "xy")[0].shape(), &[2, 3]);
+    /// ```
+    #[track_caller]
+    pub fn meshgrid(tensors: &[&Tensor], indexing: &str) -> Vec<Tensor> {
+        unwrap_or_panic(Tensor::try_meshgrid(tensors, indexing))
+    }
+
+    /// Fallible [`Tensor::meshgrid`].
+    pub fn try_meshgrid(tensors: &[&Tensor], indexing: &str) -> Result<Vec<Tensor>> {
+        let shape_of = |t: &Tensor| t.shape.clone();
+        if let Some(bad) = tensors.iter().find(|t| t.ndim() > 1) {
+            return Err(KilnError::InvalidArgument {
+                op: "meshgrid",
+                shape: shape_of(bad),
+                reason: "every tensor must be 0-D or 1-D".into(),
+            });
+        }
+        let xy = match indexing {
+            "ij" => false,
+            "xy" => true,
+            other => {
+                return Err(KilnError::InvalidArgument {
+                    op: "meshgrid",
+                    shape: Vec::new(),
+                    reason: format!("indexing must be \"ij\" or \"xy\", not {other:?}"),
+                });
+            }
+        };
+        let n = tensors.len();
+        // Grid position of each tensor's dimension ("xy" swaps the first two).
+        let place = |i: usize| match (xy && n >= 2, i) {
+            (true, 0) => 1,
+            (true, 1) => 0,
+            _ => i,
+        };
+        let mut grid = vec![0usize; n];
+        for (i, t) in tensors.iter().enumerate() {
+            grid[place(i)] = t.numel();
+        }
+        tensors
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let mut along = vec![1isize; n];
+                along[place(i)] = t.numel() as isize;
+                t.try_reshape(along)?.try_broadcast_to(grid.as_slice())
+            })
+            .collect()
+    }
+
+    /// PyTorch's `repeat_interleave(repeats, dim)` with one count: each element (or slice
+    /// along `dim`) repeated `repeats` times in place, `[a, b]` → `[a, a, b, b]`; with
+    /// `dim = None` over the flattened tensor.
+    ///
+    /// ```
+    /// use kiln::Tensor;
+    /// let x = Tensor::from_vec(vec![1i64, 2, 3, 4], [2, 2]);
+    /// assert_eq!(x.repeat_interleave(2, None).to_vec::<i64>().unwrap(), vec![1, 1, 2, 2, 3, 3, 4, 4]);
+    /// assert_eq!(x.repeat_interleave(2, Some(0)).to_vec::<i64>().unwrap(), vec![1, 2, 1, 2, 3, 4, 3, 4]);
+    /// ```
+    #[track_caller]
+    pub fn repeat_interleave(&self, repeats: usize, dim: Option<isize>) -> Tensor {
+        unwrap_or_panic(self.try_repeat_interleave(repeats, dim))
+    }
+
+    /// Fallible [`Tensor::repeat_interleave`].
+    pub fn try_repeat_interleave(&self, repeats: usize, dim: Option<isize>) -> Result<Tensor> {
+        let (x, d) = match dim {
+            None => (self.try_reshape([-1])?, 0),
+            Some(dim) => (
+                self.unchanged()?,
+                normalize_axis("repeat_interleave", dim, &self.shape)?,
+            ),
+        };
+        let mut spread = x.shape.clone();
+        spread.insert(d + 1, repeats);
+        let mut out: Vec<isize> = x.shape.iter().map(|&s| s as isize).collect();
+        out[d] = (x.shape[d] * repeats) as isize;
+        x.try_unsqueeze(d as isize + 1)?
+            .try_broadcast_to(spread.as_slice())?
+            .try_reshape(out)
+    }
+
+    /// PyTorch's `repeat_interleave(repeats_tensor, dim)`: element (or slice) `i` repeated
+    /// `repeats[i]` times. The output's length depends on the counts, so they are realized
+    /// when called (a synchronization point, as in PyTorch on CUDA); then one lazy
+    /// `index_select`, which fuses and carries gradients.
+    ///
+    /// ```
+    /// use kiln::Tensor;
+    /// let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], [3]);
+    /// let r = Tensor::from_vec(vec![2i64, 0, 1], [3]);
+    /// assert_eq!(x.repeat_interleave_by(&r, Some(0)).to_vec::<f32>().unwrap(), vec![1.0, 1.0, 3.0]);
+    /// ```
+    #[track_caller]
+    pub fn repeat_interleave_by(&self, repeats: &Tensor, dim: Option<isize>) -> Tensor {
+        unwrap_or_panic(self.try_repeat_interleave_by(repeats, dim))
+    }
+
+    /// Fallible [`Tensor::repeat_interleave_by`].
+    pub fn try_repeat_interleave_by(&self, repeats: &Tensor, dim: Option<isize>) -> Result<Tensor> {
+        const OP: &str = "repeat_interleave";
+        let (x, d) = match dim {
+            None => (self.try_reshape([-1])?, 0),
+            Some(dim) => (self.unchanged()?, normalize_axis(OP, dim, &self.shape)?),
+        };
+        if !repeats.dtype.is_int() || repeats.ndim() > 1 {
+            return Err(KilnError::InvalidArgument {
+                op: OP,
+                shape: repeats.shape.clone(),
+                reason: format!(
+                    "repeats must be a 0-D or 1-D integer tensor (dtype {:?})",
+                    repeats.dtype
+                ),
+            });
+        }
+        let n = x.shape[d];
+        let counts = repeats
+            .try_cast(DType::I64)?
+            .try_broadcast_to([n])?
+            .to_vec::<i64>()?;
+        if let Some(bad) = counts.iter().find(|&&c| c < 0) {
+            return Err(KilnError::InvalidArgument {
+                op: OP,
+                shape: repeats.shape.clone(),
+                reason: format!("repeats must not be negative (found {bad})"),
+            });
+        }
+        let picks: Vec<i64> = counts
+            .iter()
+            .enumerate()
+            .flat_map(|(i, &c)| std::iter::repeat_n(i as i64, c as usize))
+            .collect();
+        let len = picks.len();
+        let index = Tensor::try_from_vec(picks, [len])?.try_to(x.device)?;
+        x.try_index_select(d as isize, &index)
+    }
+
+    /// PyTorch's `take_along_dim(indices, dim)`: a [`Tensor::gather`] along `dim` after
+    /// broadcasting this tensor and `indices` over the other dimensions; with `dim = None`
+    /// both are flattened first.
+    ///
+    /// ```
+    /// use kiln::Tensor;
+    /// let x = Tensor::from_vec(vec![10.0f32, 30.0, 20.0, 5.0, 1.0, 7.0], [2, 3]);
+    /// let top = x.argmax_keepdim(1);
+    /// assert_eq!(x.take_along_dim(&top, Some(1)).to_vec::<f32>().unwrap(), vec![30.0, 7.0]);
+    /// let i = Tensor::from_vec(vec![5i64, 0], [2]);
+    /// assert_eq!(x.take_along_dim(&i, None).to_vec::<f32>().unwrap(), vec![7.0, 10.0]);
+    /// ```
+    #[track_caller]
+    pub fn take_along_dim(&self, indices: &Tensor, dim: Option<isize>) -> Tensor {
+        unwrap_or_panic(self.try_take_along_dim(indices, dim))
+    }
+
+    /// Fallible [`Tensor::take_along_dim`].
+    pub fn try_take_along_dim(&self, indices: &Tensor, dim: Option<isize>) -> Result<Tensor> {
+        const OP: &str = "take_along_dim";
+        let Some(dim) = dim else {
+            return self
+                .try_reshape([-1])?
+                .try_gather(0, &indices.try_reshape([-1])?);
+        };
+        let d = normalize_axis(OP, dim, &self.shape)?;
+        if indices.ndim() != self.ndim() {
+            return Err(KilnError::ShapeMismatch {
+                op: OP,
+                lhs: self.shape.clone(),
+                rhs: indices.shape.clone(),
+                detail: ": the indices need as many dimensions as the tensor".into(),
+            });
+        }
+        // Broadcast every dimension but `d` (each keeps its own length there).
+        let (mut xs, mut is) = (self.shape.clone(), indices.shape.clone());
+        xs[d] = 1;
+        is[d] = 1;
+        let common = crate::shape::broadcast_shapes(OP, &xs, &is)?;
+        let (mut xb, mut ib) = (common.clone(), common);
+        xb[d] = self.shape[d];
+        ib[d] = indices.shape[d];
+        self.try_broadcast_to(xb.as_slice())?
+            .try_gather(dim, &indices.try_broadcast_to(ib.as_slice())?)
+    }
+
+    /// PyTorch's `x.unfold(dim, size, step)`: the windows of `size` elements every `step`
+    /// along `dim`, that dimension becoming the window count and a new last dimension of
+    /// `size` holding each window. One gather (a copy, where PyTorch returns a view).
+    ///
+    /// ```
+    /// use kiln::Tensor;
+    /// let x = Tensor::arange(1, 8, 1);
+    /// let w = x.unfold(0, 3, 2);
+    /// assert_eq!(w.shape(), &[3, 3]);
+    /// assert_eq!(w.to_vec::<i64>().unwrap(), vec![1, 2, 3, 3, 4, 5, 5, 6, 7]);
+    /// ```
+    #[track_caller]
+    pub fn unfold(&self, dim: isize, size: usize, step: usize) -> Tensor {
+        unwrap_or_panic(self.try_unfold(dim, size, step))
+    }
+
+    /// Fallible [`Tensor::unfold`].
+    pub fn try_unfold(&self, dim: isize, size: usize, step: usize) -> Result<Tensor> {
+        const OP: &str = "unfold";
+        let d = normalize_axis(OP, dim, &self.shape)?;
+        let n = self.shape[d];
+        if step == 0 || size > n {
+            return Err(KilnError::InvalidArgument {
+                op: OP,
+                shape: self.shape.clone(),
+                reason: format!(
+                    "size {size} must be at most dimension {dim}'s {n}, and step {step} at least 1"
+                ),
+            });
+        }
+        let windows = (n - size) / step + 1;
+        let picks: Vec<i64> = (0..windows)
+            .flat_map(|w| (0..size).map(move |j| (w * step + j) as i64))
+            .collect();
+        let index = Tensor::try_from_vec(picks, [windows * size])?.try_to(self.device)?;
+        let mut split: Vec<isize> = self.shape.iter().map(|&s| s as isize).collect();
+        split.splice(d..=d, [windows as isize, size as isize]);
+        self.try_index_select(d as isize, &index)?
+            .try_reshape(split)?
+            .try_movedim(d as isize + 1, -1)
+    }
+
+    /// PyTorch's `torch.tril_indices(row, col, offset)`: the `[2, count]` i64 coordinates
+    /// of a `row × col` matrix's lower triangle (`j ≤ i + offset`), row by row.
+    ///
+    /// ```
+    /// use kiln::Tensor;
+    /// let t = Tensor::tril_indices(3, 3, 0);
+    /// assert_eq!(t.to_vec::<i64>().unwrap(), vec![0, 1, 1, 2, 2, 2, 0, 0, 1, 0, 1, 2]);
+    /// assert_eq!(Tensor::triu_indices(2, 3, 1).to_vec::<i64>().unwrap(), vec![0, 0, 1, 1, 2, 2]);
+    /// ```
+    #[track_caller]
+    pub fn tril_indices(row: usize, col: usize, offset: i64) -> Tensor {
+        unwrap_or_panic(triangle_indices(row, col, |i, j| j <= i + offset))
+    }
+
+    /// PyTorch's `torch.triu_indices(row, col, offset)`: the upper triangle's coordinates
+    /// (`j ≥ i + offset`); see [`Tensor::tril_indices`].
+    #[track_caller]
+    pub fn triu_indices(row: usize, col: usize, offset: i64) -> Tensor {
+        unwrap_or_panic(triangle_indices(row, col, |i, j| j >= i + offset))
+    }
+}
+
+/// The `[2, count]` coordinates `(i, j)` of a `row × col` matrix where `keep(i, j)`.
+fn triangle_indices(row: usize, col: usize, keep: impl Fn(i64, i64) -> bool) -> Result<Tensor> {
+    let (mut rows, mut cols) = (Vec::new(), Vec::new());
+    for i in 0..row as i64 {
+        for j in 0..col as i64 {
+            if keep(i, j) {
+                rows.push(i);
+                cols.push(j);
+            }
+        }
+    }
+    let n = rows.len();
+    rows.extend(cols);
+    Tensor::try_from_vec(rows, [2, n])
 }

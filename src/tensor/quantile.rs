@@ -1,4 +1,4 @@
-//! Order statistics from a sort: PyTorch's `median`, `quantile` and `mode`. Each sorts the lane
+//! Order statistics from a sort: PyTorch's `median`, `quantile`, `kthvalue` and `mode`. Each sorts the lane
 //! (one stable `argsort`), then gathers the wanted positions, so the gradient reaches the
 //! chosen elements (split between the two neighbours of an interpolated quantile) and the
 //! gathers fuse into their consumers. A lane holding a NaN gives NaN, as PyTorch's does.
@@ -156,6 +156,53 @@ impl Tensor {
         let (v, i) = (
             sorted.try_gather(axis, &pos)?,
             order.try_gather(axis, &pos)?,
+        );
+        if keepdim {
+            Ok((v, i))
+        } else {
+            Ok((v.try_squeeze_dim(axis)?, i.try_squeeze_dim(axis)?))
+        }
+    }
+
+    /// PyTorch's `kthvalue(k, dim, keepdim)`: the `k`-th smallest element along `dim`
+    /// (`k` from 1) and its i64 index; NaN sorts above every number. Among equal values the
+    /// index is the one a stable sort puts at rank `k` (PyTorch documents no choice). The
+    /// gradient goes to that element.
+    ///
+    /// ```
+    /// use kiln::Tensor;
+    /// let x = Tensor::from_vec(vec![3.0f32, 1.0, 2.0, 9.0, 7.0, 8.0], [2, 3]);
+    /// let (v, i) = x.kthvalue(2, 1, false);
+    /// assert_eq!(v.to_vec::<f32>().unwrap(), vec![2.0, 8.0]);
+    /// assert_eq!(i.to_vec::<i64>().unwrap(), vec![2, 2]);
+    /// ```
+    #[track_caller]
+    pub fn kthvalue(&self, k: usize, dim: isize, keepdim: bool) -> (Tensor, Tensor) {
+        unwrap_or_panic(self.try_kthvalue(k, dim, keepdim))
+    }
+
+    /// Fallible [`Tensor::kthvalue`].
+    pub fn try_kthvalue(&self, k: usize, dim: isize, keepdim: bool) -> Result<(Tensor, Tensor)> {
+        let lane = if self.ndim() == 0 {
+            1
+        } else {
+            self.shape[normalize_axis("kthvalue", dim, &self.shape)?]
+        };
+        if k == 0 || k > lane {
+            return Err(KilnError::InvalidArgument {
+                op: "kthvalue",
+                shape: self.shape.clone(),
+                reason: format!("k ({k}) must be in 1..={lane}, the length of dimension {dim}"),
+            });
+        }
+        let Some(d) = self.value_lane("kthvalue", dim, "a k-th value")? else {
+            return self.own_pick();
+        };
+        let axis = d as isize;
+        let (sorted, order) = self.try_sort(axis, false)?;
+        let (v, i) = (
+            sorted.try_narrow(axis, k as isize - 1, 1)?,
+            order.try_narrow(axis, k as isize - 1, 1)?,
         );
         if keepdim {
             Ok((v, i))

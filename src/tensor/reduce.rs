@@ -149,6 +149,36 @@ impl Tensor {
             .try_gt(0)
     }
 
+    /// `nansum`: the sum with NaNs counted as 0 (integers: the plain sum).
+    fn nansum_impl(&self, axes: &[isize], keepdim: bool) -> Result<Tensor> {
+        if !self.dtype.is_float() {
+            return self.sum_impl(axes, keepdim);
+        }
+        Tensor::try_where(&self.try_isnan()?, 0.0, self)?.sum_impl(axes, keepdim)
+    }
+
+    /// `nanmean`: the mean of the elements that are not NaN (NaN where all are).
+    fn nanmean_impl(&self, axes: &[isize], keepdim: bool) -> Result<Tensor> {
+        self.float_only("nanmean")?;
+        if self.dtype.is_half() {
+            // In f32, rounded once (as `mean_impl`).
+            return self.back_from_float(self.float_input("nanmean")?.nanmean_impl(axes, keepdim)?);
+        }
+        let numbers = self
+            .try_isnan()?
+            .try_logical_not()?
+            .try_cast(self.dtype)?
+            .sum_impl(axes, keepdim)?;
+        self.nansum_impl(axes, keepdim)?.try_div(&numbers)
+    }
+
+    /// `count_nonzero`: how many elements are nonzero (i64; NaN counts).
+    fn count_nonzero_impl(&self, axes: &[isize], keepdim: bool) -> Result<Tensor> {
+        self.try_ne(0)?
+            .try_cast(DType::I64)?
+            .sum_impl(axes, keepdim)
+    }
+
     /// `all`: every element is nonzero (no elements: true).
     fn all_impl(&self, axes: &[isize], keepdim: bool) -> Result<Tensor> {
         self.try_eq(0)?
@@ -171,10 +201,107 @@ axes_api! {
         "Mean over `axes` (float dtypes; the mean of no elements is NaN).";
     logsumexp, logsumexp_keepdim, try_logsumexp, try_logsumexp_keepdim, Tensor::logsumexp_impl,
         "`log Σ exp(x)` over `axes`, computed stably as `m + log Σ exp(x - m)` with `m` the maximum (an all `-inf` row gives `-inf`, as PyTorch).";
+    nansum, nansum_keepdim, try_nansum, try_nansum_keepdim, Tensor::nansum_impl,
+        "PyTorch's `nansum`: the sum over `axes` with NaNs counted as zero (all NaN: 0; their gradient is 0).";
+    nanmean, nanmean_keepdim, try_nanmean, try_nanmean_keepdim, Tensor::nanmean_impl,
+        "PyTorch's `nanmean`: the mean over `axes` of the elements that are not NaN (float dtypes; NaN where every element is).";
+    count_nonzero, count_nonzero_keepdim, try_count_nonzero, try_count_nonzero_keepdim, Tensor::count_nonzero_impl,
+        "PyTorch's `count_nonzero`: the number of nonzero elements over `axes` (i64; NaN counts as nonzero).";
     any, any_keepdim, try_any, try_any_keepdim, Tensor::any_impl,
         "Whether any element over `axes` is nonzero (bool; NaN counts as nonzero; over no elements, false).";
     all, all_keepdim, try_all, try_all_keepdim, Tensor::all_impl,
         "Whether every element over `axes` is nonzero (bool; over no elements, true).";
+}
+
+/// Pairs of reductions PyTorch returns together.
+impl Tensor {
+    /// PyTorch's `aminmax(dim=…, keepdim)`: `(min, max)` over `axes` (NaN propagates).
+    ///
+    /// ```
+    /// use kiln::Tensor;
+    /// let x = Tensor::from_vec(vec![3.0f32, -1.0, 4.0, 1.0], [2, 2]);
+    /// let (lo, hi) = x.aminmax(1, false);
+    /// assert_eq!((lo.to_vec::<f32>().unwrap(), hi.to_vec::<f32>().unwrap()), (vec![-1.0, 1.0], vec![3.0, 4.0]));
+    /// ```
+    #[track_caller]
+    pub fn aminmax(&self, axes: impl Axes, keepdim: bool) -> (Tensor, Tensor) {
+        unwrap_or_panic(self.try_aminmax(axes, keepdim))
+    }
+
+    /// Fallible [`Tensor::aminmax`].
+    pub fn try_aminmax(&self, axes: impl Axes, keepdim: bool) -> Result<(Tensor, Tensor)> {
+        let axes = axis_list(&axes).unwrap_or_default();
+        Ok((
+            self.min_impl(&axes, keepdim)?,
+            self.max_impl(&axes, keepdim)?,
+        ))
+    }
+
+    /// PyTorch's `torch.var_mean(x, dim, correction=c, keepdim)`: `(var, mean)` over
+    /// `axes`, recorded together (they fuse into one pass where the plan allows).
+    ///
+    /// ```
+    /// use kiln::Tensor;
+    /// let x = Tensor::from_vec(vec![1.0f32, 3.0, 5.0, 7.0], [2, 2]);
+    /// let (v, m) = x.var_mean(1, 0, false);
+    /// assert_eq!((v.to_vec::<f32>().unwrap(), m.to_vec::<f32>().unwrap()), (vec![1.0, 1.0], vec![2.0, 6.0]));
+    /// ```
+    #[track_caller]
+    pub fn var_mean(&self, axes: impl Axes, correction: usize, keepdim: bool) -> (Tensor, Tensor) {
+        unwrap_or_panic(self.try_var_mean(axes, correction, keepdim))
+    }
+
+    /// Fallible [`Tensor::var_mean`].
+    pub fn try_var_mean(
+        &self,
+        axes: impl Axes,
+        correction: usize,
+        keepdim: bool,
+    ) -> Result<(Tensor, Tensor)> {
+        self.spread_and_mean(
+            &axis_list(&axes).unwrap_or_default(),
+            correction,
+            keepdim,
+            false,
+        )
+    }
+
+    /// PyTorch's `torch.std_mean(x, dim, correction=c, keepdim)`: `(std, mean)`.
+    #[track_caller]
+    pub fn std_mean(&self, axes: impl Axes, correction: usize, keepdim: bool) -> (Tensor, Tensor) {
+        unwrap_or_panic(self.try_std_mean(axes, correction, keepdim))
+    }
+
+    /// Fallible [`Tensor::std_mean`].
+    pub fn try_std_mean(
+        &self,
+        axes: impl Axes,
+        correction: usize,
+        keepdim: bool,
+    ) -> Result<(Tensor, Tensor)> {
+        self.spread_and_mean(
+            &axis_list(&axes).unwrap_or_default(),
+            correction,
+            keepdim,
+            true,
+        )
+    }
+
+    /// `(var or std, mean)` over `axes`.
+    fn spread_and_mean(
+        &self,
+        axes: &[isize],
+        correction: usize,
+        keepdim: bool,
+        std: bool,
+    ) -> Result<(Tensor, Tensor)> {
+        let spread = if std {
+            self.std_impl(axes, keepdim, correction)?
+        } else {
+            self.var_impl(axes, keepdim, correction)?
+        };
+        Ok((spread, self.mean_impl(axes, keepdim)?))
+    }
 }
 
 /// `PyTorch`'s `amax` and `amin` names for [`Tensor::max`] and [`Tensor::min`].

@@ -158,3 +158,95 @@ impl Tensor {
         Ok((values.try_squeeze_dim(dim)?, idx.try_squeeze_dim(dim)?))
     }
 }
+
+/// Binary-search positions, computed as counts: for sorted boundaries `b` and a value
+/// `v`, the left insertion point is how many `b < v` and the right one how many `b ≤ v`.
+/// The comparisons broadcast into one fused reduction (no `[values, boundaries]` array is
+/// stored), so the cost is the number of pairs, not a logarithm of it.
+impl Tensor {
+    /// PyTorch's `torch.searchsorted(sorted_sequence, values, right=…)`: for each value,
+    /// where it would be inserted to keep this sorted sequence sorted (i64): the first
+    /// position whose element is `≥ v` (or `> v` with `right`). A 1-D sequence serves
+    /// every value; otherwise its leading dimensions match `values`' and each row serves
+    /// its row. NaN values go after everything (the sequence's length). The sequence must
+    /// be sorted ascending and hold no NaN (not checked, as in PyTorch).
+    ///
+    /// ```
+    /// use kiln::Tensor;
+    /// let seq = Tensor::from_vec(vec![1.0f32, 3.0, 5.0, 7.0, 9.0], [5]);
+    /// let v = Tensor::from_vec(vec![3.0f32, 6.0, 9.0, 10.0, f32::NAN], [5]);
+    /// assert_eq!(seq.searchsorted(&v, false).to_vec::<i64>().unwrap(), vec![1, 3, 4, 5, 5]);
+    /// assert_eq!(seq.searchsorted(&v, true).to_vec::<i64>().unwrap(), vec![2, 3, 5, 5, 5]);
+    /// ```
+    #[track_caller]
+    pub fn searchsorted(&self, values: &Tensor, right: bool) -> Tensor {
+        unwrap_or_panic(self.try_searchsorted(values, right))
+    }
+
+    /// Fallible [`Tensor::searchsorted`].
+    pub fn try_searchsorted(&self, values: &Tensor, right: bool) -> Result<Tensor> {
+        const OP: &str = "searchsorted";
+        if self.ndim() == 0 {
+            return Err(KilnError::InvalidArgument {
+                op: OP,
+                shape: self.shape().to_vec(),
+                reason: "the sorted sequence must have at least one dimension".into(),
+            });
+        }
+        let lead = &self.shape()[..self.ndim() - 1];
+        if self.ndim() > 1
+            && (values.ndim() != self.ndim() || &values.shape()[..values.ndim() - 1] != lead)
+        {
+            return Err(KilnError::ShapeMismatch {
+                op: OP,
+                lhs: self.shape().to_vec(),
+                rhs: values.shape().to_vec(),
+                detail: ": an N-D sorted sequence needs values with the same leading dimensions"
+                    .into(),
+            });
+        }
+        // values [..., k, 1] against boundaries [(...), 1, m].
+        let v = values.try_unsqueeze(-1)?;
+        let b = if self.ndim() > 1 {
+            self.try_unsqueeze(-2)?
+        } else {
+            self.unchanged()?
+        };
+        let below = if right { b.try_le(&v)? } else { b.try_lt(&v)? };
+        let count = below.try_cast(crate::dtype::DType::I64)?.try_sum(-1)?;
+        if !values.dtype().is_float() {
+            return Ok(count);
+        }
+        let m = self.shape()[self.ndim() - 1] as i64;
+        Tensor::try_where(&values.try_isnan()?, m, &count)
+    }
+
+    /// PyTorch's `torch.bucketize(input, boundaries, right=…)`: for each element, the index
+    /// of the bucket of the 1-D sorted `boundaries` it falls in (i64): `i` such that
+    /// `boundaries[i-1] < x ≤ boundaries[i]` (or `boundaries[i-1] ≤ x < boundaries[i]`
+    /// with `right`), from 0 to `len(boundaries)`.
+    ///
+    /// ```
+    /// use kiln::Tensor;
+    /// let b = Tensor::from_vec(vec![1i64, 3, 5, 7, 9], [5]);
+    /// let x = Tensor::from_vec(vec![3i64, 6, 9], [3]);
+    /// assert_eq!(x.bucketize(&b, false).to_vec::<i64>().unwrap(), vec![1, 3, 4]);
+    /// assert_eq!(x.bucketize(&b, true).to_vec::<i64>().unwrap(), vec![2, 3, 5]);
+    /// ```
+    #[track_caller]
+    pub fn bucketize(&self, boundaries: &Tensor, right: bool) -> Tensor {
+        unwrap_or_panic(self.try_bucketize(boundaries, right))
+    }
+
+    /// Fallible [`Tensor::bucketize`].
+    pub fn try_bucketize(&self, boundaries: &Tensor, right: bool) -> Result<Tensor> {
+        if boundaries.ndim() != 1 {
+            return Err(KilnError::InvalidArgument {
+                op: "bucketize",
+                shape: boundaries.shape().to_vec(),
+                reason: "boundaries must be 1-D".into(),
+            });
+        }
+        boundaries.try_searchsorted(self, right)
+    }
+}

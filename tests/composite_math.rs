@@ -1,0 +1,423 @@
+//! The second family of composites: NaN-aware and paired reductions (`nansum`, `nanmean`,
+//! `count_nonzero`, `aminmax`, `var_mean`, `std_mean`), elementwise (`logaddexp`,
+//! `hypot`, `lerp`, `nan_to_num`, `isclose`/`allclose`), linear algebra (`outer`, `trace`,
+//! `cross`, `addmm`), arrangement (`diff`, `rot90`, `meshgrid`, `repeat_interleave`,
+//! `take_along_dim`, `tril_indices`/`triu_indices`) and search (`searchsorted`,
+//! `bucketize`, `kthvalue`): PyTorch's documented examples and edge cases by hand, and
+//! random inputs against plain loops in f64.
+
+mod common;
+
+use common::Rng;
+use kiln::{DType, KilnError, Tensor};
+
+fn f32s(t: &Tensor) -> Vec<f32> {
+    t.to_vec::<f32>().unwrap()
+}
+
+fn f64s(t: &Tensor) -> Vec<f64> {
+    t.to_vec::<f64>().unwrap()
+}
+
+fn i64s(t: &Tensor) -> Vec<i64> {
+    t.to_vec::<i64>().unwrap()
+}
+
+fn uniform(rng: &mut Rng, n: usize, lo: f64, hi: f64) -> Vec<f64> {
+    (0..n)
+        .map(|_| lo + (hi - lo) * (rng.next() >> 11) as f64 / (1u64 << 53) as f64)
+        .collect()
+}
+
+#[test]
+fn nan_aware_and_paired_reductions() {
+    let x = Tensor::from_vec(vec![1.0f32, f32::NAN, 2.0, f32::NAN, f32::NAN, 0.0], [2, 3]);
+    assert_eq!(f32s(&x.nansum(1)), vec![3.0, 0.0]);
+    assert_eq!(f32s(&x.nansum(..)), vec![3.0]);
+    let m = f32s(&x.nanmean(1));
+    assert_eq!(m[0], 1.5);
+    assert_eq!(m[1], 0.0);
+    assert!(f32s(&Tensor::from_vec(vec![f32::NAN; 2], [2]).nanmean(0))[0].is_nan());
+    assert_eq!(x.nanmean_keepdim(0).shape(), &[1, 3]);
+    // NaN counts as nonzero; -0.0 does not.
+    assert_eq!(i64s(&x.count_nonzero(1)), vec![3, 2]);
+    let z = Tensor::from_vec(vec![0.0f32, -0.0, 3.0], [3]);
+    assert_eq!(i64s(&z.count_nonzero(..)), vec![1]);
+    // Integers: nansum is the sum.
+    let n = Tensor::from_vec(vec![1i64, 2, 3], [3]);
+    assert_eq!(i64s(&n.nansum(0)), vec![6]);
+    assert!(matches!(
+        n.try_nanmean(0),
+        Err(KilnError::UnsupportedDType { .. })
+    ));
+    // The gradient of nansum is 1 at numbers and 0 at NaNs.
+    let g = Tensor::from_vec(vec![1.0f64, f64::NAN, 2.0], [3]).requires_grad_(true);
+    g.nanmean(0).backward().unwrap();
+    assert_eq!(f64s(&g.grad().unwrap()), vec![0.5, 0.0, 0.5]);
+    // Paired reductions.
+    let p = Tensor::from_vec(vec![3.0f32, -1.0, 4.0, 1.0, 5.0, 9.0], [2, 3]);
+    let (lo, hi) = p.aminmax(1, true);
+    assert_eq!(lo.shape(), &[2, 1]);
+    assert_eq!((f32s(&lo), f32s(&hi)), (vec![-1.0, 1.0], vec![4.0, 9.0]));
+    let (v, mean) = p.var_mean(1, 1, false);
+    assert_eq!(f32s(&mean), vec![2.0, 5.0]);
+    assert_eq!(f32s(&v), vec![7.0, 16.0]);
+    let (s, _) = p.std_mean(.., 0, false);
+    let all: Vec<f64> = vec![3.0, -1.0, 4.0, 1.0, 5.0, 9.0];
+    let mu = all.iter().sum::<f64>() / 6.0;
+    let sd = (all.iter().map(|a| (a - mu) * (a - mu)).sum::<f64>() / 6.0).sqrt();
+    assert!((f32s(&s)[0] as f64 - sd).abs() < 1e-6);
+}
+
+#[test]
+fn elementwise_composites_match_their_definitions() {
+    // logaddexp: equal infinities, mixed infinities, NaN, and far-apart values.
+    let x = Tensor::from_vec(
+        vec![
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::INFINITY,
+            f64::NAN,
+            800.0,
+            -3.0,
+        ],
+        [6],
+    );
+    let y = Tensor::from_vec(
+        vec![
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::NEG_INFINITY,
+            1.0,
+            0.0,
+            2.0,
+        ],
+        [6],
+    );
+    let z = f64s(&x.logaddexp(&y));
+    assert_eq!(&z[..3], &[f64::INFINITY, f64::NEG_INFINITY, f64::INFINITY]);
+    assert!(z[3].is_nan());
+    assert_eq!(z[4], 800.0);
+    assert!((z[5] - ((-3.0f64).exp() + 2.0f64.exp()).ln()).abs() < 1e-15);
+    // hypot: overflow- and underflow-free squares, infinities beat NaN, zeros.
+    let a = Tensor::from_vec(vec![3e200f64, 3e-200, f64::INFINITY, 0.0, -5.0], [5]);
+    let b = Tensor::from_vec(vec![4e200f64, 4e-200, f64::NAN, 0.0, 12.0], [5]);
+    let h = f64s(&a.hypot(&b));
+    assert!((h[0] / 5e200 - 1.0).abs() < 1e-15);
+    assert!((h[1] / 5e-200 - 1.0).abs() < 1e-15);
+    assert_eq!(&h[2..], &[f64::INFINITY, 0.0, 13.0]);
+    // lerp with a tensor weight: weight 1 gives `end` exactly, from either side.
+    let s = Tensor::from_vec(vec![0.1f32, 1e8, -2.0], [3]);
+    let e = Tensor::from_vec(vec![0.7f32, 1.0, 6.0], [3]);
+    let w = Tensor::from_vec(vec![1.0f32, 1.0, 0.25], [3]);
+    assert_eq!(f32s(&s.lerp(&e, &w)), vec![0.7, 1.0, 0.0]);
+    // nan_to_num, per dtype defaults.
+    let h16 = Tensor::from_vec(vec![f32::NAN, f32::INFINITY, f32::NEG_INFINITY], [3])
+        .cast(DType::F16)
+        .nan_to_num(1.0, None, None);
+    assert_eq!(f32s(&h16.cast(DType::F32)), vec![1.0, 65504.0, -65504.0]);
+    let ints = Tensor::from_vec(vec![1i64, 2], [2]);
+    assert_eq!(i64s(&ints.nan_to_num(0.0, None, None)), vec![1, 2]);
+    // isclose / allclose: PyTorch's formula, infinities, NaN with equal_nan, integers.
+    let p = Tensor::from_vec(vec![10000.0f64, 1e-7, f64::INFINITY, f64::NAN, 1.0], [5]);
+    let q = Tensor::from_vec(
+        vec![10000.1f64, 1e-8, f64::NEG_INFINITY, f64::NAN, 1.0],
+        [5],
+    );
+    let c = p.isclose(&q, 1e-5, 1e-8, false).to_vec::<bool>().unwrap();
+    assert_eq!(c, vec![true, false, false, false, true]);
+    let c = p.isclose(&q, 1e-5, 1e-8, true).to_vec::<bool>().unwrap();
+    assert!(c[3]);
+    let i = Tensor::from_vec(vec![100i64, 7], [2]);
+    let j = Tensor::from_vec(vec![101i64, 7], [2]);
+    assert_eq!(
+        i.isclose(&j, 0.01, 0.0, false).to_vec::<bool>().unwrap(),
+        vec![true, true]
+    );
+    assert!(!i.allclose(&j, 0.0, 0.5, false));
+    assert!(p.try_isclose(&q, -1.0, 0.0, false).is_err());
+    // Random pairs against the f64 definitions.
+    let mut rng = Rng(11);
+    let xs = uniform(&mut rng, 200, -30.0, 30.0);
+    let ys = uniform(&mut rng, 200, -30.0, 30.0);
+    let (xt, yt) = (
+        Tensor::from_vec(xs.clone(), [200]),
+        Tensor::from_vec(ys.clone(), [200]),
+    );
+    for ((l, hy), (x, y)) in f64s(&xt.logaddexp(&yt))
+        .iter()
+        .zip(f64s(&xt.hypot(&yt)))
+        .zip(xs.iter().zip(&ys))
+    {
+        let want = (x.exp() + y.exp()).ln();
+        assert!((l - want).abs() <= 1e-14 * want.abs().max(1.0), "{x} {y}");
+        assert!((hy - x.hypot(*y)).abs() <= 4e-16 * x.hypot(*y), "{x} {y}");
+    }
+}
+
+#[test]
+fn linear_algebra_composites() {
+    let v = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], [3]);
+    let w = Tensor::from_vec(vec![4.0f32, 5.0], [2]);
+    assert_eq!(f32s(&v.outer(&w)), vec![4.0, 5.0, 8.0, 10.0, 12.0, 15.0]);
+    assert!(v.try_outer(&v.reshape([3, 1])).is_err());
+    let sq = Tensor::arange(0, 9, 1).reshape([3, 3]);
+    assert_eq!(i64s(&sq.trace()), vec![12]);
+    assert_eq!(i64s(&sq.t().trace()), vec![12]);
+    assert!(v.try_trace().is_err());
+    // cross: the right-hand rule, batched along a middle dimension, broadcast.
+    let a = Tensor::from_vec(vec![1.0f64, 2.0, 3.0, 0.0, 1.0, 0.0], [2, 3]);
+    let b = Tensor::from_vec(vec![4.0f64, 5.0, 6.0], [1, 3]);
+    assert_eq!(f64s(&a.cross(&b, 1)), vec![-3.0, 6.0, -3.0, 6.0, 0.0, -4.0]);
+    assert_eq!(
+        f64s(&a.t().cross(&b.t(), 0).t()),
+        vec![-3.0, 6.0, -3.0, 6.0, 0.0, -4.0]
+    );
+    assert!(a.try_cross(&b, 0).is_err());
+    // addmm: beta = 0 ignores NaN in the input, as PyTorch.
+    let m1 = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], [2, 2]);
+    let nan = Tensor::from_vec(vec![f32::NAN, 1.0], [2]);
+    assert_eq!(
+        f32s(&nan.addmm(&m1, &m1, 0.0, 1.0)),
+        vec![7.0, 10.0, 15.0, 22.0]
+    );
+    assert_eq!(
+        f32s(&Tensor::ones([2, 2]).addmm(&m1, &m1, 2.0, 0.5)),
+        vec![5.5, 7.0, 9.5, 13.0]
+    );
+}
+
+#[test]
+fn arrangement_composites() {
+    // diff: n times, any dimension, bools as !=, past the length.
+    let x = Tensor::from_vec(vec![1i64, 3, 2, 10, 20, 40], [2, 3]);
+    assert_eq!(i64s(&x.diff(1, 1)), vec![2, -1, 10, 20]);
+    assert_eq!(i64s(&x.diff(1, 0)), vec![9, 17, 38]);
+    assert_eq!(i64s(&x.diff(2, 1)), vec![-3, 10]);
+    assert_eq!(x.diff(5, 1).shape(), &[2, 0]);
+    let b = Tensor::from_vec(vec![true, true, false, true], [4]);
+    assert_eq!(
+        b.diff(1, 0).to_vec::<bool>().unwrap(),
+        vec![false, true, true]
+    );
+    // rot90: four turns are the identity; two are a flip of both.
+    let r = Tensor::arange(0, 6, 1).reshape([2, 3]);
+    assert_eq!(r.rot90(1, [0, 1]).shape(), &[3, 2]);
+    assert_eq!(i64s(&r.rot90(1, [0, 1])), vec![2, 5, 1, 4, 0, 3]);
+    assert_eq!(i64s(&r.rot90(2, [0, 1])), vec![5, 4, 3, 2, 1, 0]);
+    assert_eq!(i64s(&r.rot90(4, [0, 1])), i64s(&r));
+    assert_eq!(i64s(&r.rot90(3, [0, 1])), i64s(&r.rot90(-1, [0, 1])));
+    assert_eq!(i64s(&r.rot90(1, [1, 0])), i64s(&r.rot90(-1, [0, 1])));
+    assert!(r.try_rot90(1, [1, 1]).is_err());
+    // meshgrid: three tensors, a 0-D one, both orders.
+    let (p, q, s) = (
+        Tensor::from_vec(vec![1i64, 2], [2]),
+        Tensor::from_vec(vec![3i64, 4, 5], [3]),
+        Tensor::scalar(9i64),
+    );
+    let g = Tensor::meshgrid(&[&p, &q, &s], "ij");
+    assert_eq!(g[1].shape(), &[2, 3, 1]);
+    assert_eq!(i64s(&g[1]), vec![3, 4, 5, 3, 4, 5]);
+    let g = Tensor::meshgrid(&[&p, &q], "xy");
+    assert_eq!(i64s(&g[0]), vec![1, 2, 1, 2, 1, 2]);
+    assert_eq!(i64s(&g[1]), vec![3, 3, 4, 4, 5, 5]);
+    assert!(Tensor::try_meshgrid(&[&p], "yx").is_err());
+    assert!(Tensor::try_meshgrid(&[&r], "ij").is_err());
+    // repeat_interleave: scalar and per-element counts, along a dimension.
+    let t = Tensor::from_vec(vec![1i64, 2, 3, 4], [2, 2]);
+    assert_eq!(
+        i64s(&t.repeat_interleave(3, Some(1))),
+        vec![1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4]
+    );
+    let counts = Tensor::from_vec(vec![1i64, 2], [2]);
+    assert_eq!(
+        i64s(&t.repeat_interleave_by(&counts, Some(0))),
+        vec![1, 2, 3, 4, 3, 4]
+    );
+    assert!(
+        t.try_repeat_interleave_by(&Tensor::from_vec(vec![-1i64, 1], [2]), Some(0))
+            .is_err()
+    );
+    assert!(
+        t.try_repeat_interleave_by(&Tensor::from_vec(vec![1i64, 1, 1], [3]), Some(0))
+            .is_err()
+    );
+    // take_along_dim broadcasts the other dimensions.
+    let v = Tensor::from_vec(vec![10.0f32, 20.0, 30.0], [1, 3]);
+    let idx = Tensor::from_vec(vec![2i64, 0], [2, 1]);
+    assert_eq!(f32s(&v.take_along_dim(&idx, Some(1))), vec![30.0, 10.0]);
+    assert!(
+        v.try_take_along_dim(&Tensor::from_vec(vec![0i64], [1]), Some(1))
+            .is_err()
+    );
+    // Triangle indices, with offsets and non-square shapes.
+    assert_eq!(
+        i64s(&Tensor::tril_indices(3, 2, -1)),
+        vec![1, 2, 2, 0, 0, 1]
+    );
+    assert_eq!(i64s(&Tensor::triu_indices(3, 3, 0)).len(), 12);
+    assert_eq!(Tensor::tril_indices(0, 4, 0).shape(), &[2, 0]);
+    // unfold: windows along a middle dimension become a new last dimension.
+    let u = Tensor::arange(0, 12, 1).reshape([2, 6]).unfold(1, 4, 2);
+    assert_eq!(u.shape(), &[2, 2, 4]);
+    assert_eq!(
+        i64s(&u),
+        vec![0, 1, 2, 3, 2, 3, 4, 5, 6, 7, 8, 9, 8, 9, 10, 11]
+    );
+    let u = Tensor::arange(0, 12, 1).reshape([3, 4]).unfold(0, 2, 1);
+    assert_eq!(u.shape(), &[2, 4, 2]);
+    assert_eq!(i64s(&u.i((1, 3))), vec![7, 11]);
+    assert!(Tensor::zeros([3]).try_unfold(0, 4, 1).is_err());
+    assert!(Tensor::zeros([3]).try_unfold(0, 2, 0).is_err());
+    // Random: diff and repeat_interleave against loops.
+    let mut rng = Rng(5);
+    for _ in 0..20 {
+        let (n, k) = (1 + rng.below(9), rng.below(4));
+        let data: Vec<f64> = uniform(&mut rng, n, -5.0, 5.0);
+        let mut want = data.clone();
+        for _ in 0..k {
+            want = want.windows(2).map(|w| w[1] - w[0]).collect();
+        }
+        let got = f64s(&Tensor::from_vec(data.clone(), [n]).diff(k, 0));
+        assert_eq!(got, want);
+        let reps: Vec<i64> = (0..n).map(|_| rng.below(3) as i64).collect();
+        let want: Vec<f64> = data
+            .iter()
+            .zip(&reps)
+            .flat_map(|(&d, &r)| std::iter::repeat_n(d, r as usize))
+            .collect();
+        let got =
+            Tensor::from_vec(data, [n]).repeat_interleave_by(&Tensor::from_vec(reps, [n]), None);
+        assert_eq!(f64s(&got), want);
+    }
+}
+
+#[test]
+fn searches_and_kthvalue() {
+    // PyTorch's searchsorted example: a 2-D sequence, row by row.
+    let seq = Tensor::from_vec(vec![1i64, 3, 5, 7, 9, 2, 4, 6, 8, 10], [2, 5]);
+    let vals = Tensor::from_vec(vec![3i64, 6, 9, 3, 6, 9], [2, 3]);
+    assert_eq!(
+        i64s(&seq.searchsorted(&vals, false)),
+        vec![1, 3, 4, 1, 2, 4]
+    );
+    assert_eq!(i64s(&seq.searchsorted(&vals, true)), vec![2, 3, 5, 1, 3, 4]);
+    assert!(
+        seq.try_searchsorted(&Tensor::from_vec(vec![1i64], [1]), false)
+            .is_err()
+    );
+    // PyTorch's bucketize example.
+    let bounds = Tensor::from_vec(vec![1i64, 3, 5, 7, 9], [5]);
+    let v = Tensor::from_vec(vec![3i64, 6, 9, 3, 6, 9], [2, 3]);
+    assert_eq!(i64s(&v.bucketize(&bounds, false)), vec![1, 3, 4, 1, 3, 4]);
+    assert_eq!(i64s(&v.bucketize(&bounds, true)), vec![2, 3, 5, 2, 3, 5]);
+    assert!(v.try_bucketize(&seq, false).is_err());
+    // Random sorted sequences with repeats against a binary search.
+    let mut rng = Rng(17);
+    for _ in 0..20 {
+        let m = 1 + rng.below(8);
+        let mut b: Vec<f64> = (0..m).map(|_| rng.below(6) as f64).collect();
+        b.sort_by(f64::total_cmp);
+        let q: Vec<f64> = (0..10).map(|_| rng.below(8) as f64 - 1.0).collect();
+        let (bt, qt) = (
+            Tensor::from_vec(b.clone(), [m]),
+            Tensor::from_vec(q.clone(), [10]),
+        );
+        let left: Vec<i64> = q
+            .iter()
+            .map(|v| b.partition_point(|x| x < v) as i64)
+            .collect();
+        let right: Vec<i64> = q
+            .iter()
+            .map(|v| b.partition_point(|x| x <= v) as i64)
+            .collect();
+        assert_eq!(i64s(&bt.searchsorted(&qt, false)), left);
+        assert_eq!(i64s(&bt.searchsorted(&qt, true)), right);
+    }
+    // kthvalue: NaN sorts last, ties keep the stable order, keepdim, bounds of k.
+    let x = Tensor::from_vec(vec![2.0f32, f32::NAN, 1.0, 2.0], [4]);
+    let (v, i) = x.kthvalue(2, 0, false);
+    assert_eq!((f32s(&v), i64s(&i)), (vec![2.0], vec![0]));
+    let (v, i) = x.kthvalue(3, 0, true);
+    assert_eq!((f32s(&v), i64s(&i)), (vec![2.0], vec![3]));
+    assert!(f32s(&x.kthvalue(4, 0, false).0)[0].is_nan());
+    assert!(x.try_kthvalue(0, 0, false).is_err());
+    assert!(x.try_kthvalue(5, 0, false).is_err());
+    let w = Tensor::from_vec(vec![5.0f64, 1.0, 3.0], [3]).requires_grad_(true);
+    w.kthvalue(2, 0, false).0.backward().unwrap();
+    assert_eq!(f64s(&w.grad().unwrap()), vec![0.0, 0.0, 1.0]);
+}
+
+/// `cummax`/`cummin` against PyTorch's loop (a later equal value takes the index over; a
+/// NaN takes over and stays), over random lanes with ties and NaNs along either
+/// dimension; `logcumsumexp` against a running log-sum in f64 (with values far apart).
+#[test]
+fn running_extremes_and_logcumsumexp() {
+    let mut rng = Rng(23);
+    for case in 0..30 {
+        let (r, n) = (1 + rng.below(3), 1 + rng.below(70));
+        let data: Vec<f64> = (0..r * n)
+            .map(|_| match rng.below(12) {
+                0 if case % 3 == 0 => f64::NAN,
+                _ => rng.below(5) as f64,
+            })
+            .collect();
+        let x = Tensor::from_vec(data.clone(), [r, n]);
+        for max in [true, false] {
+            let (v, i) = if max { x.cummax(1) } else { x.cummin(1) };
+            // Along dim 0 of the transpose: the same lanes.
+            let (vt, it) = if max {
+                x.t().contiguous().cummax(0)
+            } else {
+                x.t().contiguous().cummin(0)
+            };
+            let (v, i, vt, it) = (f64s(&v), i64s(&i), f64s(&vt.t()), i64s(&it.t()));
+            for row in 0..r {
+                let lane = &data[row * n..(row + 1) * n];
+                let (mut out, mut at) = (lane[0], 0i64);
+                for (j, &e) in lane.iter().enumerate() {
+                    let better = if max { e >= out } else { e <= out };
+                    if e.is_nan() || (!out.is_nan() && better) {
+                        out = e;
+                        at = j as i64;
+                    }
+                    let k = row * n + j;
+                    assert!(
+                        v[k] == out || (v[k].is_nan() && out.is_nan()),
+                        "case {case}"
+                    );
+                    assert_eq!(i[k], at, "case {case} lane {lane:?}");
+                    assert!(vt[k] == out || (vt[k].is_nan() && out.is_nan()));
+                    assert_eq!(it[k], at);
+                }
+            }
+        }
+        let spread: Vec<f64> = uniform(&mut rng, r * n, -800.0, 800.0);
+        let y = f64s(&Tensor::from_vec(spread.clone(), [r, n]).logcumsumexp(-1));
+        for row in 0..r {
+            let mut acc = f64::NEG_INFINITY;
+            for j in 0..n {
+                let e = spread[row * n + j];
+                let m = acc.max(e);
+                acc = m + ((acc - m).exp() + (e - m).exp()).ln();
+                let got = y[row * n + j];
+                assert!(
+                    (got - acc).abs() <= 1e-12 * acc.abs().max(1.0),
+                    "{got} vs {acc}"
+                );
+            }
+        }
+    }
+    // Integers, 0-d input, the gradient, and the errors.
+    let (v, i) = Tensor::scalar(2.5f32).cummax(0);
+    assert_eq!((f32s(&v), i64s(&i)), (vec![2.5], vec![0]));
+    let w = Tensor::from_vec(vec![1.0f64, 3.0, 2.0], [3]).requires_grad_(true);
+    w.cummax(0).0.sum(..).backward().unwrap();
+    assert_eq!(f64s(&w.grad().unwrap()), vec![1.0, 2.0, 0.0]);
+    assert!(Tensor::from_vec(vec![true], [1]).try_cummax(0).is_err());
+    assert!(
+        Tensor::from_vec(vec![1i64], [1])
+            .try_logcumsumexp(0)
+            .is_err()
+    );
+}
