@@ -174,6 +174,9 @@ fn linear_algebra_composites() {
         vec![-3.0, 6.0, -3.0, 6.0, 0.0, -4.0]
     );
     assert!(a.try_cross(&b, 0).is_err());
+    // Broadcast first: a 1-D operand against dimension 1 of a 2-D one.
+    let b1 = Tensor::from_vec(vec![4.0f64, 5.0, 6.0], [3]);
+    assert_eq!(f64s(&a.cross(&b1, 1)), f64s(&a.cross(&b, 1)));
     // addmm: beta = 0 ignores NaN in the input, as PyTorch.
     let m1 = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], [2, 2]);
     let nan = Tensor::from_vec(vec![f32::NAN, 1.0], [2]);
@@ -420,4 +423,74 @@ fn running_extremes_and_logcumsumexp() {
             .try_logcumsumexp(0)
             .is_err()
     );
+}
+
+/// `kron` against its block definition, and `cdist` against plain loops for several `p`
+/// (zero distances included), with batch dimensions broadcast.
+#[test]
+fn kron_and_cdist() {
+    let a = Tensor::from_vec(vec![1i64, 2, 3, 4], [2, 2]);
+    let b = Tensor::from_vec(vec![0i64, 5, 6, 7, 1, 1], [2, 3]);
+    let k = a.kron(&b);
+    assert_eq!(k.shape(), &[4, 6]);
+    let (av, bv, kv) = (i64s(&a), i64s(&b), i64s(&k));
+    for i in 0..4 {
+        for j in 0..6 {
+            assert_eq!(
+                kv[i * 6 + j],
+                av[(i / 2) * 2 + j / 3] * bv[(i % 2) * 3 + j % 3]
+            );
+        }
+    }
+    // Different ranks align at the last dimension.
+    assert_eq!(
+        a.kron(&Tensor::from_vec(vec![1i64, 1], [2])).shape(),
+        &[2, 4]
+    );
+    let mut rng = Rng(31);
+    let x1: Vec<f64> = uniform(&mut rng, 2 * 3 * 4, -2.0, 2.0);
+    let mut x2: Vec<f64> = uniform(&mut rng, 5 * 4, -2.0, 2.0);
+    // Row 0 of x2 equals row 1 of x1's first batch: a zero distance.
+    x2[..4].copy_from_slice(&x1[4..8]);
+    let (t1, t2) = (
+        Tensor::from_vec(x1.clone(), [2, 3, 4]),
+        Tensor::from_vec(x2.clone(), [5, 4]),
+    );
+    for p in [0.0, 0.5, 1.0, 2.0, 3.0, f64::INFINITY] {
+        let d = t1.cdist(&t2, p);
+        assert_eq!(d.shape(), &[2, 3, 5]);
+        let got = f64s(&d);
+        for bt in 0..2 {
+            for i in 0..3 {
+                for j in 0..5 {
+                    let diffs: Vec<f64> = (0..4)
+                        .map(|c| (x1[bt * 12 + i * 4 + c] - x2[j * 4 + c]).abs())
+                        .collect();
+                    let want = if p == 0.0 {
+                        diffs.iter().filter(|&&v| v != 0.0).count() as f64
+                    } else if p.is_infinite() {
+                        diffs.iter().cloned().fold(0.0, f64::max)
+                    } else {
+                        diffs.iter().map(|v| v.powf(p)).sum::<f64>().powf(1.0 / p)
+                    };
+                    let g = got[bt * 15 + i * 5 + j];
+                    assert!(
+                        (g - want).abs() <= 1e-12 * want.max(1.0),
+                        "p={p}: {g} vs {want}"
+                    );
+                }
+            }
+        }
+    }
+    // The gradient at a zero distance is 0 (finite everywhere), as PyTorch's.
+    for p in [0.5, 2.0, 3.0] {
+        let l = Tensor::from_vec(x1.clone(), [2, 3, 4]).requires_grad_(true);
+        l.cdist(&t2, p).sum(..).backward().unwrap();
+        assert!(
+            f64s(&l.grad().unwrap()).iter().all(|g| g.is_finite()),
+            "p={p}"
+        );
+    }
+    assert!(t1.try_cdist(&Tensor::zeros([5, 3]), 2.0).is_err());
+    assert!(t1.try_cdist(&t2, -1.0).is_err());
 }

@@ -1024,7 +1024,7 @@ fn numeric_linalg_and_arrangement_composites() {
         |t| t[0].logaddexp(&t[0]) + t[0].hypot(&t[0]),
     );
     check(
-        "outer, trace, cross, addmm",
+        "outer, trace, cross, addmm, kron, cdist",
         &[
             (values(3, 135, -1.0, 1.0), vec![3]),
             (values(6, 136, -1.0, 1.0), vec![2, 3]),
@@ -1034,7 +1034,14 @@ fn numeric_linalg_and_arrangement_composites() {
             let o = t[0].outer(&t[0]);
             let c = t[1].cross(&t[0].unsqueeze(0), 1);
             let a = t[0].addmm(&t[1], &t[2], 0.5, 2.0);
-            o.trace() + c.sum(..) + a.sum(..) + t[2].t().trace() * o.sum(..)
+            o.trace()
+                + c.sum(..)
+                + a.sum(..)
+                + t[2].t().trace() * o.sum(..)
+                + t[1].kron(&t[2]).exp().sum(..)
+                + t[1].cdist(&t[2], 2.0).sum(..)
+                + t[1].cdist(&t[2], 1.5).sum(..)
+                + t[1].cdist(&t[2], f64::INFINITY).sum(..)
         },
     );
     let take = Tensor::from_vec(vec![2i64, 0, 1, 1], [2, 2]);

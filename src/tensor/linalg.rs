@@ -1,5 +1,5 @@
-//! Small linear-algebra composites with PyTorch's names: `outer`, `trace`, `cross` and
-//! `addmm`. Each records views, elementwise ops, reductions or a product, so it fuses,
+//! Small linear-algebra composites with PyTorch's names: `outer`, `trace`, `cross`,
+//! `addmm`, `kron` and `cdist`. Each records views, elementwise ops, reductions or a product, so it fuses,
 //! runs on every device and is differentiated as its parts are.
 
 use super::{Tensor, unwrap_or_panic};
@@ -59,7 +59,7 @@ impl Tensor {
     }
 
     /// PyTorch's `torch.linalg.cross(a, b, dim)`: the cross product of 3-vectors along
-    /// `dim` (which must have size 3 in both), the other dimensions broadcast.
+    /// `dim` of the two tensors broadcast together (that dimension must then have size 3).
     ///
     /// ```
     /// use kiln::Tensor;
@@ -74,23 +74,26 @@ impl Tensor {
 
     /// Fallible [`Tensor::cross`].
     pub fn try_cross(&self, other: &Tensor, dim: isize) -> Result<Tensor> {
-        let (da, db) = (
-            normalize_axis("cross", dim, self.shape())?,
-            normalize_axis("cross", dim, other.shape())?,
-        );
-        if self.shape()[da] != 3 || other.shape()[db] != 3 {
+        // Broadcast first, then find `dim` (as PyTorch's `linalg.cross`).
+        let shape = crate::shape::broadcast_shapes("cross", self.shape(), other.shape())?;
+        let d = normalize_axis("cross", dim, &shape)?;
+        if shape[d] != 3 {
             return Err(KilnError::ShapeMismatch {
                 op: "cross",
                 lhs: self.shape().to_vec(),
                 rhs: other.shape().to_vec(),
-                detail: format!(": dimension {dim} must have size 3 in both"),
+                detail: format!(": dimension {dim} must have size 3 after broadcasting"),
             });
         }
+        let (a, b) = (
+            self.try_broadcast_to(shape.as_slice())?,
+            other.try_broadcast_to(shape.as_slice())?,
+        );
         // c[i] = a[i+1]·b[i+2] - a[i+2]·b[i+1], indices mod 3: rolls by -1 and -2.
-        let roll = |t: &Tensor, s: i64| t.try_roll(&[s], &[dim]);
-        roll(self, -1)?
-            .try_mul(&roll(other, -2)?)?
-            .try_sub(&roll(self, -2)?.try_mul(&roll(other, -1)?)?)
+        let roll = |t: &Tensor, s: i64| t.try_roll(&[s], &[d as isize]);
+        roll(&a, -1)?
+            .try_mul(&roll(&b, -2)?)?
+            .try_sub(&roll(&a, -2)?.try_mul(&roll(&b, -1)?)?)
     }
 
     /// PyTorch's `addmm(input, m1, m2, beta, alpha)`: `beta·input + alpha·(m1 @ m2)`, with
@@ -135,5 +138,141 @@ impl Tensor {
             input.try_mul(beta)?
         };
         input.try_add(&scaled)
+    }
+
+    /// PyTorch's `kron(a, b)`: the Kronecker product. The operands are aligned at their
+    /// last dimensions (the shorter one gets leading 1s) and each output dimension has
+    /// size `a_i·b_i`: block `(i, j)` of a 2-D result is `a[i, j]·b`. One broadcast
+    /// product and a reshape.
+    ///
+    /// ```
+    /// use kiln::Tensor;
+    /// let a = Tensor::from_vec(vec![1i64, 2], [2]);
+    /// let b = Tensor::from_vec(vec![1i64, 10, 100], [3]);
+    /// assert_eq!(a.kron(&b).to_vec::<i64>().unwrap(), vec![1, 10, 100, 2, 20, 200]);
+    /// let i = Tensor::eye(2, kiln::DType::I64);
+    /// assert_eq!(i.kron(&Tensor::from_vec(vec![5i64], [1, 1])).to_vec::<i64>().unwrap(), vec![5, 0, 0, 5]);
+    /// ```
+    #[track_caller]
+    pub fn kron(&self, other: &Tensor) -> Tensor {
+        unwrap_or_panic(self.try_kron(other))
+    }
+
+    /// Fallible [`Tensor::kron`].
+    pub fn try_kron(&self, other: &Tensor) -> Result<Tensor> {
+        let nd = self.ndim().max(other.ndim());
+        let pad = |t: &Tensor| -> Vec<usize> {
+            let mut s = vec![1; nd - t.ndim()];
+            s.extend_from_slice(t.shape());
+            s
+        };
+        let (sa, sb) = (pad(self), pad(other));
+        // a as [a0, 1, a1, 1, ...] and b as [1, b0, 1, b1, ...]: their product interleaves.
+        let spread = |s: &[usize], first: bool| -> Vec<isize> {
+            s.iter()
+                .flat_map(|&d| {
+                    if first {
+                        [d as isize, 1]
+                    } else {
+                        [1, d as isize]
+                    }
+                })
+                .collect()
+        };
+        let out: Vec<isize> = sa
+            .iter()
+            .zip(&sb)
+            .map(|(&a, &b)| (a * b) as isize)
+            .collect();
+        self.try_reshape(spread(&sa, true))?
+            .try_mul(&other.try_reshape(spread(&sb, false))?)?
+            .try_reshape(out)
+    }
+
+    /// PyTorch's `cdist(x1, x2, p)`: the `p`-norm distance between each row of `x1`
+    /// (`[..., P, M]`) and each row of `x2` (`[..., R, M]`), as `[..., P, R]` (batch
+    /// dimensions broadcast). `p` is any value ≥ 0, `f64::INFINITY` included (`p = 0`
+    /// counts differing coordinates). One fused difference-and-reduce, no `x1·x2ᵀ`
+    /// shortcut, so distances keep full precision; the gradient at a zero distance is 0,
+    /// as PyTorch's.
+    ///
+    /// ```
+    /// use kiln::Tensor;
+    /// let a = Tensor::from_vec(vec![0.0f32, 0.0, 1.0, 1.0], [2, 2]);
+    /// let b = Tensor::from_vec(vec![3.0f32, 4.0], [1, 2]);
+    /// assert_eq!(a.cdist(&b, 2.0).to_vec::<f32>().unwrap(), vec![5.0, 13f32.sqrt()]);
+    /// assert_eq!(a.cdist(&b, 1.0).to_vec::<f32>().unwrap(), vec![7.0, 5.0]);
+    /// assert_eq!(a.cdist(&b, f64::INFINITY).to_vec::<f32>().unwrap(), vec![4.0, 3.0]);
+    /// ```
+    #[track_caller]
+    pub fn cdist(&self, other: &Tensor, p: f64) -> Tensor {
+        unwrap_or_panic(self.try_cdist(other, p))
+    }
+
+    /// Fallible [`Tensor::cdist`].
+    pub fn try_cdist(&self, other: &Tensor, p: f64) -> Result<Tensor> {
+        const OP: &str = "cdist";
+        if self.ndim() < 2
+            || other.ndim() < 2
+            || self.shape()[self.ndim() - 1] != other.shape()[other.ndim() - 1]
+        {
+            return Err(KilnError::ShapeMismatch {
+                op: OP,
+                lhs: self.shape().to_vec(),
+                rhs: other.shape().to_vec(),
+                detail: ": both need at least 2 dimensions and the same last one".into(),
+            });
+        }
+        if !self.dtype().is_float() || !other.dtype().is_float() {
+            return Err(KilnError::UnsupportedDType {
+                op: OP,
+                dtype: if self.dtype().is_float() {
+                    other.dtype()
+                } else {
+                    self.dtype()
+                },
+                detail: ": cdist needs float tensors".into(),
+            });
+        }
+        if p.is_nan() || p < 0.0 {
+            return Err(KilnError::InvalidArgument {
+                op: OP,
+                shape: self.shape().to_vec(),
+                reason: format!("p must be at least 0, not {p}"),
+            });
+        }
+        // [..., P, 1, M] - [..., 1, R, M].
+        let gap = self
+            .try_unsqueeze(-2)?
+            .try_sub(&other.try_unsqueeze(-3)?)?
+            .try_abs()?;
+        if p == 0.0 {
+            return gap.try_ne(0)?.try_cast(gap.dtype())?.try_sum(-1);
+        }
+        if p == 1.0 {
+            return gap.try_sum(-1);
+        }
+        if p.is_infinite() {
+            return gap.try_max(-1);
+        }
+        let total = if p == 2.0 {
+            gap.try_mul(&gap)?.try_sum(-1)?
+        } else {
+            // An equal coordinate contributes 0 through a `where` (its power's slope at 0
+            // is infinite for p < 1, and inf·0 would be NaN).
+            let same = gap.try_eq(0)?;
+            let powered = Tensor::try_where(&same, 1.0, &gap)?.try_pow(p)?;
+            Tensor::try_where(&same, 0.0, &powered)?.try_sum(-1)?
+        };
+        // The root of 0 is read through a `where` whose other arm takes the gradient, so
+        // a zero distance has gradient 0 (not 0·inf).
+        let zero = total.try_eq(0)?;
+        let safe = Tensor::try_where(&zero, 1.0, &total)?;
+        let root = if p == 2.0 {
+            safe.try_sqrt()?
+        } else {
+            safe.try_pow(1.0 / p)?
+        };
+        Tensor::try_where(&zero, 0.0, &root)
     }
 }
