@@ -897,6 +897,12 @@ avg_pool_functions! {
     avg_pool3d, 3;
 }
 
+/// Output cell `j` of a dimension of length `len` pooled to `o`: PyTorch's (possibly
+/// overlapping) `⌊j·len/o⌋ .. ⌈(j+1)·len/o⌉`.
+fn adaptive_cell(j: usize, len: usize, o: usize) -> (isize, isize) {
+    ((j * len / o) as isize, ((j + 1) * len).div_ceil(o) as isize)
+}
+
 /// The `N`-dimensional adaptive average pooling behind [`adaptive_avg_pool1d`] and
 /// [`adaptive_avg_pool2d`].
 pub(crate) fn adaptive_avg_pool_nd<const N: usize>(
@@ -926,10 +932,8 @@ pub(crate) fn adaptive_avg_pool_nd<const N: usize>(
             // PyTorch's cells: [⌊j·len/o⌋, ⌈(j+1)·len/o⌉), which overlap.
             let cells: Vec<Tensor> = (0..o)
                 .map(|j| {
-                    let start = j * len / o;
-                    let end = ((j + 1) * len).div_ceil(o);
-                    x.try_slice_dim(axis, start as isize, end as isize, 1)?
-                        .try_mean_keepdim(axis)
+                    let (start, end) = adaptive_cell(j, len, o);
+                    x.try_slice_dim(axis, start, end, 1)?.try_mean_keepdim(axis)
                 })
                 .collect::<Result<_>>()?;
             let refs: Vec<&Tensor> = cells.iter().collect();
@@ -1007,9 +1011,7 @@ pub(crate) fn adaptive_max_pool_nd<const N: usize>(
         let (len, o) = (x.shape()[2 + i], output_size.0[i]);
         let (values, places): (Vec<Tensor>, Vec<Tensor>) = (0..o)
             .map(|j| {
-                // PyTorch's cells: [⌊j·len/o⌋, ⌈(j+1)·len/o⌉).
-                let start = (j * len / o) as isize;
-                let end = ((j + 1) * len).div_ceil(o) as isize;
+                let (start, end) = adaptive_cell(j, len, o);
                 let cell = x.try_slice_dim(axis, start, end, 1)?;
                 let first = cell.try_argmax_keepdim(axis)?;
                 Ok((

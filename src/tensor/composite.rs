@@ -458,13 +458,7 @@ impl Tensor {
 
     /// Fallible [`Tensor::repeat_interleave`].
     pub fn try_repeat_interleave(&self, repeats: usize, dim: Option<isize>) -> Result<Tensor> {
-        let (x, d) = match dim {
-            None => (self.try_reshape([-1])?, 0),
-            Some(dim) => (
-                self.unchanged()?,
-                normalize_axis("repeat_interleave", dim, &self.shape)?,
-            ),
-        };
+        let (x, d) = self.interleave_axis(dim)?;
         let mut spread = x.shape.clone();
         spread.insert(d + 1, repeats);
         let mut out: Vec<isize> = x.shape.iter().map(|&s| s as isize).collect();
@@ -493,10 +487,7 @@ impl Tensor {
     /// Fallible [`Tensor::repeat_interleave_by`].
     pub fn try_repeat_interleave_by(&self, repeats: &Tensor, dim: Option<isize>) -> Result<Tensor> {
         const OP: &str = "repeat_interleave";
-        let (x, d) = match dim {
-            None => (self.try_reshape([-1])?, 0),
-            Some(dim) => (self.unchanged()?, normalize_axis(OP, dim, &self.shape)?),
-        };
+        let (x, d) = self.interleave_axis(dim)?;
         if !repeats.dtype.is_int() || repeats.ndim() > 1 {
             return Err(KilnError::InvalidArgument {
                 op: OP,
@@ -527,6 +518,17 @@ impl Tensor {
         let len = picks.len();
         let index = Tensor::try_from_vec(picks, [len])?.try_to(x.device)?;
         x.try_index_select(d as isize, &index)
+    }
+
+    /// The tensor `repeat_interleave` works on and its axis: flattened for `None`.
+    fn interleave_axis(&self, dim: Option<isize>) -> Result<(Tensor, usize)> {
+        match dim {
+            None => Ok((self.try_reshape([-1])?, 0)),
+            Some(dim) => Ok((
+                self.unchanged()?,
+                normalize_axis("repeat_interleave", dim, &self.shape)?,
+            )),
+        }
     }
 
     /// PyTorch's `take_along_dim(indices, dim)`: a [`Tensor::gather`] along `dim` after

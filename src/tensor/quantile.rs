@@ -97,7 +97,7 @@ impl Tensor {
     }
 
     /// A 0-d tensor's value-and-index reduction: a copy of itself at index 0.
-    fn own_pick(&self) -> Result<(Tensor, Tensor)> {
+    pub(super) fn own_pick(&self) -> Result<(Tensor, Tensor)> {
         let idx = Tensor::try_full_on((), 0, DType::I64, self.device)?;
         Ok((self.try_copy()?, idx))
     }
@@ -183,11 +183,8 @@ impl Tensor {
 
     /// Fallible [`Tensor::kthvalue`].
     pub fn try_kthvalue(&self, k: usize, dim: isize, keepdim: bool) -> Result<(Tensor, Tensor)> {
-        let lane = if self.ndim() == 0 {
-            1
-        } else {
-            self.shape[normalize_axis("kthvalue", dim, &self.shape)?]
-        };
+        let axis = self.value_lane("kthvalue", dim, "a k-th value")?;
+        let lane = axis.map_or(1, |d| self.shape[d]);
         if k == 0 || k > lane {
             return Err(KilnError::InvalidArgument {
                 op: "kthvalue",
@@ -195,7 +192,7 @@ impl Tensor {
                 reason: format!("k ({k}) must be in 1..={lane}, the length of dimension {dim}"),
             });
         }
-        let Some(d) = self.value_lane("kthvalue", dim, "a k-th value")? else {
+        let Some(d) = axis else {
             return self.own_pick();
         };
         let axis = d as isize;

@@ -159,12 +159,16 @@ impl Tensor {
             return self.try_copy();
         };
         let n = self.shape[d];
+        let position = self.positions_along(d)?;
         let mut y = self.unchanged()?;
         let mut k = 1;
         while k < n {
-            let (head, earlier) = self.shifted_by(&y, d, k)?;
             // Positions before k have no partner: logaddexp with -inf leaves them.
-            let partner = Tensor::try_where(&head, f64::NEG_INFINITY, &earlier)?;
+            let partner = Tensor::try_where(
+                &position.try_lt(k as i64)?,
+                f64::NEG_INFINITY,
+                &shifted(&y, d, k)?,
+            )?;
             y = y.try_logaddexp(&partner)?;
             k *= 2;
         }
@@ -181,25 +185,14 @@ impl Tensor {
         Ok(Some(normalize_axis(op, dim, &self.shape)?))
     }
 
-    /// For a doubling step of `k` along `d`: a bool mask of the positions below `k`
-    /// (broadcastable to `y`), and `y` shifted `k` places later along `d` (its first `k`
-    /// positions are `y`'s own first ones, to be masked out by the caller).
-    fn shifted_by(&self, y: &Tensor, d: usize, k: usize) -> Result<(Tensor, Tensor)> {
-        let n = y.shape[d];
-        let mut along = vec![1isize; y.ndim()];
+    /// `0..n` (i64) laid along dimension `d` of this tensor's rank (size 1 elsewhere).
+    fn positions_along(&self, d: usize) -> Result<Tensor> {
+        let n = self.shape[d];
+        let mut along = vec![1isize; self.ndim()];
         along[d] = n as isize;
-        let head = Tensor::try_arange(0, n as i64, 1, DType::I64)?
-            .try_to(y.device)?
-            .try_reshape(along)?
-            .try_lt(k as i64)?;
-        let earlier = Tensor::try_cat(
-            &[
-                &y.try_narrow(d as isize, 0, k)?,
-                &y.try_narrow(d as isize, 0, n - k)?,
-            ],
-            d as isize,
-        )?;
-        Ok((head, earlier))
+        Tensor::try_arange(0, n as i64, 1, DType::I64)?
+            .try_to(self.device)?
+            .try_reshape(along)
     }
 
     /// The running maximum or minimum and its index (see [`Tensor::cummax`]).
@@ -217,23 +210,18 @@ impl Tensor {
             });
         }
         let Some(d) = self.running_axis(op, dim)? else {
-            let idx = Tensor::try_full_on((), 0, DType::I64, self.device)?;
-            return Ok((self.try_copy()?, idx));
+            return self.own_pick();
         };
         let n = self.shape[d];
         let x = self.detach();
-        let mut along = vec![1isize; x.ndim()];
-        along[d] = n as isize;
-        let mut idx = Tensor::try_arange(0, n as i64, 1, DType::I64)?
-            .try_to(x.device)?
-            .try_reshape(along)?
-            .try_broadcast_to(x.shape())?;
+        let position = self.positions_along(d)?;
+        let mut idx = position.try_broadcast_to(x.shape())?;
         let mut val = x.unchanged()?;
         let float = x.dtype.is_float();
         let mut k = 1;
         while k < n {
-            let (head, prev_val) = self.shifted_by(&val, d, k)?;
-            let (_, prev_idx) = self.shifted_by(&idx, d, k)?;
+            let head = position.try_lt(k as i64)?;
+            let (prev_val, prev_idx) = (shifted(&val, d, k)?, shifted(&idx, d, k)?);
             // The later summary wins on a NaN, on a tie or a better value, unless the
             // earlier one holds a NaN; positions below k have no earlier partner.
             let better = match which {
@@ -255,4 +243,17 @@ impl Tensor {
         // The values are read back through the indices, so the gradient reaches them.
         Ok((self.try_gather(d as isize, &idx)?, idx))
     }
+}
+
+/// `y` shifted `k` places later along `d` for a doubling step (its first `k` positions
+/// keep `y`'s own first ones, for the caller to mask out).
+fn shifted(y: &Tensor, d: usize, k: usize) -> Result<Tensor> {
+    let n = y.shape[d];
+    Tensor::try_cat(
+        &[
+            &y.try_narrow(d as isize, 0, k)?,
+            &y.try_narrow(d as isize, 0, n - k)?,
+        ],
+        d as isize,
+    )
 }
