@@ -3,7 +3,7 @@
 //! `hypot`, `lerp`, `nan_to_num`, `isclose`/`allclose`), linear algebra (`outer`, `trace`,
 //! `cross`, `addmm`), arrangement (`diff`, `rot90`, `meshgrid`, `repeat_interleave`,
 //! `take_along_dim`, `tril_indices`/`triu_indices`) and search (`searchsorted`,
-//! `bucketize`, `kthvalue`): PyTorch's documented examples and edge cases by hand, and
+//! `bucketize`, `kthvalue`) and counting (`bincount`, `histc`): PyTorch's documented examples and edge cases by hand, and
 //! random inputs against plain loops in f64.
 
 mod common;
@@ -493,4 +493,191 @@ fn kron_and_cdist() {
     }
     assert!(t1.try_cdist(&Tensor::zeros([5, 3]), 2.0).is_err());
     assert!(t1.try_cdist(&t2, -1.0).is_err());
+}
+
+#[test]
+fn diff_with_prepend_and_append() {
+    let x = Tensor::from_vec(vec![1i64, 4, 9], [3]);
+    let (zero, sixteen) = (
+        Tensor::from_vec(vec![0i64], [1]),
+        Tensor::from_vec(vec![16i64, 25], [2]),
+    );
+    assert_eq!(
+        i64s(&x.diff_with(1, 0, Some(&zero), Some(&sixteen))),
+        vec![1, 3, 5, 7, 9]
+    );
+    assert_eq!(
+        i64s(&x.diff_with(2, 0, None, Some(&sixteen))),
+        vec![2, 2, 2]
+    );
+    // n = 0 returns the input and ignores prepend and append, as PyTorch does.
+    assert_eq!(i64s(&x.diff_with(0, 0, Some(&zero), None)), vec![1, 4, 9]);
+    // Along a dimension of a matrix, with dtypes promoting as cat's do.
+    let m = Tensor::from_vec(vec![1.0f32, 2.0, 4.0, 8.0], [2, 2]);
+    let col = Tensor::from_vec(vec![0i64, 1], [2, 1]);
+    let d = m.diff_with(1, 1, Some(&col), None);
+    assert_eq!(d.dtype(), DType::F32);
+    assert_eq!(f32s(&d), vec![1.0, 1.0, 3.0, 4.0]);
+    // prepend must have the input's number of dimensions and sizes off the dimension.
+    let e = m.try_diff_with(1, 1, Some(&zero), None).unwrap_err();
+    assert!(matches!(e, KilnError::ShapeMismatch { .. }), "{e}");
+    assert!(
+        m.try_diff_with(1, 1, Some(&Tensor::zeros([3, 1])), None)
+            .is_err()
+    );
+}
+
+#[test]
+fn bincount_counts_and_sums_weights() {
+    // PyTorch's documented example.
+    let x = Tensor::from_vec(vec![4i64, 3, 6, 3, 4], [5]);
+    let counts = x.bincount(None, 0);
+    assert_eq!(counts.dtype(), DType::I64);
+    assert_eq!(i64s(&counts), vec![0, 0, 0, 2, 2, 0, 1]);
+    let w = Tensor::linspace(0.0, 1.0, 5, DType::F32);
+    let sums = x.bincount(Some(&w), 0);
+    assert_eq!(sums.dtype(), DType::F32);
+    assert_eq!(f32s(&sums), vec![0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.5]);
+    // minlength pads; other weights sum in f64; an empty input gives i64 zeros.
+    assert_eq!(i64s(&x.bincount(None, 9)), vec![0, 0, 0, 2, 2, 0, 1, 0, 0]);
+    let iw = Tensor::from_vec(vec![1i32, 2, 3, 4, 5], [5]);
+    let s = x.bincount(Some(&iw), 0);
+    assert_eq!(s.dtype(), DType::F64);
+    assert_eq!(f64s(&s), vec![0.0, 0.0, 0.0, 6.0, 6.0, 0.0, 3.0]);
+    let empty = Tensor::from_vec(Vec::<i64>::new(), [0]);
+    let z = empty.bincount(Some(&Tensor::zeros([0])), 3);
+    assert_eq!((z.dtype(), i64s(&z)), (DType::I64, vec![0, 0, 0]));
+    // Random inputs against a plain loop, with a lazy (unrealized) input.
+    let mut rng = Rng(0xB1C0);
+    for case in 0..20 {
+        let n = 1 + rng.below(200);
+        let vals: Vec<i64> = (0..n).map(|_| rng.below(30) as i64).collect();
+        let wts = uniform(&mut rng, n, -1.0, 1.0);
+        let minlength = rng.below(40);
+        let t = Tensor::from_vec(vals.iter().map(|&v| v as i32).collect::<Vec<_>>(), [n]).add(0i32);
+        let len = (*vals.iter().max().unwrap() as usize + 1).max(minlength);
+        let (mut want_c, mut want_s) = (vec![0i64; len], vec![0.0f64; len]);
+        for (&v, &w) in vals.iter().zip(&wts) {
+            want_c[v as usize] += 1;
+            want_s[v as usize] += w;
+        }
+        assert_eq!(i64s(&t.bincount(None, minlength)), want_c, "case {case}");
+        let got = f64s(&t.bincount(Some(&Tensor::from_vec(wts, [n])), minlength));
+        for (g, w) in got.iter().zip(&want_s) {
+            assert!((g - w).abs() < 1e-12, "case {case}: {g} vs {w}");
+        }
+    }
+    // Errors: a negative value (when called), a 2-d, float or bool input, and weights of
+    // another length.
+    let e = Tensor::from_vec(vec![1i64, -2], [2])
+        .try_bincount(None, 0)
+        .unwrap_err();
+    assert!(e.to_string().contains("non-negative"), "{e}");
+    assert!(
+        Tensor::zeros_dtype([2, 2], DType::I64)
+            .try_bincount(None, 0)
+            .is_err()
+    );
+    let e = Tensor::zeros([3]).try_bincount(None, 0).unwrap_err();
+    assert!(matches!(e, KilnError::UnsupportedDType { .. }), "{e}");
+    assert!(
+        Tensor::scalar(true)
+            .reshape([1])
+            .try_bincount(None, 0)
+            .is_err()
+    );
+    let e = x.try_bincount(Some(&Tensor::zeros([4])), 0).unwrap_err();
+    assert!(matches!(e, KilnError::ShapeMismatch { .. }), "{e}");
+}
+
+/// PyTorch's `linspace` in f32 (`start + i·step` in the first half, `end - (n-1-i)·step`
+/// in the second, the multiply and add rounded once).
+fn edges_f32(lo: f32, hi: f32, n: usize) -> Vec<f32> {
+    let step = (hi - lo) / (n - 1) as f32;
+    (0..n)
+        .map(|i| {
+            if i < n / 2 {
+                (lo as f64 + step as f64 * i as f64) as f32
+            } else {
+                (hi as f64 - step as f64 * (n - 1 - i) as f64) as f32
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn histc_bins_like_pytorch() {
+    // PyTorch's documented example.
+    let x = Tensor::from_vec(vec![1.0f32, 2.0, 1.0], [3]);
+    assert_eq!(f32s(&x.histc(4, 0.0, 3.0)), vec![0.0, 2.0, 1.0, 0.0]);
+    // Outside the range and NaN are not counted; the last bin includes max; an element
+    // on an inner edge starts that bin (0.7 rounded to f32 is just below 0.7, as its edge).
+    let y = Tensor::from_vec(vec![-0.5f32, 0.0, 0.3, 0.7, 1.0, 1.5, f32::NAN], [7]);
+    assert_eq!(
+        f32s(&y.histc(10, 0.0, 1.0)),
+        vec![1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 1.0]
+    );
+    // min == max: the data's own range; a single value is widened by 1 each side.
+    let z = Tensor::from_vec(vec![2.0f64, 4.0, 3.0, 4.0], [2, 2]);
+    assert_eq!(f64s(&z.histc(2, 0.0, 0.0)), vec![1.0, 3.0]);
+    let one = Tensor::from_vec(vec![5.0f32, 5.0], [2]);
+    assert_eq!(f32s(&one.histc(4, 0.0, 0.0)), vec![0.0, 0.0, 2.0, 0.0]);
+    assert_eq!(f32s(&Tensor::zeros([0]).histc(3, 0.0, 0.0)), vec![0.0; 3]);
+    // Random values, many on edges, against PyTorch's edges and rule.
+    let mut rng = Rng(0x415C);
+    for case in 0..30 {
+        let bins = 1 + rng.below(40);
+        let (lo, hi) = (
+            -(rng.below(5) as f32) - 0.25,
+            1.0 + rng.below(7) as f32 / 3.0,
+        );
+        let edges = edges_f32(lo, hi, bins + 1);
+        let n = 1 + rng.below(300);
+        let vals: Vec<f32> = uniform(&mut rng, n, lo as f64 - 0.5, hi as f64 + 0.5)
+            .into_iter()
+            .enumerate()
+            .map(|(i, v)| {
+                if i % 3 == 0 {
+                    edges[i % (bins + 1)]
+                } else {
+                    v as f32
+                }
+            })
+            .collect();
+        let mut want = vec![0.0f32; bins];
+        for &v in &vals {
+            if v >= edges[0] && v <= edges[bins] {
+                let b = edges[..bins].iter().filter(|&&e| e <= v).count() - 1;
+                want[b] += 1.0;
+            }
+        }
+        let got = Tensor::from_vec(vals, [n]).histc(bins, lo as f64, hi as f64);
+        assert_eq!(
+            f32s(&got),
+            want,
+            "case {case}: {bins} bins over [{lo}, {hi}]"
+        );
+    }
+    // Half precision counts in f32 and returns its own dtype.
+    let h = x.cast(DType::BF16).histc(4, 0.0, 3.0);
+    assert_eq!(
+        (h.dtype(), f32s(&h.cast(DType::F32))),
+        (DType::BF16, vec![0.0, 2.0, 1.0, 0.0])
+    );
+    // Errors, as PyTorch raises them.
+    let e = Tensor::from_vec(vec![0.0f32, f32::NAN], [2])
+        .try_histc(3, 0.0, 0.0)
+        .unwrap_err();
+    assert!(e.to_string().contains("not finite"), "{e}");
+    let e = Tensor::from_vec(vec![0.0f32, f32::INFINITY], [2])
+        .try_histc(3, 0.0, 0.0)
+        .unwrap_err();
+    assert!(e.to_string().contains("not finite"), "{e}");
+    let e = x.try_histc(3, 2.0, 1.0).unwrap_err();
+    assert!(e.to_string().contains("max must be larger than min"), "{e}");
+    assert!(x.try_histc(0, 0.0, 1.0).is_err());
+    let e = Tensor::from_vec(vec![1i64], [1])
+        .try_histc(3, 0.0, 1.0)
+        .unwrap_err();
+    assert!(matches!(e, KilnError::UnsupportedDType { .. }), "{e}");
 }

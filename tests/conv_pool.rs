@@ -6,11 +6,12 @@
 use kiln::nn::functional::{
     ConvPadding, adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_max_pool1d,
     adaptive_max_pool2d, adaptive_max_pool2d_with_indices, avg_pool1d, avg_pool2d,
-    conv_transpose1d, conv_transpose2d, conv1d, conv2d, conv3d, max_pool1d, max_pool2d,
+    conv_transpose1d, conv_transpose2d, conv1d, conv2d, conv3d, max_pool1d,
+    max_pool1d_with_indices, max_pool2d, max_pool2d_with_indices, max_unpool1d, max_unpool2d,
 };
 use kiln::nn::{
-    AdaptiveAvgPool2d, AvgPool2d, Conv2d, ConvOptions, Flatten, Linear, MaxPool2d, Module, Relu,
-    Sequential,
+    AdaptiveAvgPool2d, AvgPool2d, Conv2d, ConvOptions, Flatten, Linear, MaxPool2d, MaxUnpool2d,
+    Module, Relu, Sequential,
 };
 use kiln::optim::Optimizer;
 use kiln::{DType, KilnError, Tensor};
@@ -443,7 +444,7 @@ fn assert_close64(name: &str, got: &[f64], want: &[f64]) {
     assert_eq!(got.len(), want.len(), "{name}: length");
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
         assert!(
-            (g - w).abs() <= 1e-12 * (1.0 + w.abs()),
+            g == w || (g.is_nan() && w.is_nan()) || (g - w).abs() <= 1e-12 * (1.0 + w.abs()),
             "{name}[{i}]: kiln {g}, reference {w}"
         );
     }
@@ -600,7 +601,17 @@ fn random_pools_match_pytorchs_loops() {
         let p = [rng.below(eff[0] / 2 + 1), rng.below(eff[1] / 2 + 1)];
         let hw = [eff[0] + rng.below(5), eff[1] + rng.below(5)];
         let shape = [n, c, hw[0], hw[1]];
-        let x = rng.values(shape.iter().product());
+        let mut x = rng.values(shape.iter().product());
+        if rng.below(3) == 0 {
+            // Ties, NaNs and -inf, for the max pools' tie and NaN rules.
+            for v in x.iter_mut() {
+                *v = match rng.below(12) {
+                    0 => f64::NAN,
+                    1 => f64::NEG_INFINITY,
+                    _ => (*v * 2.0).round() / 2.0,
+                };
+            }
+        }
         let xt = Tensor::from_vec(x.clone(), shape);
         let out = [
             pooled(hw[0], eff[0], s[0], p[0], ceil),
@@ -622,23 +633,83 @@ fn random_pools_match_pytorchs_loops() {
             v
         };
         if is_max {
-            let y = max_pool2d(&xt, k, s, p, dil, ceil)
-                .unwrap_or_else(|e| panic!("case {case_no}: {e}"));
-            assert_eq!(y.shape(), &[n, c, out[0], out[1]], "case {case_no}");
-            let want: Vec<f64> = indices(&[n, c, out[0], out[1]])
+            // PyTorch's CPU loop: start at the window's first element inside the input
+            // with -inf, and take a value that is larger or NaN.
+            let kept: Vec<(f64, i64)> = indices(&[n, c, out[0], out[1]])
                 .into_iter()
                 .map(|i| {
-                    windows(i[2], i[3])
-                        .into_iter()
-                        .map(|(h, w)| x[flat(&shape, &[i[0], i[1], h, w])])
-                        .fold(f64::NEG_INFINITY, f64::max)
+                    let cells = windows(i[2], i[3]);
+                    let (h, w) = cells[0];
+                    let mut best = (f64::NEG_INFINITY, (h * hw[1] + w) as i64);
+                    for (h, w) in cells {
+                        let v = x[flat(&shape, &[i[0], i[1], h, w])];
+                        if v > best.0 || v.is_nan() {
+                            best = (v, (h * hw[1] + w) as i64);
+                        }
+                    }
+                    best
                 })
                 .collect();
-            assert_close64(
-                &format!("max case {case_no}"),
-                &y.to_vec::<f64>().unwrap(),
-                &want,
+            let leaf = xt.detach().requires_grad_(true);
+            let (y, at) = max_pool2d_with_indices(&leaf, k, s, p, dil, ceil)
+                .unwrap_or_else(|e| panic!("case {case_no}: {e}"));
+            assert_eq!(y.shape(), &[n, c, out[0], out[1]], "case {case_no}");
+            let got = y.to_vec::<f64>().unwrap();
+            for (j, (g, (v, _))) in got.iter().zip(&kept).enumerate() {
+                assert!(
+                    g == v || (g.is_nan() && v.is_nan()),
+                    "max case {case_no}[{j}]: kiln {g}, PyTorch's loop {v}"
+                );
+            }
+            let want_at: Vec<i64> = kept.iter().map(|k| k.1).collect();
+            assert_eq!(at.to_vec::<i64>().unwrap(), want_at, "max case {case_no}");
+            let plain = max_pool2d(&xt, k, s, p, dil, ceil)
+                .unwrap()
+                .to_vec::<f64>()
+                .unwrap();
+            assert_eq!(
+                plain.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                "max case {case_no}: with and without indices"
             );
+            // The gradient of Σ y·u reaches the kept element of each window alone.
+            let u: Vec<f64> = (0..y.numel()).map(|j| 1.0 + j as f64).collect();
+            (&y * Tensor::from_vec(u.clone(), y.shape()))
+                .sum(..)
+                .backward()
+                .unwrap();
+            let plane = hw[0] * hw[1];
+            let mut want_dx = vec![0.0; x.len()];
+            for (j, &a) in want_at.iter().enumerate() {
+                let nc = j / (out[0] * out[1]);
+                want_dx[nc * plane + a as usize] += u[j];
+            }
+            assert_eq!(
+                leaf.grad().unwrap().to_vec::<f64>().unwrap(),
+                want_dx,
+                "max case {case_no}: gradient"
+            );
+            // Unpooling to the input's size (where PyTorch allows that size) writes each
+            // value back at its index, the last of equal indices winning.
+            let default = |d: usize| (out[d] - 1) * s[d] + k[d];
+            // PyTorch takes a size strictly within a stride of the default.
+            let fits = (0..2).all(|d| hw[d] + s[d] > default(d) && hw[d] < default(d) + s[d]);
+            if fits && p == [0, 0] {
+                let back = max_unpool2d(&y, &at, k, s, p, Some(hw.into())).unwrap();
+                let mut want = vec![0.0; x.len()];
+                for (j, &a) in want_at.iter().enumerate() {
+                    let nc = j / (out[0] * out[1]);
+                    want[nc * plane + a as usize] = kept[j].0;
+                }
+                let got = back.to_vec::<f64>().unwrap();
+                assert_eq!(back.shape(), &shape, "unpool case {case_no}");
+                for (j, (g, w)) in got.iter().zip(&want).enumerate() {
+                    assert!(
+                        g == w || (g.is_nan() && w.is_nan()),
+                        "unpool case {case_no}[{j}]: kiln {g}, reference {w}"
+                    );
+                }
+            }
         } else {
             let include = rng.below(2) == 0;
             let over = (rng.below(4) == 0).then(|| 1 + rng.below(5));
@@ -696,13 +767,13 @@ fn random_pools_match_pytorchs_loops() {
         assert_eq!(y.shape(), &[n, c, o[0], o[1]]);
         for (g, w) in y.to_vec::<f64>().unwrap().iter().zip(&want) {
             assert!(
-                (g - w).abs() <= 1e-12,
+                g == w || (g.is_nan() && w.is_nan()) || (g - w).abs() <= 1e-12,
                 "adaptive case {case_no}: {g} vs {w}"
             );
         }
         // Adaptive max pooling to the same size: each cell's first largest element in
-        // row-major order (PyTorch's loop keeps a strictly larger value), and its flat
-        // index in the plane.
+        // row-major order, or its last NaN (PyTorch's loop keeps a strictly larger value
+        // or a NaN), and its flat index in the plane.
         let (ym, at) = adaptive_max_pool2d_with_indices(&xt, o).unwrap();
         let (want_v, want_i): (Vec<f64>, Vec<i64>) = indices(&[n, c, o[0], o[1]])
             .into_iter()
@@ -713,7 +784,7 @@ fn random_pools_match_pytorchs_loops() {
                 for h in h0..h1 {
                     for w in w0..w1 {
                         let v = x[flat(&shape, &[i[0], i[1], h, w])];
-                        if best.1 < 0 || v > best.0 {
+                        if best.1 < 0 || v > best.0 || v.is_nan() {
                             best = (v, (h * hw[1] + w) as i64);
                         }
                     }
@@ -722,8 +793,12 @@ fn random_pools_match_pytorchs_loops() {
             })
             .unzip();
         assert_eq!(
-            ym.to_vec::<f64>().unwrap(),
-            want_v,
+            ym.to_vec::<f64>()
+                .unwrap()
+                .iter()
+                .map(|v| v.to_bits())
+                .collect::<Vec<_>>(),
+            want_v.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
             "adaptive max case {case_no}"
         );
         assert_eq!(
@@ -1009,4 +1084,106 @@ fn adaptive_max_pool_picks_the_first_largest_element() {
     assert!(adaptive_max_pool2d(&Tensor::zeros([1, 1, 0, 3]), 1).is_err());
     let e = adaptive_max_pool1d(&Tensor::from_vec(vec![1i64, 2], [1, 2]), 1).unwrap_err();
     assert!(matches!(e, KilnError::UnsupportedDType { .. }), "{e}");
+}
+
+#[test]
+fn max_pool_indices_follow_pytorchs_loop_and_unpool_puts_values_back() {
+    // Windows [1 5 / 3 4] and [2 0 / 8 6]: flat indices 1 and 6 of the 2 × 4 plane.
+    let x = Tensor::from_vec(
+        vec![1.0f32, 5.0, 2.0, 0.0, 3.0, 4.0, 8.0, 6.0],
+        [1, 1, 2, 4],
+    );
+    let (y, at) = max_pool2d_with_indices(&x, 2, 2, 0, 1, false).unwrap();
+    assert_eq!(y.to_vec::<f32>().unwrap(), vec![5.0, 8.0]);
+    assert_eq!(at.to_vec::<i64>().unwrap(), vec![1, 6]);
+    let back = max_unpool2d(&y, &at, 2, 2, 0, None).unwrap();
+    assert_eq!(
+        back.to_vec::<f32>().unwrap(),
+        vec![0.0, 5.0, 0.0, 0.0, 0.0, 0.0, 8.0, 0.0]
+    );
+    // A larger output size within a stride of the default: the same places in a 3 × 5 plane.
+    let wide = max_unpool2d(&y, &at, 2, 2, 0, Some((3, 5).into())).unwrap();
+    assert_eq!(wide.shape(), &[1, 1, 3, 5]);
+    assert_eq!(wide.to_vec::<f32>().unwrap()[1], 5.0);
+    assert_eq!(wide.to_vec::<f32>().unwrap()[6], 8.0);
+    assert_eq!(wide.sum(..).item::<f32>().unwrap(), 13.0);
+
+    // PyTorch's loop keeps the last NaN of a window (it takes `v > max || isnan(v)`), and
+    // the gradient goes there. Unbatched [C, L].
+    let v = Tensor::from_vec(vec![f32::NAN, 1.0, f32::NAN, 0.0], [1, 4]).requires_grad_(true);
+    let (y, at) = max_pool1d_with_indices(&v, 4, 4, 0, 1, false).unwrap();
+    assert!(y.to_vec::<f32>().unwrap()[0].is_nan());
+    assert_eq!(at.to_vec::<i64>().unwrap(), vec![2]);
+    y.sum(..).backward().unwrap();
+    assert_eq!(
+        v.grad().unwrap().to_vec::<f32>().unwrap(),
+        vec![0.0, 0.0, 1.0, 0.0]
+    );
+
+    // A -inf window that starts in the padding keeps its first element inside the input.
+    let v = Tensor::from_vec(vec![f32::NEG_INFINITY, f32::NEG_INFINITY, 3.0], [1, 3])
+        .requires_grad_(true);
+    let (y, at) = max_pool1d_with_indices(&v, 3, 1, 1, 1, false).unwrap();
+    assert_eq!(
+        y.to_vec::<f32>().unwrap(),
+        vec![f32::NEG_INFINITY, 3.0, 3.0]
+    );
+    assert_eq!(at.to_vec::<i64>().unwrap(), vec![0, 2, 2]);
+    let plain = max_pool1d(&v, 3, 1, 1, 1, false).unwrap();
+    (&plain * Tensor::from_vec(vec![1.0f32, 2.0, 4.0], [1, 3]))
+        .sum(..)
+        .backward()
+        .unwrap();
+    assert_eq!(
+        v.grad().unwrap().to_vec::<f32>().unwrap(),
+        vec![1.0, 0.0, 6.0]
+    );
+    let back = max_unpool1d(&y, &at, 3, 1, 1, None).unwrap();
+    assert_eq!(
+        back.to_vec::<f32>().unwrap(),
+        vec![f32::NEG_INFINITY, 0.0, 3.0]
+    );
+
+    // The modules, and the gradient through unpooling.
+    let x = Tensor::arange(0.0, 16.0, 1.0)
+        .reshape([1, 1, 4, 4])
+        .requires_grad_(true);
+    let (y, at) = MaxPool2d::new(2).forward_with_indices(&x).unwrap();
+    assert_eq!(at.to_vec::<i64>().unwrap(), vec![5, 7, 13, 15]);
+    let back = MaxUnpool2d::new(2).forward(&y, &at).unwrap();
+    assert_eq!(back.shape(), &[1, 1, 4, 4]);
+    (&back * Tensor::arange(0.0, 16.0, 1.0).reshape([1, 1, 4, 4]))
+        .sum(..)
+        .backward()
+        .unwrap();
+    let g = x.grad().unwrap().to_vec::<f32>().unwrap();
+    let mut want = vec![0.0f32; 16];
+    for i in [5, 7, 13, 15] {
+        want[i] = i as f32;
+    }
+    assert_eq!(g, want);
+    let sized = MaxUnpool2d::new(2)
+        .forward_with_size(&y, &at, (5, 5))
+        .unwrap();
+    assert_eq!(sized.shape(), &[1, 1, 5, 5]);
+
+    // Errors: a size more than a stride from the default, i32 or misshapen indices when
+    // recorded; an index outside the plane (or negative) when realized.
+    let e = max_unpool2d(&y, &at, 2, 2, 0, Some((6, 4).into())).unwrap_err();
+    assert!(max_unpool2d(&y, &at, 2, 2, 0, Some((2, 4).into())).is_err());
+    assert!(max_unpool2d(&y, &at, 2, 2, 0, Some((3, 4).into())).is_ok());
+    assert!(matches!(e, KilnError::InvalidArgument { .. }), "{e}");
+    assert!(e.to_string().contains("max_unpool2d"), "{e}");
+    let e = max_unpool2d(&y, &at.cast(DType::I32), 2, 2, 0, None).unwrap_err();
+    assert!(matches!(e, KilnError::UnsupportedDType { .. }), "{e}");
+    let e = max_unpool2d(&y, &at.reshape([1, 1, 4, 1]), 2, 2, 0, None).unwrap_err();
+    assert!(matches!(e, KilnError::ShapeMismatch { .. }), "{e}");
+    for bad in [16i64, -1] {
+        let at = Tensor::from_vec(vec![5i64, 7, 13, bad], [1, 1, 2, 2]);
+        let e = max_unpool2d(&y.detach(), &at, 2, 2, 0, None)
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap_err();
+        assert!(matches!(e, KilnError::IndexOutOfRange { .. }), "{bad}: {e}");
+    }
 }

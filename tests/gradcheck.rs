@@ -934,6 +934,31 @@ fn convolution_and_pooling() {
         &[(values(2 * 5 * 7, 113, -2.0, 2.0), vec![2, 5, 7])],
         |t| kiln::nn::functional::adaptive_max_pool2d(&t[0], (3, 4)).unwrap(),
     );
+    // Unpooling values at the places a pooling (of fixed data) chose, to a larger size.
+    let (_, at) = kiln::nn::functional::max_pool2d_with_indices(
+        &Tensor::from_vec(values(2 * 6 * 5, 116, -2.0, 2.0), [1, 2, 6, 5]),
+        2,
+        2,
+        0,
+        1,
+        false,
+    )
+    .unwrap();
+    check(
+        "max_unpool2d of a permuted view",
+        &[(values(2 * 3 * 2, 117, -2.0, 2.0), vec![1, 2, 2, 3])],
+        |t| {
+            kiln::nn::functional::max_unpool2d(
+                &t[0].transpose(2, 3),
+                &at,
+                2,
+                2,
+                0,
+                Some((7, 5).into()),
+            )
+            .unwrap()
+        },
+    );
 }
 
 #[test]

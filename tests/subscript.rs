@@ -528,3 +528,38 @@ fn random_subscripts_match_the_oracle() {
         "{checked} checked, {advanced} advanced, {mismatched} not broadcastable"
     );
 }
+
+#[test]
+fn zero_dimensional_bool_indices_add_a_dimension() {
+    // NumPy's (and PyTorch's) results for x = arange(12).reshape(3, 4).
+    let x = arange(&[3, 4]);
+    let all: Vec<f32> = (0..12).map(|v| v as f32).collect();
+    assert_eq!(x.i(true).shape(), &[1, 3, 4]);
+    assert_eq!(f32s(&x.i(true)), all);
+    assert_eq!(x.i(false).shape(), &[0, 3, 4]);
+    assert_eq!(x.i(Tensor::scalar(true)).shape(), &[1, 3, 4]);
+    assert_eq!(x.i((.., true)).shape(), &[3, 1, 4]);
+    assert_eq!(f32s(&x.i((.., true))), all);
+    assert_eq!(x.i((0, true)).shape(), &[1, 4]);
+    assert_eq!(f32s(&x.i((0, true))), vec![0.0, 1.0, 2.0, 3.0]);
+    // With index tensors it broadcasts as a length-1 index of its new dimension.
+    let rows = Tensor::from_vec(vec![0i64, 1], [2]);
+    let first_two: Vec<f32> = (0..8).map(|v| v as f32).collect();
+    assert_eq!(x.i((true, &rows)).shape(), &[2, 4]);
+    assert_eq!(f32s(&x.i((true, &rows))), first_two);
+    assert_eq!(x.i((&rows, true)).shape(), &[2, 4]);
+    assert_eq!(f32s(&x.i((&rows, true))), first_two);
+    let cols = Tensor::from_vec(vec![1i64, 2], [2]);
+    let picked = x.i((Index::Ellipsis, true, &cols));
+    assert_eq!(picked.shape(), &[3, 2]);
+    assert_eq!(f32s(&picked), vec![1.0, 2.0, 5.0, 6.0, 9.0, 10.0]);
+    // `x[False, rows]` cannot broadcast a length-0 index with a length-2 one.
+    assert!(matches!(
+        x.try_i((false, &rows)).unwrap_err(),
+        KilnError::ShapeMismatch { .. }
+    ));
+    // Writes: `x[True] = 1` fills everything, `x[False] = 1` nothing.
+    let y = x.i_put(true, &Tensor::ones([1]));
+    assert_eq!(f32s(&y), vec![1.0; 12]);
+    assert_eq!(f32s(&x.i_put(false, &Tensor::ones([1]))), all);
+}

@@ -655,7 +655,40 @@ const fn pool_name(kind: u8, n: usize) -> &'static str {
     }
 }
 
-/// The `N`-dimensional max pooling behind [`max_pool1d`] and [`max_pool2d`].
+/// The flat index of every element in its spatial plane (`h·W + w` in 2-D), i64, as a
+/// view of `x`'s `[N, C, *spatial]` shape (one `arange`, broadcast over batch and channels).
+fn plane_positions(x: &Tensor) -> Result<Tensor> {
+    let spatial = &x.shape()[2..];
+    let plane: usize = spatial.iter().product();
+    let mut shape = vec![1isize, 1];
+    shape.extend(spatial.iter().map(|&d| d as isize));
+    Tensor::try_arange(0, plane as i64, 1, DType::I64)?
+        .try_to(x.device())?
+        .try_reshape(shape)?
+        .try_broadcast_to(x.shape())
+}
+
+/// Which element along `axis` of `cell` PyTorch's CPU max pooling keeps (`axis` stays, of
+/// size 1): its loop replaces the running maximum when `value > max || isnan(value)`, so
+/// the last NaN wins where there is one, and the first largest element otherwise.
+fn pooled_pick(cell: &Tensor, axis: isize) -> Result<Tensor> {
+    let first_max = cell.try_argmax_keepdim(axis)?;
+    let nan = cell.try_isnan()?;
+    let last = cell.shape()[axis as usize] as i64 - 1;
+    let last_nan = nan
+        .try_flip(axis)?
+        .try_argmax_keepdim(axis)?
+        .try_rsub(last)?;
+    Tensor::try_where(&nan.try_any_keepdim(axis)?, &last_nan, &first_max)
+}
+
+/// The `N`-dimensional max pooling behind [`max_pool1d`], [`max_pool2d`] and their
+/// `_with_indices` forms: the pooled values and, when `with_indices`, each one's i64 flat
+/// index in its input plane.
+///
+/// Each window keeps the element [`pooled_pick`] names. A window whose largest value is
+/// `-inf` and that starts in the padding keeps, as PyTorch's does, its first element inside
+/// the input (its value is `-inf` either way; the index and the gradient go there).
 pub(crate) fn max_pool_nd<const N: usize>(
     input: &Tensor,
     kernel: Spatial<N>,
@@ -663,7 +696,8 @@ pub(crate) fn max_pool_nd<const N: usize>(
     padding: Spatial<N>,
     dilation: Spatial<N>,
     ceil_mode: bool,
-) -> Result<Tensor> {
+    with_indices: bool,
+) -> Result<(Tensor, Option<Tensor>)> {
     let op = pool_name(b'm', N);
     let (x, was_batched) = batched(op, input, N)?;
     require_float(op, &x)?;
@@ -689,21 +723,27 @@ pub(crate) fn max_pool_nd<const N: usize>(
         let needed = (out[i] - 1) * s + eff[i];
         pads.push((p, needed.saturating_sub(p + len)));
     }
-    let lowest = Scalar::Float(f64::NEG_INFINITY);
-    let w = windows(
-        &x.try_pad(&pads, lowest)?,
-        &kernel.0,
-        &stride.0,
-        &dilation.0,
-        &out,
-    )?;
-    let first_max = w.try_argmax_keepdim(1)?;
-    let y = w.try_gather(1, &first_max)?.try_squeeze_dim(1)?;
-    unbatch(batch_first(&y)?, was_batched)
+    let taps = |t: &Tensor| windows(t, &kernel.0, &stride.0, &dilation.0, &out);
+    let w = taps(&x.try_pad(&pads, Scalar::Float(f64::NEG_INFINITY))?)?;
+    let mut pick = pooled_pick(&w, 1)?;
+    let mut places = None;
+    // Only a window that starts in the left padding can pick a padded element.
+    if with_indices || padding.0.iter().any(|&p| p > 0) {
+        let at = taps(&plane_positions(&x)?.try_pad(&pads, -1i64)?)?;
+        let in_padding = at.try_gather(1, &pick)?.try_lt(0i64)?;
+        let first_inside = at.try_ge(0i64)?.try_argmax_keepdim(1)?;
+        pick = Tensor::try_where(&in_padding, &first_inside, &pick)?;
+        if with_indices {
+            let chosen = at.try_gather(1, &pick)?.try_squeeze_dim(1)?;
+            places = Some(unbatch(batch_first(&chosen)?, was_batched)?);
+        }
+    }
+    let y = w.try_gather(1, &pick)?.try_squeeze_dim(1)?;
+    Ok((unbatch(batch_first(&y)?, was_batched)?, places))
 }
 
 macro_rules! max_pool_functions {
-    ($($(#[$doc:meta])* $name:ident, $n:literal;)*) => {$(
+    ($($(#[$doc:meta])* $name:ident, $with:ident, $n:literal;)*) => {$(
         $(#[$doc])*
         pub fn $name(
             input: &Tensor,
@@ -713,14 +753,40 @@ macro_rules! max_pool_functions {
             dilation: impl Into<Spatial<$n>>,
             ceil_mode: bool,
         ) -> Result<Tensor> {
-            max_pool_nd(
+            Ok(max_pool_nd(
                 input,
                 kernel_size.into(),
                 stride.into(),
                 padding.into(),
                 dilation.into(),
                 ceil_mode,
-            )
+                false,
+            )?
+            .0)
+        }
+
+        #[doc = concat!("[`", stringify!($name), "`] with PyTorch's `return_indices=True`: ")]
+        /// the values and, for each, the i64 flat index of the kept element in its input
+        /// plane (row-major over the spatial dimensions), which the matching `max_unpool`
+        /// takes.
+        pub fn $with(
+            input: &Tensor,
+            kernel_size: impl Into<Spatial<$n>>,
+            stride: impl Into<Spatial<$n>>,
+            padding: impl Into<Spatial<$n>>,
+            dilation: impl Into<Spatial<$n>>,
+            ceil_mode: bool,
+        ) -> Result<(Tensor, Tensor)> {
+            let (y, at) = max_pool_nd(
+                input,
+                kernel_size.into(),
+                stride.into(),
+                padding.into(),
+                dilation.into(),
+                ceil_mode,
+                true,
+            )?;
+            Ok((y, at.ok_or_else(|| KilnError::internal("max pooling indices"))?))
         }
     )*};
 }
@@ -728,24 +794,175 @@ macro_rules! max_pool_functions {
 max_pool_functions! {
     /// PyTorch's `F.max_pool1d(input, kernel_size, stride, padding, dilation, ceil_mode)` over
     /// `[N, C, L]` or `[C, L]`; see [`max_pool2d`].
-    max_pool1d, 1;
+    max_pool1d, max_pool1d_with_indices, 1;
     /// PyTorch's `F.max_pool2d(input, kernel_size, stride, padding, dilation, ceil_mode)` over
     /// `[N, C, H, W]` or `[C, H, W]` (float). PyTorch's default stride is the kernel size:
     /// pass it. Padding is `-inf` and at most half the window; `ceil_mode` keeps a last
     /// partial window that starts inside the input. Each output is its window's first
-    /// largest element (NaN propagates), and the gradient goes to that element alone, as
-    /// PyTorch's does. `return_indices` is not offered.
+    /// largest element, or its last NaN where it has one (PyTorch's CPU rule); the
+    /// gradient goes to that element alone, as PyTorch's does. `return_indices=True` is
+    /// [`max_pool2d_with_indices`].
     ///
     /// ```
     /// use kiln::Tensor;
-    /// use kiln::nn::functional::max_pool2d;
+    /// use kiln::nn::functional::{max_pool2d, max_pool2d_with_indices};
     /// let x = Tensor::arange(0.0, 16.0, 1.0).reshape([1, 1, 4, 4]);
     /// let y = max_pool2d(&x, 2, 2, 0, 1, false).unwrap();
     /// assert_eq!(y.to_vec::<f32>().unwrap(), vec![5.0, 7.0, 13.0, 15.0]);
+    /// let (_, at) = max_pool2d_with_indices(&x, 2, 2, 0, 1, false).unwrap();
+    /// assert_eq!(at.to_vec::<i64>().unwrap(), vec![5, 7, 13, 15]);
     /// ```
-    max_pool2d, 2;
+    max_pool2d, max_pool2d_with_indices, 2;
     /// PyTorch's `F.max_pool3d` over `[N, C, D, H, W]` or `[C, D, H, W]`; see [`max_pool2d`].
-    max_pool3d, 3;
+    max_pool3d, max_pool3d_with_indices, 3;
+}
+
+/// The name PyTorch gives the `N`-dimensional max unpooling (for errors).
+const fn unpool_name(n: usize) -> &'static str {
+    match n {
+        1 => "max_unpool1d",
+        2 => "max_unpool2d",
+        _ => "max_unpool3d",
+    }
+}
+
+/// The `N`-dimensional max unpooling behind [`max_unpool1d`] and [`max_unpool2d`]: zeros of
+/// the unpooled shape with each input value written at its index's place in its plane.
+pub(crate) fn max_unpool_nd<const N: usize>(
+    input: &Tensor,
+    indices: &Tensor,
+    kernel: Spatial<N>,
+    stride: Spatial<N>,
+    padding: Spatial<N>,
+    output_size: Option<Spatial<N>>,
+) -> Result<Tensor> {
+    let op = unpool_name(N);
+    let (x, was_batched) = batched(op, input, N)?;
+    require_float(op, &x)?;
+    if indices.shape() != input.shape() {
+        return Err(KilnError::ShapeMismatch {
+            op,
+            lhs: input.shape().to_vec(),
+            rhs: indices.shape().to_vec(),
+            detail: ": the indices must have the input's shape (as max pooling returned them)"
+                .into(),
+        });
+    }
+    if indices.dtype() != DType::I64 {
+        return Err(KilnError::UnsupportedDType {
+            op,
+            dtype: indices.dtype(),
+            detail: ": the indices must be i64, as PyTorch requires".into(),
+        });
+    }
+    if indices.device() != input.device() {
+        return Err(KilnError::DeviceMismatch {
+            op,
+            lhs: input.device(),
+            rhs: indices.device(),
+        });
+    }
+    require_positive(op, x.shape(), "kernel_size", kernel)?;
+    require_positive(op, x.shape(), "stride", stride)?;
+    let mut out = [0usize; N];
+    for (i, slot) in out.iter_mut().enumerate() {
+        let (len, k, s, p) = (
+            x.shape()[2 + i] as i64,
+            kernel.0[i] as i64,
+            stride.0[i] as i64,
+            padding.0[i] as i64,
+        );
+        let default = (len - 1) * s - 2 * p + k;
+        let size = match output_size {
+            None => default,
+            Some(o) => {
+                let o = o.0[i] as i64;
+                if o <= default - s || o >= default + s {
+                    return Err(invalid(
+                        op,
+                        x.shape(),
+                        format!(
+                            "output size {:?} is invalid: dimension {i} must lie strictly between {} and {}, as PyTorch requires",
+                            output_size.map(|o| o.0),
+                            default - s,
+                            default + s
+                        ),
+                    ));
+                }
+                o
+            }
+        };
+        if size < 1 {
+            return Err(invalid(
+                op,
+                x.shape(),
+                format!(
+                    "kernel {:?}, stride {:?} and padding {:?} leave dimension {i} empty",
+                    kernel.0, stride.0, padding.0
+                ),
+            ));
+        }
+        *slot = size as usize;
+    }
+    let (n, c) = (x.shape()[0], x.shape()[1]);
+    let plane: usize = out.iter().product();
+    let index = indices.try_reshape([n as isize, c as isize, -1])?;
+    let values = x.try_reshape([n as isize, c as isize, -1])?;
+    let mut shape = vec![n, c];
+    shape.extend_from_slice(&out);
+    let y = Tensor::try_full_on([n, c, plane], 0.0, x.dtype(), x.device())?
+        .try_scatter(2, &index, &values)?
+        .try_reshape(shape)?;
+    unbatch(y, was_batched)
+}
+
+macro_rules! max_unpool_functions {
+    ($($(#[$doc:meta])* $name:ident, $n:literal;)*) => {$(
+        $(#[$doc])*
+        pub fn $name(
+            input: &Tensor,
+            indices: &Tensor,
+            kernel_size: impl Into<Spatial<$n>>,
+            stride: impl Into<Spatial<$n>>,
+            padding: impl Into<Spatial<$n>>,
+            output_size: Option<Spatial<$n>>,
+        ) -> Result<Tensor> {
+            max_unpool_nd(
+                input,
+                indices,
+                kernel_size.into(),
+                stride.into(),
+                padding.into(),
+                output_size,
+            )
+        }
+    )*};
+}
+
+max_unpool_functions! {
+    /// PyTorch's `F.max_unpool1d(input, indices, kernel_size, stride, padding, output_size)`
+    /// over `[N, C, L]` or `[C, L]`; see [`max_unpool2d`].
+    max_unpool1d, 1;
+    /// PyTorch's `F.max_unpool2d(input, indices, kernel_size, stride, padding, output_size)`:
+    /// the partial inverse of [`max_pool2d_with_indices`]. The output is zeros of spatial
+    /// size `(in - 1)·stride - 2·padding + kernel` (or `output_size`, which may differ from
+    /// that by less than a stride), with each input value at its index's place in its
+    /// `[H', W']` plane. `indices` is i64, of the input's shape; an index outside the plane
+    /// fails when realized ([`KilnError::IndexOutOfRange`]). Where two indices name one
+    /// place, the last in row-major order wins and alone receives the place's gradient.
+    ///
+    /// ```
+    /// use kiln::Tensor;
+    /// use kiln::nn::functional::{max_pool2d_with_indices, max_unpool2d};
+    /// let x = Tensor::from_vec(vec![1.0f32, 5.0, 2.0, 0.0, 3.0, 4.0, 8.0, 6.0], [1, 1, 2, 4]);
+    /// let (y, at) = max_pool2d_with_indices(&x, 2, 2, 0, 1, false).unwrap();
+    /// let back = max_unpool2d(&y, &at, 2, 2, 0, None).unwrap();
+    /// assert_eq!(back.to_vec::<f32>().unwrap(), vec![0.0, 5.0, 0.0, 0.0, 0.0, 0.0, 8.0, 0.0]);
+    /// ```
+    max_unpool2d, 2;
+    /// PyTorch's `F.max_unpool3d` over `[N, C, D, H, W]` or `[C, D, H, W]`; see
+    /// [`max_unpool2d`].
+    max_unpool3d, 3;
 }
 
 /// The `N`-dimensional average pooling behind [`avg_pool1d`] and [`avg_pool2d`].
@@ -976,12 +1193,12 @@ adaptive_avg_pool_functions! {
 /// [`adaptive_max_pool2d`]: the values and, for each, its flat index in the input's
 /// spatial plane (`h·W + w` in 2-D), as PyTorch's `return_indices=True` gives them.
 ///
-/// Each spatial dimension is pooled in turn, the last first: a cell's first largest
-/// element (its `argmax`, NaN counting as largest) is gathered, with the flat index it
-/// came from. Each earlier dimension then picks the first among those row maxima, so the
-/// winner is the cell's first largest element in row-major order (pooling the first
-/// dimension first would find the column-major first), and the gradient (through the
-/// gathers) reaches it alone, as PyTorch's does.
+/// Each spatial dimension is pooled in turn, the last first: each row of a cell keeps the
+/// element [`pooled_pick`] names (its first largest, or its last NaN), gathered with the
+/// flat index it came from. Each earlier dimension then picks among those row winners by
+/// the same rule, so the cell keeps its first largest element in row-major order, or its
+/// last NaN, as PyTorch's loop does (pooling the first dimension first would find the
+/// column-major first), and the gradient (through the gathers) reaches it alone.
 pub(crate) fn adaptive_max_pool_nd<const N: usize>(
     input: &Tensor,
     output_size: Spatial<N>,
@@ -998,14 +1215,7 @@ pub(crate) fn adaptive_max_pool_nd<const N: usize>(
             "the spatial dimensions must not be empty (as PyTorch requires)".into(),
         ));
     }
-    // The flat spatial index of every element, broadcast over batch and channels.
-    let plane: usize = spatial.iter().product();
-    let mut index_shape = vec![1, 1];
-    index_shape.extend_from_slice(spatial);
-    let mut at = Tensor::try_arange(0, plane as i64, 1, DType::I64)?
-        .try_to(x.device())?
-        .try_reshape(index_shape.iter().map(|&d| d as isize).collect::<Vec<_>>())?
-        .try_broadcast_to(x.shape())?;
+    let mut at = plane_positions(&x)?;
     for i in (0..N).rev() {
         let axis = (2 + i) as isize;
         let (len, o) = (x.shape()[2 + i], output_size.0[i]);
@@ -1013,7 +1223,7 @@ pub(crate) fn adaptive_max_pool_nd<const N: usize>(
             .map(|j| {
                 let (start, end) = adaptive_cell(j, len, o);
                 let cell = x.try_slice_dim(axis, start, end, 1)?;
-                let first = cell.try_argmax_keepdim(axis)?;
+                let first = pooled_pick(&cell, axis)?;
                 Ok((
                     cell.try_gather(axis, &first)?,
                     at.try_slice_dim(axis, start, end, 1)?

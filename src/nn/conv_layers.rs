@@ -4,7 +4,7 @@
 
 use super::conv::{
     ConvPadding, Spatial, adaptive_avg_pool_nd, adaptive_max_pool_nd, avg_pool_nd, conv_name,
-    conv_nd, conv_transpose_name, conv_transpose_nd, max_pool_nd,
+    conv_nd, conv_transpose_name, conv_transpose_nd, max_pool_nd, max_unpool_nd,
 };
 use super::{Module, init};
 use crate::error::{KilnError, Result};
@@ -415,16 +415,26 @@ impl<const N: usize> MaxPool<N> {
     }
 }
 
+impl<const N: usize> MaxPool<N> {
+    /// PyTorch's `return_indices=True`: the pooled values and each one's i64 flat index
+    /// in its input plane, as [`MaxUnpool`] takes them.
+    pub fn forward_with_indices(&self, x: &Tensor) -> Result<(Tensor, Tensor)> {
+        let (y, at) = self.pool(x, true)?;
+        Ok((
+            y,
+            at.ok_or_else(|| KilnError::internal("max pooling indices"))?,
+        ))
+    }
+
+    fn pool(&self, x: &Tensor, with_indices: bool) -> Result<(Tensor, Option<Tensor>)> {
+        let (k, s, p, d) = (self.kernel_size, self.stride, self.padding, self.dilation);
+        max_pool_nd(x, k, s, p, d, self.ceil_mode, with_indices)
+    }
+}
+
 impl<const N: usize> Module for MaxPool<N> {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        max_pool_nd(
-            x,
-            self.kernel_size,
-            self.stride,
-            self.padding,
-            self.dilation,
-            self.ceil_mode,
-        )
+        Ok(self.pool(x, false)?.0)
     }
 
     fn visit_parameters(&self, _: &mut dyn FnMut(&str, &Tensor)) {}
@@ -433,6 +443,91 @@ impl<const N: usize> Module for MaxPool<N> {
 
     /// No mode: the same in training and evaluation.
     fn set_training(&mut self, _training: bool) {}
+}
+
+/// Max unpooling over `N` spatial dimensions (PyTorch's `nn.MaxUnpool1d/2d/3d`): puts
+/// pooled values back at the places [`MaxPool::forward_with_indices`] reported, zeros
+/// elsewhere; the stride is the kernel size unless set. It takes two inputs, so it is
+/// not a [`Module`]. See [`super::functional::max_unpool2d`].
+///
+/// ```
+/// use kiln::nn::{MaxPool2d, MaxUnpool2d};
+/// use kiln::Tensor;
+/// let x = Tensor::arange(0.0, 16.0, 1.0).reshape([1, 1, 4, 4]);
+/// let (y, at) = MaxPool2d::new(2).forward_with_indices(&x).unwrap();
+/// let back = MaxUnpool2d::new(2).forward(&y, &at).unwrap();
+/// assert_eq!(back.shape(), &[1, 1, 4, 4]);
+/// assert_eq!(back.sum(..).item::<f32>().unwrap(), 5.0 + 7.0 + 13.0 + 15.0);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MaxUnpool<const N: usize> {
+    /// The pooling window.
+    pub kernel_size: Spatial<N>,
+    /// The pooling step.
+    pub stride: Spatial<N>,
+    /// The pooling padding.
+    pub padding: Spatial<N>,
+}
+
+/// PyTorch's `nn.MaxUnpool1d`.
+pub type MaxUnpool1d = MaxUnpool<1>;
+/// PyTorch's `nn.MaxUnpool2d`.
+pub type MaxUnpool2d = MaxUnpool<2>;
+/// PyTorch's `nn.MaxUnpool3d`.
+pub type MaxUnpool3d = MaxUnpool<3>;
+
+impl<const N: usize> MaxUnpool<N> {
+    /// Undoes windows of `kernel_size`, stride the kernel size, no padding.
+    pub fn new(kernel_size: impl Into<Spatial<N>>) -> MaxUnpool<N> {
+        let k = kernel_size.into();
+        MaxUnpool {
+            kernel_size: k,
+            stride: k,
+            padding: Spatial([0; N]),
+        }
+    }
+
+    /// With this stride.
+    pub fn stride(mut self, stride: impl Into<Spatial<N>>) -> MaxUnpool<N> {
+        self.stride = stride.into();
+        self
+    }
+
+    /// With this padding.
+    pub fn padding(mut self, padding: impl Into<Spatial<N>>) -> MaxUnpool<N> {
+        self.padding = padding.into();
+        self
+    }
+
+    /// Unpools `x` with its `indices` to the default size.
+    pub fn forward(&self, x: &Tensor, indices: &Tensor) -> Result<Tensor> {
+        max_unpool_nd(
+            x,
+            indices,
+            self.kernel_size,
+            self.stride,
+            self.padding,
+            None,
+        )
+    }
+
+    /// Unpools `x` with its `indices` to `output_size` (spatial).
+    pub fn forward_with_size(
+        &self,
+        x: &Tensor,
+        indices: &Tensor,
+        output_size: impl Into<Spatial<N>>,
+    ) -> Result<Tensor> {
+        let size = Some(output_size.into());
+        max_unpool_nd(
+            x,
+            indices,
+            self.kernel_size,
+            self.stride,
+            self.padding,
+            size,
+        )
+    }
 }
 
 /// Average pooling over `N` spatial dimensions (PyTorch's `nn.AvgPool1d/2d`); the stride

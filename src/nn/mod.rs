@@ -2,7 +2,7 @@
 //! nested parameters; train/eval mode), layers ([`Linear`], [`Embedding`], [`LayerNorm`],
 //! [`Dropout`], [`Gelu`], [`GeluTanh`], [`Relu`], [`Flatten`], [`Sequential`],
 //! [`CausalSelfAttention`], [`Block`]), convolution and pooling ([`Conv2d`], [`MaxPool2d`],
-//! [`AvgPool2d`], [`AdaptiveAvgPool2d`], [`AdaptiveMaxPool2d`] and their 1-d forms), losses ([`loss`]), functional forms ([`functional`], which re-exports the
+//! [`AvgPool2d`], [`AdaptiveAvgPool2d`], [`AdaptiveMaxPool2d`], [`MaxUnpool2d`] and their 1-d forms), losses ([`loss`]), functional forms ([`functional`], which re-exports the
 //! losses) and seeded initializers ([`init`]).
 //!
 //! A module's parameters are realized leaves that require grad. Everything a forward pass
@@ -32,7 +32,7 @@ pub use conv_layers::{
     AdaptiveAvgPool, AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveMaxPool, AdaptiveMaxPool1d,
     AdaptiveMaxPool2d, AvgPool, AvgPool1d, AvgPool2d, Conv, Conv1d, Conv2d, Conv3d, ConvOptions,
     ConvTranspose, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d, ConvTransposeOptions,
-    MaxPool, MaxPool1d, MaxPool2d,
+    MaxPool, MaxPool1d, MaxPool2d, MaxUnpool, MaxUnpool1d, MaxUnpool2d, MaxUnpool3d,
 };
 pub use layers::{
     Dropout, Embedding, Flatten, Gelu, GeluTanh, LayerNorm, Linear, Mlp, Relu, Sequential, Sigmoid,

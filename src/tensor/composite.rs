@@ -343,6 +343,59 @@ impl Tensor {
         Ok(x)
     }
 
+    /// PyTorch's `diff(n, dim, prepend, append)`: [`Tensor::diff`] of `prepend`, this
+    /// tensor and `append` joined along `dim` (dtypes promote as [`Tensor::cat`]'s do). Each
+    /// must have this tensor's number of dimensions and its sizes off `dim`. As in PyTorch,
+    /// `n = 0` returns this tensor and ignores them.
+    ///
+    /// ```
+    /// use kiln::Tensor;
+    /// let x = Tensor::from_vec(vec![1i64, 4, 9], [3]);
+    /// let zero = Tensor::from_vec(vec![0i64], [1]);
+    /// assert_eq!(x.diff_with(1, 0, Some(&zero), None).to_vec::<i64>().unwrap(), vec![1, 3, 5]);
+    /// ```
+    #[track_caller]
+    pub fn diff_with(
+        &self,
+        n: usize,
+        dim: isize,
+        prepend: Option<&Tensor>,
+        append: Option<&Tensor>,
+    ) -> Tensor {
+        unwrap_or_panic(self.try_diff_with(n, dim, prepend, append))
+    }
+
+    /// Fallible [`Tensor::diff_with`].
+    pub fn try_diff_with(
+        &self,
+        n: usize,
+        dim: isize,
+        prepend: Option<&Tensor>,
+        append: Option<&Tensor>,
+    ) -> Result<Tensor> {
+        normalize_axis("diff", dim, &self.shape)?;
+        for t in prepend.iter().chain(append.iter()) {
+            if t.ndim() != self.ndim() {
+                return Err(KilnError::ShapeMismatch {
+                    op: "diff",
+                    lhs: self.shape.to_vec(),
+                    rhs: t.shape().to_vec(),
+                    detail: ": prepend and append must have the input's number of dimensions"
+                        .into(),
+                });
+            }
+        }
+        if n == 0 || (prepend.is_none() && append.is_none()) {
+            return self.try_diff(n, dim);
+        }
+        let parts: Vec<&Tensor> = prepend
+            .into_iter()
+            .chain(std::iter::once(self))
+            .chain(append)
+            .collect();
+        Tensor::try_cat(&parts, dim)?.try_diff(n, dim)
+    }
+
     /// PyTorch's `rot90(k, dims)`: rotates by 90° `k` times in the plane of `dims`, from
     /// the first dimension towards the second (negative `k` turns the other way); a view.
     ///

@@ -10,6 +10,7 @@ mod creation;
 mod display;
 mod einsum;
 mod elementwise;
+mod histogram;
 mod indexing;
 mod inplace;
 mod linalg;

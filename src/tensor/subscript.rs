@@ -43,7 +43,8 @@ pub enum Index {
     /// `x[...]`: as many whole dimensions as the other entries leave.
     Ellipsis,
     /// An index tensor: integer positions (negative ones count from the end) or a bool
-    /// mask over the dimensions it covers.
+    /// mask over the dimensions it covers. A 0-d bool (also written `true`/`false`) is
+    /// `x[True]`: a new dimension of length 1 (or 0), treated as an index tensor.
     Tensor(Tensor),
 }
 
@@ -110,6 +111,13 @@ impl From<RangeFull> for Index {
     }
 }
 
+impl From<bool> for Index {
+    /// `x[True]` / `x[False]`: a 0-d bool index, a new dimension of length 1 or 0.
+    fn from(b: bool) -> Index {
+        Index::Tensor(Tensor::scalar(b))
+    }
+}
+
 impl From<&Tensor> for Index {
     fn from(t: &Tensor) -> Index {
         Index::Tensor(t.clone())
@@ -141,6 +149,7 @@ macro_rules! one_entry {
 
 one_entry!(
     Index,
+    bool,
     i32,
     i64,
     isize,
@@ -385,14 +394,17 @@ impl Tensor {
                     at += 1;
                 }
                 Index::Ellipsis => at += fill,
+                Index::Tensor(t) if t.dtype() == DType::Bool && t.ndim() == 0 => {
+                    // NumPy's and PyTorch's rule: a new dimension, indexed by [0] (true) or
+                    // by nothing (false), broadcasting with the other index tensors.
+                    let keep = t.item::<bool>()?;
+                    view = view.try_unsqueeze(at as isize)?;
+                    let pick = Tensor::try_zeros_dtype([usize::from(keep)], DType::I64)?;
+                    advanced.push((at, pick.try_to(view.device())?));
+                    at += 1;
+                }
                 Index::Tensor(t) if t.dtype() == DType::Bool => {
                     let covered = &view.shape()[at..at + t.ndim()];
-                    if t.ndim() == 0 {
-                        return Err(invalid(
-                            shape,
-                            "a 0-d bool index is not supported (use unsqueeze)".into(),
-                        ));
-                    }
                     if t.shape() != covered {
                         return Err(KilnError::ShapeMismatch {
                             op: OP,
