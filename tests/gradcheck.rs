@@ -962,6 +962,36 @@ fn convolution_and_pooling() {
 }
 
 #[test]
+fn padding_modes_and_resampling() {
+    use kiln::nn::functional::{InterpolationMode as M, PadMode, interpolate, pad, pixel_shuffle};
+    for mode in [PadMode::Reflect, PadMode::Replicate, PadMode::Circular] {
+        check(
+            &format!("pad {mode:?} of a transposed view"),
+            &[(values(2 * 3 * 4, 131, -1.0, 1.0), vec![2, 4, 3])],
+            |t| pad(&t[0].transpose(1, 2), &[2, 3, 1, 2], mode, 0.0).unwrap(),
+        );
+    }
+    for (mode, align) in [
+        (M::Bilinear, Some(false)),
+        (M::Bilinear, Some(true)),
+        (M::Bicubic, Some(false)),
+        (M::Nearest, None),
+        (M::Area, None),
+    ] {
+        check(
+            &format!("interpolate {mode:?} {align:?}"),
+            &[(values(2 * 3 * 4, 132, -1.0, 1.0), vec![1, 2, 3, 4])],
+            |t| interpolate(&t[0], Some(&[5, 3]), None, mode, align, false).unwrap(),
+        );
+    }
+    check(
+        "pixel_shuffle",
+        &[(values(8 * 2 * 3, 133, -1.0, 1.0), vec![1, 8, 2, 3])],
+        |t| pixel_shuffle(&t[0], 2).unwrap(),
+    );
+}
+
+#[test]
 fn median_and_quantile() {
     use kiln::QuantileInterpolation as Q;
     // Distinct random values: the chosen elements do not change within the step.

@@ -10,6 +10,8 @@ pub use super::conv::{
     max_unpool3d,
 };
 pub use super::loss::*;
+pub use super::padding::{PadMode, pad};
+pub use super::upsample::{InterpolationMode, interpolate, pixel_shuffle, pixel_unshuffle};
 
 use crate::autograd::composite;
 use crate::dtype::DType;

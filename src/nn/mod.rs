@@ -26,6 +26,8 @@ pub mod functional;
 pub mod init;
 mod layers;
 pub mod loss;
+mod padding;
+mod upsample;
 
 pub use attention::{Block, CausalSelfAttention};
 pub use conv_layers::{
@@ -38,6 +40,8 @@ pub use layers::{
     Dropout, Embedding, Flatten, Gelu, GeluTanh, LayerNorm, Linear, Mlp, Relu, Sequential, Sigmoid,
     Silu, Tanh,
 };
+pub use padding::{Pad, PadMode};
+pub use upsample::{InterpolationMode, PixelShuffle, PixelUnshuffle, Upsample};
 
 use crate::error::Result;
 use crate::tensor::Tensor;
