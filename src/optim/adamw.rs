@@ -309,6 +309,16 @@ impl Optimizer for AdamW {
         }
     }
 
+    fn group_lrs(&self) -> Vec<f64> {
+        self.groups.iter().map(|g| g.lr).collect()
+    }
+
+    fn set_group_lrs(&mut self, lrs: &[f64]) {
+        for (g, &lr) in self.groups.iter_mut().zip(lrs) {
+            g.lr = lr;
+        }
+    }
+
     fn set_realize_options(&mut self, options: RealizeOptions) {
         self.options = options;
     }
@@ -392,6 +402,14 @@ impl Optimizer for Adam {
 
     fn set_lr(&mut self, lr: f64) {
         self.0.set_lr(lr);
+    }
+
+    fn group_lrs(&self) -> Vec<f64> {
+        self.0.group_lrs()
+    }
+
+    fn set_group_lrs(&mut self, lrs: &[f64]) {
+        self.0.set_group_lrs(lrs);
     }
 
     fn set_realize_options(&mut self, options: RealizeOptions) {

@@ -1,6 +1,7 @@
-//! Optimizers ([`Sgd`], [`Adam`], [`AdamW`]), gradient clipping ([`clip_grad_norm`],
-//! [`clip_grad_value`]) and a learning-rate
-//! schedule ([`WarmupCosine`]).
+//! Optimizers ([`Sgd`], [`Adam`], [`AdamW`], [`RmsProp`], [`Adagrad`], [`Adamax`],
+//! [`NAdam`]), gradient clipping ([`clip_grad_norm`], [`clip_grad_value`]) and
+//! learning-rate schedules ([`LrScheduler`] driving a [`LrSchedule`] such as [`StepLr`] or
+//! [`OneCycleLr`], [`ReduceLrOnPlateau`], and [`WarmupCosine`]).
 //!
 //! A step records every parameter's update as an in-place write (`copy_`) and realizes it:
 //! the parameters and the optimizer state keep their buffers, and everything that still
@@ -22,14 +23,26 @@
 //! assert!(w.to_vec::<f32>().unwrap().iter().all(|v| v.abs() < 0.2));
 //! ```
 
+mod adagrad;
+mod adamax;
 mod adamw;
 mod clip;
+mod nadam;
+mod rmsprop;
 mod schedule;
 mod sgd;
 
+pub use adagrad::{Adagrad, AdagradOptions};
+pub use adamax::{Adamax, AdamaxOptions};
 pub use adamw::{Adam, AdamW, AdamWOptions};
 pub use clip::{clip_grad_norm, clip_grad_norm_with, clip_grad_value};
-pub use schedule::WarmupCosine;
+pub use nadam::{NAdam, NAdamOptions};
+pub use rmsprop::{RmsProp, RmsPropOptions};
+pub use schedule::{
+    CosineAnnealingLr, ExponentialLr, LambdaLr, LinearLr, LrSchedule, LrScheduler, MultiStepLr,
+    OneCycleAnneal, OneCycleLr, PlateauMode, ReduceLrOnPlateau, ReduceLrOnPlateauOptions, StepLr,
+    ThresholdMode, WarmupCosine,
+};
 pub use sgd::{Sgd, SgdOptions};
 
 use crate::error::Result;
@@ -57,6 +70,20 @@ pub trait Optimizer {
     /// Changes the learning rate (for schedules).
     fn set_lr(&mut self, lr: f64);
 
+    /// Every parameter group's learning rate, in group order (one entry for an optimizer
+    /// without groups). Schedulers ([`LrScheduler`], [`ReduceLrOnPlateau`]) read these as
+    /// PyTorch's schedulers read each group's `lr`.
+    fn group_lrs(&self) -> Vec<f64> {
+        vec![self.lr()]
+    }
+
+    /// Sets group `i`'s learning rate to `lrs[i]`; groups past the end of `lrs` keep theirs.
+    fn set_group_lrs(&mut self, lrs: &[f64]) {
+        if let Some(&lr) = lrs.first() {
+            self.set_lr(lr);
+        }
+    }
+
     /// How steps are realized (`RealizeOptions::unfused()` to compare against fusion).
     fn set_realize_options(&mut self, options: RealizeOptions);
 
@@ -73,6 +100,59 @@ fn zeros_like(p: &Tensor) -> Result<Tensor> {
     let z = Tensor::try_full_on(p.shape(), 0, p.dtype(), p.device())?;
     z.realize()?;
     Ok(z)
+}
+
+/// A realized zero state of `rows` stacked copies of `p`'s shape, `[rows, ..shape]`: the
+/// optimizer state of one parameter whose rows update independently, so one kernel writes
+/// them all.
+fn stacked_zeros(p: &Tensor, rows: usize) -> Result<Tensor> {
+    let mut shape = vec![rows];
+    shape.extend_from_slice(p.shape());
+    let z = Tensor::try_full_on(shape, 0, p.dtype(), p.device())?;
+    z.realize()?;
+    Ok(z)
+}
+
+/// Row `i` of a `[rows, ..]` state, as a view shaped like the parameter. A view recorded
+/// after an in-place update of the state reads the updated value.
+fn state_row(state: &Tensor, i: usize) -> Result<Tensor> {
+    let shape: Vec<isize> = state.shape()[1..].iter().map(|&d| d as isize).collect();
+    let i = i as isize;
+    state.try_slice_dim(0, i, i + 1, 1)?.try_reshape(&shape)
+}
+
+/// For a `[2, ..]` state: a bool tensor shaped `[2, 1, ..]` that is true on row 1, to pick
+/// each row's formula with `where`.
+fn second_row(state: &Tensor) -> Result<Tensor> {
+    let mut rows = vec![2isize];
+    rows.extend(std::iter::repeat_n(1, state.ndim() - 1));
+    Tensor::try_arange(0, 2, 1, crate::dtype::DType::I64)?
+        .try_to(state.device())?
+        .try_reshape(&rows)?
+        .try_eq(1)
+}
+
+/// `g` read once per row of a `[rows, ..]` state (a broadcast view, no copy).
+fn per_row(g: &Tensor, state: &Tensor) -> Result<Tensor> {
+    g.try_unsqueeze(0)?.expand_view(state.shape())
+}
+
+/// A 0-d tensor holding `v` (a run-time parameter of the plan, never its structure) in the
+/// state's dtype and device.
+fn scalar_like(state: &Tensor, v: f64) -> Result<Tensor> {
+    Tensor::try_full_on((), v, state.dtype(), state.device())
+}
+
+/// The flip and L2 term every optimizer applies to a gradient first: `g ← -g` when
+/// maximizing, then `g ← g + wd·p` when `wd` is not 0.
+fn adjusted_grad(p: &Tensor, mut g: Tensor, maximize: bool, wd: f64) -> Result<Tensor> {
+    if maximize {
+        g = g.try_neg()?;
+    }
+    if wd != 0.0 {
+        g = g.try_add(&p.try_mul(wd)?)?;
+    }
+    Ok(g)
 }
 
 /// Realizes the parameters and state after a step's updates were recorded.

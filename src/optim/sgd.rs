@@ -208,6 +208,16 @@ impl Optimizer for Sgd {
         }
     }
 
+    fn group_lrs(&self) -> Vec<f64> {
+        self.groups.iter().map(|g| g.lr).collect()
+    }
+
+    fn set_group_lrs(&mut self, lrs: &[f64]) {
+        for (g, &lr) in self.groups.iter_mut().zip(lrs) {
+            g.lr = lr;
+        }
+    }
+
     fn set_realize_options(&mut self, options: RealizeOptions) {
         self.options = options;
     }
