@@ -1121,3 +1121,57 @@ fn numeric_linalg_and_arrangement_composites() {
         },
     );
 }
+
+#[test]
+fn activations() {
+    // Inputs spread over [-5, 5] (kinks at 0, ±0.5, ±1, ±3, 6 fall between the samples;
+    // a finite difference never straddles one). Each function gets its own weights through
+    // `sin`/`exp` of the sum so that a wrong term cannot cancel another.
+    check(
+        "leaky_relu, elu, selu, celu, hardtanh, relu6, hardsigmoid, hardswish",
+        &[(values(12, 140, -5.0, 5.0), vec![3, 4])],
+        |t| {
+            let x = &t[0];
+            x.leaky_relu(0.1).sum(..)
+                + x.elu(0.7).sin().sum(..)
+                + x.selu().exp().sum(..) * 0.01
+                + x.celu(1.5).square().sum(..)
+                + x.hardtanh(-1.0, 2.0).exp().sum(..)
+                + (x * 2.0).relu6().sin().sum(..)
+                + x.hardsigmoid().square().sum(..)
+                + x.hardswish().sin().sum(..)
+        },
+    );
+    check(
+        "mish, log_sigmoid, softsign, softplus_with, tanhshrink, softshrink, hardshrink, threshold",
+        &[(values(12, 141, -5.0, 5.0), vec![4, 3])],
+        |t| {
+            let x = &t[0];
+            x.mish().sum(..)
+                + x.log_sigmoid().sin().sum(..)
+                + x.softsign().square().sum(..)
+                + x.softplus_with(2.0, 3.0).sin().sum(..)
+                + x.softplus_with(0.5, 20.0).exp().sum(..)
+                + x.tanhshrink().sin().sum(..)
+                + x.softshrink(0.5).square().sum(..)
+                + x.hardshrink(1.0).sin().sum(..)
+                + x.threshold(0.25, -2.0).exp().sum(..)
+        },
+    );
+    // glu along the strided last dimension of a transposed input, and prelu's input and slopes.
+    check(
+        "glu, prelu",
+        &[
+            (values(24, 142, -3.0, 3.0), vec![2, 4, 3]),
+            (values(4, 143, -1.0, 1.0), vec![4]),
+            (values(1, 144, 0.1, 0.5), vec![1]),
+        ],
+        |t| {
+            let x = t[0].transpose(1, 2);
+            x.glu(2).sin().sum(..)
+                + t[0].prelu(&t[1]).square().sum(..)
+                + t[0].prelu(&t[2]).sin().sum(..)
+                + t[1].prelu(&t[2]).exp().sum(..)
+        },
+    );
+}

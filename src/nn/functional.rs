@@ -1,4 +1,5 @@
-//! Functional forms of layers (convolution and pooling among them), and the losses
+//! Functional forms of layers (convolution and pooling among them, and the activations
+//! PyTorch has as `F.name`), and the losses
 //! ([`super::loss`], re-exported here as PyTorch's `torch.nn.functional` has them).
 
 pub use super::conv::{
@@ -221,4 +222,108 @@ pub fn linear(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tens
         Some(b) => y.try_add(b),
         None => Ok(y),
     }
+}
+
+// Activations: PyTorch's `F.name` forms of the tensor methods (`src/tensor/activation.rs`),
+// taking PyTorch's arguments in PyTorch's order.
+
+/// `F.leaky_relu(x, negative_slope)`: [`Tensor::leaky_relu`] (PyTorch's default slope is
+/// 0.01).
+pub fn leaky_relu(x: &Tensor, negative_slope: f64) -> Result<Tensor> {
+    x.try_leaky_relu(negative_slope)
+}
+
+/// `F.elu(x, alpha)`: [`Tensor::elu`] (PyTorch's default `alpha` is 1).
+pub fn elu(x: &Tensor, alpha: f64) -> Result<Tensor> {
+    x.try_elu(alpha)
+}
+
+/// `F.selu(x)`: [`Tensor::selu`].
+pub fn selu(x: &Tensor) -> Result<Tensor> {
+    x.try_selu()
+}
+
+/// `F.celu(x, alpha)`: [`Tensor::celu`] (PyTorch's default `alpha` is 1).
+pub fn celu(x: &Tensor, alpha: f64) -> Result<Tensor> {
+    x.try_celu(alpha)
+}
+
+/// `F.hardtanh(x, min_val, max_val)`: [`Tensor::hardtanh`] (PyTorch's defaults -1, 1).
+pub fn hardtanh(x: &Tensor, min_val: f64, max_val: f64) -> Result<Tensor> {
+    x.try_hardtanh(min_val, max_val)
+}
+
+/// `F.relu6(x)`: [`Tensor::relu6`].
+pub fn relu6(x: &Tensor) -> Result<Tensor> {
+    x.try_relu6()
+}
+
+/// `F.hardsigmoid(x)`: [`Tensor::hardsigmoid`].
+pub fn hardsigmoid(x: &Tensor) -> Result<Tensor> {
+    x.try_hardsigmoid()
+}
+
+/// `F.hardswish(x)`: [`Tensor::hardswish`].
+pub fn hardswish(x: &Tensor) -> Result<Tensor> {
+    x.try_hardswish()
+}
+
+/// `F.mish(x)`: [`Tensor::mish`].
+pub fn mish(x: &Tensor) -> Result<Tensor> {
+    x.try_mish()
+}
+
+/// `F.logsigmoid(x)`: [`Tensor::log_sigmoid`].
+pub fn logsigmoid(x: &Tensor) -> Result<Tensor> {
+    x.try_log_sigmoid()
+}
+
+/// `F.softsign(x)`: [`Tensor::softsign`].
+pub fn softsign(x: &Tensor) -> Result<Tensor> {
+    x.try_softsign()
+}
+
+/// `F.softplus(x, beta, threshold)`: [`Tensor::softplus_with`] (PyTorch's defaults,
+/// `beta = 1` and `threshold = 20`, are [`Tensor::softplus`]).
+///
+/// ```
+/// use kiln::nn::functional::softplus;
+/// let x = kiln::Tensor::from_vec(vec![-1.0f32, 30.0], [2]);
+/// assert_eq!(
+///     softplus(&x, 1.0, 20.0).unwrap().to_vec::<f32>().unwrap(),
+///     x.softplus().to_vec::<f32>().unwrap()
+/// );
+/// ```
+pub fn softplus(x: &Tensor, beta: f64, threshold: f64) -> Result<Tensor> {
+    x.try_softplus_with(beta, threshold)
+}
+
+/// `F.glu(x, dim)`: [`Tensor::glu`] (PyTorch's default `dim` is -1).
+pub fn glu(x: &Tensor, dim: isize) -> Result<Tensor> {
+    x.try_glu(dim)
+}
+
+/// `F.prelu(x, weight)`: [`Tensor::prelu`].
+pub fn prelu(x: &Tensor, weight: &Tensor) -> Result<Tensor> {
+    x.try_prelu(weight)
+}
+
+/// `F.threshold(x, threshold, value)`: [`Tensor::threshold`].
+pub fn threshold(x: &Tensor, threshold: f64, value: f64) -> Result<Tensor> {
+    x.try_threshold(threshold, value)
+}
+
+/// `F.tanhshrink(x)`: [`Tensor::tanhshrink`].
+pub fn tanhshrink(x: &Tensor) -> Result<Tensor> {
+    x.try_tanhshrink()
+}
+
+/// `F.softshrink(x, lambd)`: [`Tensor::softshrink`] (PyTorch's default `lambd` is 0.5).
+pub fn softshrink(x: &Tensor, lambd: f64) -> Result<Tensor> {
+    x.try_softshrink(lambd)
+}
+
+/// `F.hardshrink(x, lambd)`: [`Tensor::hardshrink`] (PyTorch's default `lambd` is 0.5).
+pub fn hardshrink(x: &Tensor, lambd: f64) -> Result<Tensor> {
+    x.try_hardshrink(lambd)
 }

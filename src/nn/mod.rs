@@ -1,6 +1,7 @@
 //! Neural-network building blocks on kiln's lazy tensors: the [`Module`] trait (named,
 //! nested parameters; train/eval mode), layers ([`Linear`], [`Embedding`], [`LayerNorm`],
-//! [`Dropout`], [`Gelu`], [`GeluTanh`], [`Relu`], [`Flatten`], [`Sequential`],
+//! [`Dropout`], [`Gelu`], [`GeluTanh`], [`Relu`], [`Flatten`], [`Sequential`], the rest of
+//! PyTorch's activations ([`LeakyRelu`], [`Elu`], [`Selu`], [`Prelu`], [`Mish`], [`Glu`], ...),
 //! [`CausalSelfAttention`], [`Block`]), convolution and pooling ([`Conv2d`], [`MaxPool2d`],
 //! [`AvgPool2d`], [`AdaptiveAvgPool2d`], [`AdaptiveMaxPool2d`], [`MaxUnpool2d`] and their 1-d forms), losses ([`loss`]), functional forms ([`functional`], which re-exports the
 //! losses) and seeded initializers ([`init`]).
@@ -19,6 +20,7 @@
 //! assert_eq!(y.shape(), &[3, 2]);
 //! ```
 
+mod activation;
 mod attention;
 mod conv;
 mod conv_layers;
@@ -29,6 +31,10 @@ pub mod loss;
 mod padding;
 mod upsample;
 
+pub use activation::{
+    Celu, Elu, Glu, Hardshrink, Hardsigmoid, Hardswish, Hardtanh, LeakyRelu, LogSigmoid, Mish,
+    Prelu, Relu6, Selu, Softplus, Softshrink, Softsign, Tanhshrink, Threshold,
+};
 pub use attention::{Block, CausalSelfAttention};
 pub use conv_layers::{
     AdaptiveAvgPool, AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveMaxPool, AdaptiveMaxPool1d,

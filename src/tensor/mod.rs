@@ -4,6 +4,7 @@
 //! needs. Every op has a `try_` form returning [`Result`] and a panicking form whose panic
 //! message is the same error text.
 
+mod activation;
 mod combine;
 mod composite;
 mod creation;
@@ -28,6 +29,7 @@ mod sort;
 mod subscript;
 mod transfer;
 
+pub use activation::{SELU_ALPHA, SELU_SCALE};
 pub use elementwise::Operand;
 pub use operators::ScalarOperand;
 pub use quantile::QuantileInterpolation;
