@@ -1,4 +1,5 @@
-//! Functional forms of layers (convolution and pooling among them), and the losses
+//! Functional forms of layers (convolution and pooling, normalization and distances among
+//! them), and the losses
 //! ([`super::loss`], re-exported here as PyTorch's `torch.nn.functional` has them).
 
 pub use super::conv::{
@@ -10,6 +11,10 @@ pub use super::conv::{
     max_unpool3d,
 };
 pub use super::loss::*;
+pub use super::norm::{
+    batch_norm, cosine_similarity, group_norm, instance_norm, normalize, pairwise_distance,
+    rms_norm,
+};
 
 use crate::autograd::composite;
 use crate::dtype::DType;
