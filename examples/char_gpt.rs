@@ -10,7 +10,10 @@
 
 use kiln::nn::functional::cross_entropy;
 use kiln::nn::init::derive_seed;
-use kiln::nn::{Block, Embedding, LayerNorm, Linear, Module, visit_child, visit_child_mut};
+use kiln::nn::{
+    Block, Embedding, LayerNorm, Linear, Module, visit_child, visit_child_buffers,
+    visit_child_buffers_mut, visit_child_mut,
+};
 use kiln::optim::{AdamW, AdamWOptions, Optimizer, ParamGroup, WarmupCosine, clip_grad_norm};
 use kiln::{DType, Device, RealizeOptions, Tensor, memory, no_grad};
 use std::time::Instant;
@@ -107,6 +110,26 @@ impl Module for Gpt {
         }
         visit_child_mut("ln_f", &mut self.ln_f, f);
         visit_child_mut("head", &mut self.head, f);
+    }
+
+    fn visit_buffers(&self, f: &mut dyn FnMut(&str, &Tensor)) {
+        visit_child_buffers("tok_emb", &self.tok, f);
+        visit_child_buffers("pos_emb", &self.pos, f);
+        for (i, b) in self.blocks.iter().enumerate() {
+            visit_child_buffers(&format!("blocks.{i}"), b, f);
+        }
+        visit_child_buffers("ln_f", &self.ln_f, f);
+        visit_child_buffers("head", &self.head, f);
+    }
+
+    fn visit_buffers_mut(&mut self, f: &mut dyn FnMut(&str, &mut Tensor)) {
+        visit_child_buffers_mut("tok_emb", &mut self.tok, f);
+        visit_child_buffers_mut("pos_emb", &mut self.pos, f);
+        for (i, b) in self.blocks.iter_mut().enumerate() {
+            visit_child_buffers_mut(&format!("blocks.{i}"), b, f);
+        }
+        visit_child_buffers_mut("ln_f", &mut self.ln_f, f);
+        visit_child_buffers_mut("head", &mut self.head, f);
     }
 
     fn set_training(&mut self, training: bool) {
@@ -214,7 +237,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let mut model = Gpt::new(vocab, 1337)?;
     if let Some(path) = &a.resume {
-        kiln::io::safetensors::load_into(&model.named_parameters(), path)?;
+        kiln::io::safetensors::load_state_dict(&model, path)?;
         println!("resumed from {path}");
     }
     model.to_device(a.device)?;
@@ -321,9 +344,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     println!("reserved_bytes: after_step_10={reserved_after_10} after_last_step={reserved_last}");
     if let Some(path) = &a.checkpoint {
-        let named = model.named_parameters();
-        let refs: Vec<(&str, &Tensor)> = named.iter().map(|(n, t)| (n.as_str(), t)).collect();
-        kiln::io::safetensors::save(&refs, path)?;
+        kiln::io::safetensors::save_state_dict(&model, path)?;
         println!("saved {path}");
     }
     Ok(())

@@ -1175,3 +1175,86 @@ fn activations() {
         },
     );
 }
+
+#[test]
+fn normalization() {
+    use kiln::nn::functional as F;
+    check(
+        "batch_norm (training, weight, bias), on a permuted input",
+        &[
+            (values(24, 140, -2.0, 2.0), vec![4, 2, 3]),
+            (values(3, 141, 0.5, 1.5), vec![3]),
+            (values(3, 142, -1.0, 1.0), vec![3]),
+        ],
+        |t| {
+            let (rm, rv) = (
+                Tensor::zeros_dtype([3], DType::F64),
+                Tensor::ones_dtype([3], DType::F64),
+            );
+            let x = t[0].permute([1, 2, 0]); // [2, 3, 4]: channels 3
+            F::batch_norm(
+                &x,
+                Some(&rm),
+                Some(&rv),
+                Some(&t[1]),
+                Some(&t[2]),
+                true,
+                0.1,
+                1e-5,
+            )
+            .unwrap()
+        },
+    );
+    check(
+        "group_norm (weight, bias)",
+        &[
+            (values(36, 143, -2.0, 2.0), vec![3, 4, 3]),
+            (values(4, 144, 0.5, 1.5), vec![4]),
+            (values(4, 145, -1.0, 1.0), vec![4]),
+        ],
+        |t| F::group_norm(&t[0], 2, Some(&t[1]), Some(&t[2]), 1e-5).unwrap(),
+    );
+    check(
+        "instance_norm, rms_norm (weight)",
+        &[
+            (values(24, 146, -2.0, 2.0), vec![2, 3, 4]),
+            (values(4, 147, 0.5, 1.5), vec![4]),
+        ],
+        |t| {
+            F::instance_norm(&t[0], None, None, 1e-5).unwrap()
+                + F::rms_norm(&t[0].transpose(0, 1), &[4], Some(&t[1]), None)
+                    .unwrap()
+                    .transpose(0, 1)
+        },
+    );
+    check(
+        "normalize (p = 2, 3, inf; a row shorter than eps)",
+        &[(
+            {
+                let mut v = values(12, 148, -2.0, 2.0);
+                v[8..].copy_from_slice(&values(4, 151, -0.2, 0.2));
+                v
+            },
+            vec![3, 4],
+        )],
+        |t| {
+            F::normalize(&t[0], 2.0, 1, 1e-12).unwrap()
+                + F::normalize(&t[0], 2.0, 1, 1.0).unwrap()
+                + F::normalize(&t[0], 3.0, 1, 1e-12).unwrap()
+                + F::normalize(&t[0], f64::INFINITY, -1, 1e-12).unwrap()
+                + F::normalize(&t[0].t(), 2.0, 0, 1e-12).unwrap().t()
+        },
+    );
+    check(
+        "cosine_similarity (broadcast), pairwise_distance (p = 2, 1.5)",
+        &[
+            (values(12, 149, -2.0, 2.0), vec![3, 4]),
+            (values(8, 150, -2.0, 2.0), vec![2, 1, 4]),
+        ],
+        |t| {
+            F::cosine_similarity(&t[0], &t[1], -1, 1e-8).unwrap()
+                + F::pairwise_distance(&t[0], &t[1], 2.0, 1e-6, false).unwrap()
+                + F::pairwise_distance(&t[1], &t[0], 1.5, 1e-6, false).unwrap()
+        },
+    );
+}

@@ -42,8 +42,9 @@ pub mod ndarray;
 
 pub use self::npy::{read_npy, read_npy_bytes, write_npy, write_npy_bytes};
 pub use self::safetensors::{
-    TensorsWithMetadata, load, load_from_bytes, load_into, load_into_from_bytes,
-    load_with_metadata, load_with_metadata_from_bytes, save, save_to_bytes, save_with_metadata,
+    TensorsWithMetadata, load, load_from_bytes, load_into, load_into_from_bytes, load_state_dict,
+    load_state_dict_from_bytes, load_with_metadata, load_with_metadata_from_bytes, save,
+    save_state_dict, save_state_dict_to_bytes, save_to_bytes, save_with_metadata,
     save_with_metadata_to_bytes,
 };
 

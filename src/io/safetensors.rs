@@ -31,7 +31,9 @@
 //!
 //! # Checkpoints
 //!
-//! [`save`] the named parameters, and [`load_into`] the same list later: it checks that the
+//! [`save`] the named parameters, and [`load_into`] the same list later (for a module, its
+//! [`Module::state_dict`]: parameters and buffers, through [`save_state_dict`] and
+//! [`load_state_dict`]): it checks that the
 //! file holds exactly those names with the same shapes and dtypes — reporting every
 //! mismatch at once — and then copies the values into the parameters in place, so each
 //! parameter keeps its buffer (and every handle to it sees the new value).
@@ -62,6 +64,7 @@ use super::{format_error, io_error, read_file};
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{KilnError, Result};
+use crate::nn::Module;
 use crate::tensor::{Tensor, realize_all};
 
 const SAVE: &str = "safetensors::save";
@@ -425,6 +428,56 @@ impl<'a> Parsed<'a> {
         Tensor::try_from_bytes(bytes, &e.info.shape, dtype)
             .map_err(|err| format_error(op, format!("tensor {:?}: {err}", e.name)))
     }
+}
+
+/// Saves a module's [`Module::state_dict`] (its named parameters and buffers, such as
+/// BatchNorm's running statistics) to `path`: PyTorch's
+/// `save_file(model.state_dict(), path)`.
+pub fn save_state_dict<M: Module + ?Sized>(module: &M, path: impl AsRef<Path>) -> Result<()> {
+    let state = module.state_dict();
+    save(&named_refs(&state), path)
+}
+
+/// [`save_state_dict`] to the bytes of a safetensors file.
+pub fn save_state_dict_to_bytes<M: Module + ?Sized>(module: &M) -> Result<Vec<u8>> {
+    let state = module.state_dict();
+    save_to_bytes(&named_refs(&state))
+}
+
+/// Restores a checkpoint of a module's [`Module::state_dict`] (parameters and buffers) in
+/// place: [`load_into`] with that list, so the file must hold exactly those names, shapes
+/// and dtypes, and every mismatch is reported at once. PyTorch's
+/// `model.load_state_dict(load_file(path))`.
+///
+/// ```
+/// use kiln::nn::{BatchNorm1d, Linear, Module, Sequential};
+/// use kiln::Tensor;
+/// let model = Sequential::new()
+///     .push(Linear::new(3, 2, true, 0).unwrap())
+///     .push(BatchNorm1d::new(2).unwrap());
+/// model.forward(&Tensor::randn_seeded(&[8, 3], 1)).unwrap(); // moves the running stats
+/// let bytes = kiln::safetensors::save_state_dict_to_bytes(&model).unwrap();
+///
+/// let fresh = Sequential::new()
+///     .push(Linear::new(3, 2, true, 5).unwrap())
+///     .push(BatchNorm1d::new(2).unwrap());
+/// kiln::safetensors::load_state_dict_from_bytes(&fresh, &bytes).unwrap();
+/// for ((_, a), (_, b)) in model.state_dict().iter().zip(fresh.state_dict().iter()) {
+///     assert_eq!(a.to_vec::<f64>().unwrap(), b.to_vec::<f64>().unwrap());
+/// }
+/// ```
+pub fn load_state_dict<M: Module + ?Sized>(module: &M, path: impl AsRef<Path>) -> Result<()> {
+    load_into(&module.state_dict(), path)
+}
+
+/// [`load_state_dict`] from the bytes of a safetensors file.
+pub fn load_state_dict_from_bytes<M: Module + ?Sized>(module: &M, bytes: &[u8]) -> Result<()> {
+    load_into_from_bytes(&module.state_dict(), bytes)
+}
+
+/// `(name, tensor)` pairs borrowed as the savers take them.
+fn named_refs(state: &[(String, Tensor)]) -> Vec<(&str, &Tensor)> {
+    state.iter().map(|(n, t)| (n.as_str(), t)).collect()
 }
 
 /// Restores a checkpoint into `params` in place.

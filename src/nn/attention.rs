@@ -1,7 +1,10 @@
 //! Multi-head causal self-attention and the pre-LayerNorm transformer block.
 
 use super::init::derive_seed;
-use super::{Dropout, Gelu, LayerNorm, Linear, Module, visit_child, visit_child_mut};
+use super::{
+    Dropout, Gelu, LayerNorm, Linear, Module, visit_child, visit_child_buffers,
+    visit_child_buffers_mut, visit_child_mut,
+};
 use crate::error::{KilnError, Result};
 use crate::tensor::Tensor;
 
@@ -86,6 +89,16 @@ impl Module for CausalSelfAttention {
         visit_child_mut("proj", &mut self.proj, f);
     }
 
+    fn visit_buffers(&self, f: &mut dyn FnMut(&str, &Tensor)) {
+        visit_child_buffers("qkv", &self.qkv, f);
+        visit_child_buffers("proj", &self.proj, f);
+    }
+
+    fn visit_buffers_mut(&mut self, f: &mut dyn FnMut(&str, &mut Tensor)) {
+        visit_child_buffers_mut("qkv", &mut self.qkv, f);
+        visit_child_buffers_mut("proj", &mut self.proj, f);
+    }
+
     fn set_training(&mut self, training: bool) {
         self.dropout.set_training(training);
     }
@@ -144,6 +157,22 @@ impl Module for Block {
         visit_child_mut("ln2", &mut self.ln2, f);
         visit_child_mut("mlp.fc", &mut self.fc, f);
         visit_child_mut("mlp.proj", &mut self.proj, f);
+    }
+
+    fn visit_buffers(&self, f: &mut dyn FnMut(&str, &Tensor)) {
+        visit_child_buffers("ln1", &self.ln1, f);
+        visit_child_buffers("attn", &self.attn, f);
+        visit_child_buffers("ln2", &self.ln2, f);
+        visit_child_buffers("mlp.fc", &self.fc, f);
+        visit_child_buffers("mlp.proj", &self.proj, f);
+    }
+
+    fn visit_buffers_mut(&mut self, f: &mut dyn FnMut(&str, &mut Tensor)) {
+        visit_child_buffers_mut("ln1", &mut self.ln1, f);
+        visit_child_buffers_mut("attn", &mut self.attn, f);
+        visit_child_buffers_mut("ln2", &mut self.ln2, f);
+        visit_child_buffers_mut("mlp.fc", &mut self.fc, f);
+        visit_child_buffers_mut("mlp.proj", &mut self.proj, f);
     }
 
     fn set_training(&mut self, training: bool) {

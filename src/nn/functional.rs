@@ -1,5 +1,6 @@
-//! Functional forms of layers (convolution and pooling among them, and the activations
-//! PyTorch has as `F.name`), and the losses
+//! Functional forms of layers (convolution and pooling, normalization and distances,
+//! padding modes and resampling among them, and the activations PyTorch has as `F.name`),
+//! and the losses
 //! ([`super::loss`], re-exported here as PyTorch's `torch.nn.functional` has them).
 
 pub use super::conv::{
@@ -11,6 +12,10 @@ pub use super::conv::{
     max_unpool3d,
 };
 pub use super::loss::*;
+pub use super::norm::{
+    batch_norm, cosine_similarity, group_norm, instance_norm, normalize, pairwise_distance,
+    rms_norm,
+};
 pub use super::padding::{PadMode, pad};
 pub use super::upsample::{InterpolationMode, interpolate, pixel_shuffle, pixel_unshuffle};
 

@@ -1,6 +1,9 @@
 //! Basic layers.
 
-use super::{Module, functional, init, visit_child, visit_child_mut};
+use super::{
+    Module, functional, init, visit_child, visit_child_buffers, visit_child_buffers_mut,
+    visit_child_mut,
+};
 use crate::error::Result;
 use crate::tensor::Tensor;
 use std::cell::Cell;
@@ -420,6 +423,18 @@ impl Module for Sequential {
         }
     }
 
+    fn visit_buffers(&self, f: &mut dyn FnMut(&str, &Tensor)) {
+        for (i, l) in self.layers.iter().enumerate() {
+            visit_child_buffers(&i.to_string(), l.as_ref(), f);
+        }
+    }
+
+    fn visit_buffers_mut(&mut self, f: &mut dyn FnMut(&str, &mut Tensor)) {
+        for (i, l) in self.layers.iter_mut().enumerate() {
+            visit_child_buffers_mut(&i.to_string(), l.as_mut(), f);
+        }
+    }
+
     fn set_training(&mut self, training: bool) {
         for l in &mut self.layers {
             l.set_training(training);
@@ -475,6 +490,18 @@ impl Module for Mlp {
     fn visit_parameters_mut(&mut self, f: &mut dyn FnMut(&str, &mut Tensor)) {
         for (i, l) in self.layers.iter_mut().enumerate() {
             visit_child_mut(&format!("layers.{i}"), l, f);
+        }
+    }
+
+    fn visit_buffers(&self, f: &mut dyn FnMut(&str, &Tensor)) {
+        for (i, l) in self.layers.iter().enumerate() {
+            visit_child_buffers(&format!("layers.{i}"), l, f);
+        }
+    }
+
+    fn visit_buffers_mut(&mut self, f: &mut dyn FnMut(&str, &mut Tensor)) {
+        for (i, l) in self.layers.iter_mut().enumerate() {
+            visit_child_buffers_mut(&format!("layers.{i}"), l, f);
         }
     }
 

@@ -3,12 +3,17 @@
 //! [`Dropout`], [`Gelu`], [`GeluTanh`], [`Relu`], [`Flatten`], [`Sequential`], the rest of
 //! PyTorch's activations ([`LeakyRelu`], [`Elu`], [`Selu`], [`Prelu`], [`Mish`], [`Glu`], ...),
 //! [`CausalSelfAttention`], [`Block`]), convolution and pooling ([`Conv2d`], [`MaxPool2d`],
-//! [`AvgPool2d`], [`AdaptiveAvgPool2d`], [`AdaptiveMaxPool2d`], [`MaxUnpool2d`] and their 1-d forms), losses ([`loss`]), functional forms ([`functional`], which re-exports the
-//! losses) and seeded initializers ([`init`]).
+//! [`AvgPool2d`], [`AdaptiveAvgPool2d`], [`AdaptiveMaxPool2d`], [`MaxUnpool2d`] and their 1-d forms),
+//! normalization ([`BatchNorm2d`], [`GroupNorm`], [`InstanceNorm2d`], [`RmsNorm`] and the
+//! other dimensions), padding ([`Pad`]) and resampling ([`Upsample`], [`PixelShuffle`]), losses ([`loss`]), functional forms ([`functional`], which re-exports the
+//! losses and the normalization and distance functions) and seeded initializers ([`init`]).
 //!
-//! A module's parameters are realized leaves that require grad. Everything a forward pass
-//! records is lazy; a training step (forward, `backward`, an optimizer step) is realized as
-//! one plan.
+//! A module's parameters are realized leaves that require grad. Its buffers
+//! ([`Module::visit_buffers`]: BatchNorm's running statistics) are realized tensors that
+//! are not parameters: optimizers never see them, but checkpoints
+//! ([`Module::state_dict`], [`crate::io::safetensors::save_state_dict`]) and
+//! [`Module::to_device`] include them. Everything a forward pass records is lazy; a
+//! training step (forward, `backward`, an optimizer step) is realized as one plan.
 //!
 //! ```
 //! use kiln::nn::{Linear, Module};
@@ -28,6 +33,7 @@ pub mod functional;
 pub mod init;
 mod layers;
 pub mod loss;
+mod norm;
 mod padding;
 mod upsample;
 
@@ -45,6 +51,10 @@ pub use conv_layers::{
 pub use layers::{
     Dropout, Embedding, Flatten, Gelu, GeluTanh, LayerNorm, Linear, Mlp, Relu, Sequential, Sigmoid,
     Silu, Tanh,
+};
+pub use norm::{
+    BatchNorm, BatchNorm1d, BatchNorm2d, BatchNorm3d, GroupNorm, InstanceNorm, InstanceNorm1d,
+    InstanceNorm2d, InstanceNorm3d, RmsNorm,
 };
 pub use padding::{Pad, PadMode};
 pub use upsample::{InterpolationMode, PixelShuffle, PixelUnshuffle, Upsample};
@@ -65,9 +75,41 @@ pub trait Module {
     /// to a device, or load another one's values).
     fn visit_parameters_mut(&mut self, f: &mut dyn FnMut(&str, &mut Tensor));
 
-    /// Moves every parameter to `device` (realized there, still requiring grad).
+    /// Calls `f(name, buffer)` for every buffer, depth-first, names relative to this module
+    /// (`3.running_mean`): state that is not a parameter (PyTorch's `register_buffer`), such
+    /// as BatchNorm's running statistics. Buffers never require grad and are not among
+    /// [`Module::parameters`], so optimizers leave them alone; [`Module::state_dict`] and
+    /// [`Module::to_device`] include them.
+    ///
+    /// The default visits nothing: a module with buffers lists them, and a module with
+    /// children forwards this to each (with [`visit_child_buffers`]), as it does
+    /// [`Module::visit_parameters`].
+    fn visit_buffers(&self, _f: &mut dyn FnMut(&str, &Tensor)) {}
+
+    /// Like [`Module::visit_buffers`], with each buffer replaceable (to move a model to a
+    /// device). Forwarded to children with [`visit_child_buffers_mut`].
+    fn visit_buffers_mut(&mut self, _f: &mut dyn FnMut(&str, &mut Tensor)) {}
+
+    /// Moves every parameter to `device` (realized there, still requiring grad), and every
+    /// buffer (realized there).
     fn to_device(&mut self, device: crate::Device) -> Result<()> {
         let mut err = None;
+        self.visit_buffers_mut(&mut |_, b| {
+            if err.is_some() || b.device() == device {
+                return;
+            }
+            let moved = crate::autograd::no_grad(|| b.try_to(device)).and_then(|t| {
+                t.realize()?;
+                Ok(t)
+            });
+            match moved {
+                Ok(t) => *b = t,
+                Err(e) => err = Some(e),
+            }
+        });
+        if let Some(e) = err {
+            return Err(e);
+        }
         self.visit_parameters_mut(&mut |_, p| {
             if err.is_some() || p.device() == device {
                 return;
@@ -96,6 +138,34 @@ pub trait Module {
     fn named_parameters(&self) -> Vec<(String, Tensor)> {
         let mut out = vec![];
         self.visit_parameters(&mut |n, t| out.push((n.to_string(), t.clone())));
+        out
+    }
+
+    /// `(name, buffer)` pairs, depth-first ([`Module::visit_buffers`]).
+    fn named_buffers(&self) -> Vec<(String, Tensor)> {
+        let mut out = vec![];
+        self.visit_buffers(&mut |n, t| out.push((n.to_string(), t.clone())));
+        out
+    }
+
+    /// Everything a checkpoint holds, PyTorch's `state_dict()`: the named parameters, then
+    /// the named buffers. Save it with [`crate::io::safetensors::save_state_dict`] (or
+    /// [`crate::io::safetensors::save`]) and restore it in place with
+    /// [`crate::io::safetensors::load_state_dict`] (or
+    /// [`crate::io::safetensors::load_into`]).
+    ///
+    /// ```
+    /// use kiln::nn::{BatchNorm1d, Linear, Module, Sequential};
+    /// let model = Sequential::new()
+    ///     .push(Linear::new(4, 3, true, 0).unwrap())
+    ///     .push(BatchNorm1d::new(3).unwrap());
+    /// let names: Vec<String> = model.state_dict().into_iter().map(|(n, _)| n).collect();
+    /// assert_eq!(names, ["0.weight", "0.bias", "1.weight", "1.bias",
+    ///     "1.running_mean", "1.running_var", "1.num_batches_tracked"]);
+    /// ```
+    fn state_dict(&self) -> Vec<(String, Tensor)> {
+        let mut out = self.named_parameters();
+        out.extend(self.named_buffers());
         out
     }
 
@@ -128,4 +198,18 @@ pub fn visit_child_mut(prefix: &str, child: &mut dyn Module, f: &mut dyn FnMut(&
 /// Visits a child module's parameters with `prefix.` in front of their names.
 pub fn visit_child(prefix: &str, child: &dyn Module, f: &mut dyn FnMut(&str, &Tensor)) {
     child.visit_parameters(&mut |n, t| f(&format!("{prefix}.{n}"), t));
+}
+
+/// Visits a child module's buffers with `prefix.` in front of their names.
+pub fn visit_child_buffers(prefix: &str, child: &dyn Module, f: &mut dyn FnMut(&str, &Tensor)) {
+    child.visit_buffers(&mut |n, t| f(&format!("{prefix}.{n}"), t));
+}
+
+/// Visits a child module's buffers mutably with `prefix.` in front of their names.
+pub fn visit_child_buffers_mut(
+    prefix: &str,
+    child: &mut dyn Module,
+    f: &mut dyn FnMut(&str, &mut Tensor),
+) {
+    child.visit_buffers_mut(&mut |n, t| f(&format!("{prefix}.{n}"), t));
 }
