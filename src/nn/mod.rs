@@ -11,7 +11,7 @@
 //! A module's parameters are realized leaves that require grad. Its buffers
 //! ([`Module::visit_buffers`]: BatchNorm's running statistics) are realized tensors that
 //! are not parameters: optimizers never see them, but checkpoints
-//! ([`Module::state_dict`], [`crate::io::safetensors::save_state_dict`]) and
+//! ([`Module::state_dict`], `kiln::safetensors::save_state_dict`) and
 //! [`Module::to_device`] include them. Everything a forward pass records is lazy; a
 //! training step (forward, `backward`, an optimizer step) is realized as one plan.
 //!
@@ -149,10 +149,9 @@ pub trait Module {
     }
 
     /// Everything a checkpoint holds, PyTorch's `state_dict()`: the named parameters, then
-    /// the named buffers. Save it with [`crate::io::safetensors::save_state_dict`] (or
-    /// [`crate::io::safetensors::save`]) and restore it in place with
-    /// [`crate::io::safetensors::load_state_dict`] (or
-    /// [`crate::io::safetensors::load_into`]).
+    /// the named buffers. Save it with `kiln::safetensors::save_state_dict` (or `save`)
+    /// and restore it in place with `kiln::safetensors::load_state_dict` (or `load_into`);
+    /// those live above `nn`, in `io`.
     ///
     /// ```
     /// use kiln::nn::{BatchNorm1d, Linear, Module, Sequential};
