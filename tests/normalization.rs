@@ -200,8 +200,9 @@ fn batch_norm_training_matches_loop_and_updates_running_stats() {
         let (want, mean, var, n) = batch_norm_loop(&data, &s, &w, &b, 1e-5);
         assert_eq!(y.shape(), &s[..]);
         assert_close(&get(&y), &want, 1e-10, "batch_norm output");
-        // The running update is realized at once, with the unbiased variance.
-        assert!(rm.is_realized() && rv.is_realized());
+        // The running update is recorded, not run: it runs when read (below) or with an
+        // optimizer's step; its variance is the unbiased one.
+        assert!(!rm.is_realized() && !rv.is_realized());
         let want_rm: Vec<f64> = (0..c).map(|k| (1.0 - m) * rm0[k] + m * mean[k]).collect();
         let want_rv: Vec<f64> = (0..c)
             .map(|k| (1.0 - m) * rv0[k] + m * var[k] * n as f64 / (n - 1) as f64)
@@ -463,7 +464,8 @@ fn batch_norm_module_options_and_graph_stays_small() {
     let (want, ..) = batch_norm_loop(&d, &s, &[1.0; 3], &[0.0; 3], 1e-5);
     assert_close(&get(&y), &want, 1e-10, "BatchNorm1d [N, C, L]");
 
-    // The running statistics are realized after every step: no graph builds up.
+    // Forward passes with no optimizer step between them: each runs the update the last
+    // one left pending before recording its own, so no graph builds up.
     let bn = BatchNorm1d::new(3).unwrap();
     let mut sizes = vec![];
     for step in 0..5u64 {
@@ -471,11 +473,16 @@ fn batch_norm_module_options_and_graph_stays_small() {
         let y = bn.forward(&x).unwrap();
         y.sum(..).backward().unwrap();
         for (_, b) in bn.named_buffers() {
-            assert!(b.is_realized() && !b.requires_grad());
+            assert!(!b.requires_grad());
         }
         sizes.push(bn.running_mean.as_ref().unwrap().dump_text().len());
     }
     assert!(sizes.windows(2).all(|w| w[0] == w[1]), "{sizes:?}");
+    assert_eq!(
+        get(bn.num_batches_tracked.as_ref().unwrap()),
+        vec![5.0],
+        "five counted batches"
+    );
 }
 
 #[test]
@@ -501,6 +508,10 @@ fn batch_norm_in_a_model_trained_by_an_optimizer() {
         opt.zero_grad();
         loss.backward().unwrap();
         opt.step().unwrap();
+        // The step's plan ran the statistics' update too: it reads the activations the
+        // step's writes to the first layer overwrite (so the forward ran once).
+        let rm = model.named_buffers()[0].1.clone();
+        assert!(rm.is_realized(), "step {step}: running_mean left pending");
     }
     let state = model.state_dict();
     let find = |name: &str| get(&state.iter().find(|(n, _)| n == name).unwrap().1);

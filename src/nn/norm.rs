@@ -271,10 +271,11 @@ fn batch_norm_impl(
 /// biased variance. If `running_mean` and `running_var` are given they are then updated in
 /// place, outside autograd, as `running = (1 - momentum)·running + momentum·batch`, where
 /// the variance moved into `running_var` is the unbiased one (`n/(n-1)` times the
-/// normalizing one, `n` values per channel). The update is realized before this returns,
-/// so the running statistics stay realized tensors and no graph builds up across steps
-/// (it reads the batch statistics in a plan of its own). When not `training`, the running
-/// statistics normalize, and are required.
+/// normalizing one, `n` values per channel). The update is recorded like any in-place
+/// update: it runs with whatever next realizes the statistics or overwrites a value they
+/// read (an optimizer step, in the same plan as the step), and a pending one is realized
+/// before the next call records another, so no graph builds up across steps. When not
+/// `training`, the running statistics normalize, and are required.
 ///
 /// ```
 /// use kiln::Tensor;
@@ -306,7 +307,8 @@ pub fn batch_norm(
     momentum: f64,
     eps: f64,
 ) -> Result<Tensor> {
-    let y = batch_norm_impl(
+    settle(&[running_mean, running_var])?;
+    batch_norm_impl(
         "batch_norm",
         input,
         running_mean,
@@ -316,14 +318,26 @@ pub fn batch_norm(
         training,
         &Momentum::Fixed(momentum),
         eps,
-    )?;
-    if training {
-        let stats: Vec<&Tensor> = [running_mean, running_var].into_iter().flatten().collect();
-        if !stats.is_empty() {
-            realize_all(&stats)?;
-        }
+    )
+}
+
+/// Realizes running statistics that an earlier training step left pending, so at most
+/// one update is ever pending and no graph builds up across steps. In a training loop the
+/// optimizer's step has usually realized them already, in its own plan: they read the
+/// activations the step's in-place parameter writes overwrite, and a realize runs every
+/// such reader with the write (so the forward pass is not computed twice).
+fn settle(stats: &[Option<&Tensor>]) -> Result<()> {
+    let pending: Vec<&Tensor> = stats
+        .iter()
+        .flatten()
+        .copied()
+        .filter(|t| !t.is_realized())
+        .collect();
+    if pending.is_empty() {
+        Ok(())
+    } else {
+        realize_all(&pending)
     }
-    Ok(y)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -731,6 +745,7 @@ impl<const N: usize> Module for BatchNorm<N> {
         } else {
             (None, None)
         };
+        settle(&[rm, rv, count])?;
         let y = batch_norm_impl(
             Self::NAME,
             x,
@@ -743,10 +758,9 @@ impl<const N: usize> Module for BatchNorm<N> {
             self.eps,
         )?;
         if self.training
-            && let (Some(rm), Some(rv), Some(n)) = (rm, rv, count)
+            && let (Some(_), Some(_), Some(n)) = (rm, rv, count)
         {
             no_grad(|| n.try_add_(1i64).map(|_| ()))?;
-            realize_all(&[rm, rv, n])?;
         }
         Ok(y)
     }
