@@ -992,6 +992,83 @@ fn padding_modes_and_resampling() {
 }
 
 #[test]
+fn divergence_and_margin_losses() {
+    use kiln::nn::functional::{
+        KlDivReduction, Reduction, cosine_embedding_loss, kl_div, margin_ranking_loss,
+        multilabel_soft_margin_loss, poisson_nll_loss, soft_margin_loss, triplet_margin_loss,
+    };
+    let sign = Tensor::from_vec(vec![1.0f64, -1.0, -1.0, 1.0, 1.0, -1.0], [6]);
+    check(
+        "kl_div (input and target)",
+        &[
+            (values(6, 150, -3.0, -0.1), vec![2, 3]),
+            (values(6, 151, 0.1, 1.0), vec![2, 3]),
+        ],
+        |t| kl_div(&t[0], &t[1], KlDivReduction::BatchMean, false).unwrap(),
+    );
+    check(
+        "kl_div log_target",
+        &[
+            (values(6, 152, -3.0, -0.1), vec![2, 3]),
+            (values(6, 153, -3.0, -0.1), vec![2, 3]),
+        ],
+        |t| kl_div(&t[0], &t[1], KlDivReduction::Sum, true).unwrap(),
+    );
+    check(
+        "poisson_nll_loss of rates",
+        &[(values(6, 154, 0.5, 3.0), vec![6])],
+        |t| {
+            let k = Tensor::from_vec(vec![0.0f64, 1.0, 2.0, 3.0, 4.0, 5.0], [6]);
+            poisson_nll_loss(&t[0], &k, false, true, 1e-8, Reduction::Mean).unwrap()
+        },
+    );
+    check(
+        "margin_ranking_loss",
+        &[
+            (values(6, 155, -1.0, 1.0), vec![6]),
+            (values(6, 156, -1.0, 1.0), vec![6]),
+        ],
+        |t| margin_ranking_loss(&t[0], &t[1], &sign, 5.0, Reduction::Sum).unwrap(),
+    );
+    check(
+        "soft_margin_loss",
+        &[(values(6, 157, -2.0, 2.0), vec![6])],
+        |t| soft_margin_loss(&t[0], &sign, Reduction::Mean).unwrap(),
+    );
+    check(
+        "multilabel_soft_margin_loss",
+        &[(values(6, 158, -2.0, 2.0), vec![2, 3])],
+        |t| {
+            let y = Tensor::from_vec(vec![1.0f64, 0.0, 1.0, 0.0, 0.0, 1.0], [2, 3]);
+            multilabel_soft_margin_loss(&t[0], &y, None, Reduction::Mean).unwrap()
+        },
+    );
+    check(
+        "cosine_embedding_loss",
+        &[
+            (values(6, 159, -1.0, 1.0), vec![2, 3]),
+            (values(6, 160, -1.0, 1.0), vec![2, 3]),
+        ],
+        |t| {
+            let y = Tensor::from_vec(vec![1.0f64, -1.0], [2]);
+            cosine_embedding_loss(&t[0], &t[1], &y, -2.0, Reduction::Sum).unwrap()
+        },
+    );
+    check(
+        "triplet_margin_loss",
+        &[
+            (values(6, 161, -1.0, 1.0), vec![2, 3]),
+            (values(6, 162, -1.0, 1.0), vec![2, 3]),
+            (values(6, 163, -1.0, 1.0), vec![2, 3]),
+        ],
+        |t| {
+            triplet_margin_loss(&t[0], &t[1], &t[2], 10.0, 2.0, 1e-6, true, Reduction::Mean)
+                .unwrap()
+        },
+    );
+}
+
+#[test]
 fn median_and_quantile() {
     use kiln::QuantileInterpolation as Q;
     // Distinct random values: the chosen elements do not change within the step.

@@ -134,7 +134,7 @@ fn batched(op: &'static str, x: &Tensor, n: usize) -> Result<(Tensor, bool)> {
     }
 }
 
-fn require_float(op: &'static str, x: &Tensor) -> Result<()> {
+pub(super) fn require_float(op: &'static str, x: &Tensor) -> Result<()> {
     if x.dtype().is_float() {
         Ok(())
     } else {

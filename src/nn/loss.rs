@@ -1,7 +1,10 @@
 //! Losses, each a function of tensors returning a (lazy) loss tensor: the classification
 //! losses ([`cross_entropy`], [`nll_loss`], [`binary_cross_entropy`],
 //! [`binary_cross_entropy_with_logits`]) and the regression losses ([`mse_loss`],
-//! [`l1_loss`], [`smooth_l1_loss`], [`huber_loss`]), with PyTorch's semantics and
+//! [`l1_loss`], [`smooth_l1_loss`], [`huber_loss`], [`poisson_nll_loss`]), the
+//! divergence [`kl_div`], and the margin losses ([`margin_ranking_loss`],
+//! [`hinge_embedding_loss`], [`soft_margin_loss`], [`multilabel_soft_margin_loss`],
+//! [`cosine_embedding_loss`], [`triplet_margin_loss`]), with PyTorch's semantics and
 //! `reduction=` ([`Reduction`]). Where a loss has a custom backward rule its doc says so;
 //! the others are differentiated op by op. Re-exported from [`super::functional`].
 
@@ -853,6 +856,310 @@ fn robust_loss(
     let linear = ad.try_sub(0.5 * width)?.try_mul(lin)?;
     reduce(
         Tensor::try_where(&ad.try_lt(width)?, &quadratic, &linear)?,
+        reduction,
+    )
+}
+
+// ---------------------------------------------------------------------------------------
+// Divergence, Poisson and margin losses (compositions of elementwise ops)
+// ---------------------------------------------------------------------------------------
+
+/// PyTorch's `reduction=` for [`kl_div`], which adds `'batchmean'`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum KlDivReduction {
+    /// The mean over every element, PyTorch's `'mean'` (its default, which PyTorch warns
+    /// does not give the divergence).
+    #[default]
+    Mean,
+    /// The sum divided by the batch size (the first dimension): the divergence per sample,
+    /// PyTorch's `'batchmean'`.
+    BatchMean,
+    /// The sum, `'sum'`.
+    Sum,
+    /// One value per element, `'none'`.
+    None,
+}
+
+/// `t·ln(t)` with `0·ln(0) = 0` (PyTorch's `xlogy(t, t)`), with no NaN in the gradient of
+/// the discarded branch.
+fn t_log_t(t: &Tensor) -> Result<Tensor> {
+    let zero = t.try_eq(0.0)?;
+    let safe = Tensor::try_where(&zero, 1.0, t)?;
+    Tensor::try_where(&zero, 0.0, &t.try_mul(&safe.try_log()?)?)
+}
+
+/// PyTorch's `F.kl_div(input, target, reduction, log_target)`: the pointwise
+/// Kullback–Leibler divergence of `target` from the distribution whose **log**-probabilities
+/// are `input`: `target·(ln target - input)` (with `0·ln 0 = 0`, PyTorch's `xlogy` form
+/// `xlogy(t, t) - t·input`), or with `log_target` (target given as log-probabilities)
+/// `e^target·(target - input)`; then reduced. Inputs broadcast.
+///
+/// ```
+/// use kiln::Tensor;
+/// use kiln::nn::functional::{kl_div, KlDivReduction};
+/// let p = Tensor::from_vec(vec![0.5f32, 0.5], [1, 2]);
+/// let q_log = Tensor::from_vec(vec![0.25f32.ln(), 0.75f32.ln()], [1, 2]);
+/// let d = kl_div(&q_log, &p, KlDivReduction::BatchMean, false).unwrap();
+/// let want = 0.5 * (0.5f32 / 0.25).ln() + 0.5 * (0.5f32 / 0.75).ln();
+/// assert!((d.item::<f32>().unwrap() - want).abs() < 1e-6);
+/// ```
+pub fn kl_div(
+    input: &Tensor,
+    target: &Tensor,
+    reduction: KlDivReduction,
+    log_target: bool,
+) -> Result<Tensor> {
+    const OP: &str = "kl_div";
+    super::conv::require_float(OP, input)?;
+    super::conv::require_float(OP, target)?;
+    let pointwise = if log_target {
+        target.try_exp()?.try_mul(&target.try_sub(input)?)?
+    } else {
+        t_log_t(target)?.try_sub(&target.try_mul(input)?)?
+    };
+    match reduction {
+        KlDivReduction::Mean => pointwise.try_mean(..),
+        KlDivReduction::Sum => pointwise.try_sum(..),
+        KlDivReduction::None => Ok(pointwise),
+        KlDivReduction::BatchMean => {
+            let batch = if input.ndim() == 0 {
+                1
+            } else {
+                input.shape()[0]
+            };
+            pointwise.try_sum(..)?.try_div(batch as f64)
+        }
+    }
+}
+
+/// PyTorch's `F.poisson_nll_loss(input, target, log_input, full, eps, reduction)`: with
+/// `log_input` (the default) `e^input - target·input`, else
+/// `input - target·ln(input + eps)`; `full` adds Stirling's approximation of
+/// `ln(target!)`, `target·ln(target) - target + ½·ln(2π·target)`, where `target > 1`.
+///
+/// ```
+/// use kiln::Tensor;
+/// use kiln::nn::functional::{poisson_nll_loss, Reduction};
+/// let rate_log = Tensor::from_vec(vec![0.0f32], [1]);
+/// let k = Tensor::from_vec(vec![2.0f32], [1]);
+/// let l = poisson_nll_loss(&rate_log, &k, true, false, 1e-8, Reduction::Sum).unwrap();
+/// assert_eq!(l.item::<f32>().unwrap(), 1.0); // e^0 - 2·0
+/// ```
+pub fn poisson_nll_loss(
+    input: &Tensor,
+    target: &Tensor,
+    log_input: bool,
+    full: bool,
+    eps: f64,
+    reduction: Reduction,
+) -> Result<Tensor> {
+    const OP: &str = "poisson_nll_loss";
+    super::conv::require_float(OP, input)?;
+    let mut loss = if log_input {
+        input.try_exp()?.try_sub(&target.try_mul(input)?)?
+    } else {
+        input.try_sub(&target.try_mul(&input.try_add(eps)?.try_log()?)?)?
+    };
+    if full {
+        let big = target.try_gt(1.0)?;
+        let t = Tensor::try_where(&big, target, 2.0)?;
+        let stirling = t_log_t(&t)?.try_sub(&t)?.try_add(
+            &t.try_mul(2.0 * std::f64::consts::PI)?
+                .try_log()?
+                .try_mul(0.5)?,
+        )?;
+        loss = loss.try_add(&Tensor::try_where(&big, &stirling, 0.0)?)?;
+    }
+    reduce(loss, reduction)
+}
+
+/// PyTorch's `F.margin_ranking_loss(x1, x2, y, margin, reduction)`:
+/// `max(0, -y·(x1 - x2) + margin)`, `y` being 1 where `x1` should rank higher and -1
+/// where `x2` should. Inputs broadcast.
+///
+/// ```
+/// use kiln::Tensor;
+/// use kiln::nn::functional::{margin_ranking_loss, Reduction};
+/// let (a, b) = (Tensor::from_vec(vec![1.0f32, 1.0], [2]), Tensor::from_vec(vec![0.5f32, 0.5], [2]));
+/// let y = Tensor::from_vec(vec![1.0f32, -1.0], [2]);
+/// let l = margin_ranking_loss(&a, &b, &y, 0.0, Reduction::None).unwrap();
+/// assert_eq!(l.to_vec::<f32>().unwrap(), vec![0.0, 0.5]);
+/// ```
+pub fn margin_ranking_loss(
+    x1: &Tensor,
+    x2: &Tensor,
+    y: &Tensor,
+    margin: f64,
+    reduction: Reduction,
+) -> Result<Tensor> {
+    super::conv::require_float("margin_ranking_loss", x1)?;
+    let loss = y
+        .try_neg()?
+        .try_mul(&x1.try_sub(x2)?)?
+        .try_add(margin)?
+        .try_clamp_min(0.0)?;
+    reduce(loss, reduction)
+}
+
+/// PyTorch's `F.hinge_embedding_loss(input, target, margin, reduction)`: `input` where
+/// `target` is 1 and `max(0, margin - input)` where it is -1 (PyTorch adds both terms for
+/// any other target value, and so does kiln).
+///
+/// ```
+/// use kiln::Tensor;
+/// use kiln::nn::functional::{hinge_embedding_loss, Reduction};
+/// let d = Tensor::from_vec(vec![0.3f32, 0.3, 2.0], [3]);
+/// let y = Tensor::from_vec(vec![1.0f32, -1.0, -1.0], [3]);
+/// let l = hinge_embedding_loss(&d, &y, 1.0, Reduction::None).unwrap();
+/// assert_eq!(l.to_vec::<f32>().unwrap(), vec![0.3, 0.7, 0.0]);
+/// ```
+pub fn hinge_embedding_loss(
+    input: &Tensor,
+    target: &Tensor,
+    margin: f64,
+    reduction: Reduction,
+) -> Result<Tensor> {
+    super::conv::require_float("hinge_embedding_loss", input)?;
+    let below = input.try_rsub(margin)?.try_clamp_min(0.0)?;
+    let margin_part = Tensor::try_where(&target.try_ne(1.0)?, &below, 0.0)?;
+    let self_part = Tensor::try_where(&target.try_ne(-1.0)?, input, 0.0)?;
+    reduce(margin_part.try_add(&self_part)?, reduction)
+}
+
+/// PyTorch's `F.soft_margin_loss(input, target, reduction)`: the logistic loss
+/// `ln(1 + e^(-target·input))` for targets ±1 (computed as a `softplus`, so a large
+/// margin does not overflow).
+///
+/// ```
+/// use kiln::Tensor;
+/// use kiln::nn::functional::{soft_margin_loss, Reduction};
+/// let x = Tensor::from_vec(vec![0.0f32], [1]);
+/// let y = Tensor::from_vec(vec![1.0f32], [1]);
+/// let l = soft_margin_loss(&x, &y, Reduction::Mean).unwrap();
+/// assert!((l.item::<f32>().unwrap() - 2f32.ln()).abs() < 1e-6);
+/// ```
+pub fn soft_margin_loss(input: &Tensor, target: &Tensor, reduction: Reduction) -> Result<Tensor> {
+    super::conv::require_float("soft_margin_loss", input)?;
+    let loss = target.try_neg()?.try_mul(input)?.try_softplus()?;
+    reduce(loss, reduction)
+}
+
+/// PyTorch's `F.multilabel_soft_margin_loss(input, target, weight, reduction)` over
+/// `[N, C]` (or `[C]`): per sample `-mean_c w_c·(y_c·ln σ(x_c) + (1 - y_c)·ln σ(-x_c))`,
+/// then reduced over the samples.
+///
+/// ```
+/// use kiln::Tensor;
+/// use kiln::nn::functional::{multilabel_soft_margin_loss, Reduction};
+/// let x = Tensor::from_vec(vec![0.0f32, 0.0], [1, 2]);
+/// let y = Tensor::from_vec(vec![1.0f32, 0.0], [1, 2]);
+/// let l = multilabel_soft_margin_loss(&x, &y, None, Reduction::Mean).unwrap();
+/// assert!((l.item::<f32>().unwrap() - 2f32.ln()).abs() < 1e-6);
+/// ```
+pub fn multilabel_soft_margin_loss(
+    input: &Tensor,
+    target: &Tensor,
+    weight: Option<&Tensor>,
+    reduction: Reduction,
+) -> Result<Tensor> {
+    const OP: &str = "multilabel_soft_margin_loss";
+    super::conv::require_float(OP, input)?;
+    if input.ndim() == 0 || input.ndim() > 2 {
+        return Err(KilnError::InvalidArgument {
+            op: OP,
+            shape: input.shape().to_vec(),
+            reason: "expects [C] or [N, C] scores".into(),
+        });
+    }
+    let y = target.try_cast(input.dtype())?;
+    let pos = y.try_mul(&input.try_log_sigmoid()?)?;
+    let neg = y
+        .try_rsub(1.0)?
+        .try_mul(&input.try_neg()?.try_log_sigmoid()?)?;
+    let mut per_class = pos.try_add(&neg)?.try_neg()?;
+    if let Some(w) = weight {
+        per_class = per_class.try_mul(w)?;
+    }
+    reduce(per_class.try_mean(-1)?, reduction)
+}
+
+/// PyTorch's `F.cosine_embedding_loss(x1, x2, y, margin, reduction)` over `[N, D]` (or
+/// `[D]`) pairs: `1 - cos(x1, x2)` where `y` is 1 and `max(0, cos(x1, x2) - margin)` where
+/// it is -1, with PyTorch's `cos = Σ x1·x2 / √((Σ x1² + ε)(Σ x2² + ε))`, `ε = 10⁻¹²`.
+///
+/// ```
+/// use kiln::Tensor;
+/// use kiln::nn::functional::{cosine_embedding_loss, Reduction};
+/// let a = Tensor::from_vec(vec![1.0f32, 0.0, 1.0, 0.0], [2, 2]);
+/// let b = Tensor::from_vec(vec![1.0f32, 0.0, 0.0, 1.0], [2, 2]);
+/// let y = Tensor::from_vec(vec![1.0f32, -1.0], [2]);
+/// let l = cosine_embedding_loss(&a, &b, &y, 0.0, Reduction::None).unwrap();
+/// assert_eq!(l.to_vec::<f32>().unwrap(), vec![0.0, 0.0]);
+/// ```
+pub fn cosine_embedding_loss(
+    x1: &Tensor,
+    x2: &Tensor,
+    y: &Tensor,
+    margin: f64,
+    reduction: Reduction,
+) -> Result<Tensor> {
+    const OP: &str = "cosine_embedding_loss";
+    super::conv::require_float(OP, x1)?;
+    if x1.shape() != x2.shape() || x1.ndim() == 0 || x1.ndim() > 2 {
+        return Err(KilnError::ShapeMismatch {
+            op: OP,
+            lhs: x1.shape().to_vec(),
+            rhs: x2.shape().to_vec(),
+            detail: ": expects two [N, D] or [D] inputs of one shape".into(),
+        });
+    }
+    const EPS: f64 = 1e-12;
+    let dot = x1.try_mul(x2)?.try_sum(-1)?;
+    let m1 = x1.try_mul(x1)?.try_sum(-1)?.try_add(EPS)?;
+    let m2 = x2.try_mul(x2)?.try_sum(-1)?.try_add(EPS)?;
+    let cos = dot.try_div(&m1.try_mul(&m2)?.try_sqrt()?)?;
+    let pos = Tensor::try_where(&y.try_eq(1.0)?, &cos.try_rsub(1.0)?, 0.0)?;
+    let neg = Tensor::try_where(
+        &y.try_eq(-1.0)?,
+        &cos.try_sub(margin)?.try_clamp_min(0.0)?,
+        0.0,
+    )?;
+    reduce(pos.try_add(&neg)?, reduction)
+}
+
+/// PyTorch's `F.triplet_margin_loss(anchor, positive, negative, margin, p, eps, swap,
+/// reduction)`: `max(0, d(a, p) - d(a, n) + margin)` with `d` the
+/// [`super::functional::pairwise_distance`] (`‖x - y + eps‖_p` over the last dimension);
+/// `swap` uses `min(d(a, n), d(p, n))` as the negative distance.
+///
+/// ```
+/// use kiln::Tensor;
+/// use kiln::nn::functional::{triplet_margin_loss, Reduction};
+/// let a = Tensor::from_vec(vec![0.0f32, 0.0], [1, 2]);
+/// let p = Tensor::from_vec(vec![3.0f32, 4.0], [1, 2]);
+/// let n = Tensor::from_vec(vec![0.0f32, 1.0], [1, 2]);
+/// let l = triplet_margin_loss(&a, &p, &n, 1.0, 2.0, 0.0, false, Reduction::Sum).unwrap();
+/// assert_eq!(l.item::<f32>().unwrap(), 5.0); // 5 - 1 + 1
+/// ```
+#[allow(clippy::too_many_arguments)]
+pub fn triplet_margin_loss(
+    anchor: &Tensor,
+    positive: &Tensor,
+    negative: &Tensor,
+    margin: f64,
+    p: f64,
+    eps: f64,
+    swap: bool,
+    reduction: Reduction,
+) -> Result<Tensor> {
+    use super::functional::pairwise_distance;
+    let d_ap = pairwise_distance(anchor, positive, p, eps, false)?;
+    let mut d_an = pairwise_distance(anchor, negative, p, eps, false)?;
+    if swap {
+        d_an = d_an.try_minimum(&pairwise_distance(positive, negative, p, eps, false)?)?;
+    }
+    reduce(
+        d_ap.try_sub(&d_an)?.try_add(margin)?.try_clamp_min(0.0)?,
         reduction,
     )
 }
