@@ -1069,6 +1069,42 @@ fn divergence_and_margin_losses() {
 }
 
 #[test]
+fn scaled_dot_product_attention() {
+    use kiln::nn::functional::scaled_dot_product_attention as sdpa;
+    let mask = Tensor::from_vec(vec![true, false, true, true, true, false], [2, 3]);
+    check(
+        "sdpa with a bool mask, over a transposed key",
+        &[
+            (values(2 * 2 * 4, 170, -1.0, 1.0), vec![2, 2, 4]),
+            (values(2 * 4 * 3, 171, -1.0, 1.0), vec![2, 4, 3]),
+            (values(2 * 3 * 2, 172, -1.0, 1.0), vec![2, 3, 2]),
+        ],
+        |t| {
+            sdpa(
+                &t[0],
+                &t[1].transpose(1, 2),
+                &t[2],
+                Some(&mask),
+                0.0,
+                0,
+                false,
+                None,
+            )
+            .unwrap()
+        },
+    );
+    check(
+        "sdpa causal with a scale",
+        &[
+            (values(3 * 2, 173, -1.0, 1.0), vec![3, 2]),
+            (values(3 * 2, 174, -1.0, 1.0), vec![3, 2]),
+            (values(3 * 2, 175, -1.0, 1.0), vec![3, 2]),
+        ],
+        |t| sdpa(&t[0], &t[1], &t[2], None, 0.0, 0, true, Some(0.7)).unwrap(),
+    );
+}
+
+#[test]
 fn median_and_quantile() {
     use kiln::QuantileInterpolation as Q;
     // Distinct random values: the chosen elements do not change within the step.

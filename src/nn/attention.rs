@@ -1,4 +1,5 @@
-//! Multi-head causal self-attention and the pre-LayerNorm transformer block.
+//! Multi-head causal self-attention, the pre-LayerNorm transformer block, and PyTorch's
+//! `F.scaled_dot_product_attention`.
 
 use super::init::derive_seed;
 use super::{
@@ -179,4 +180,98 @@ impl Module for Block {
         self.attn.set_training(training);
         self.dropout.set_training(training);
     }
+}
+
+/// PyTorch's `F.scaled_dot_product_attention(query, key, value, attn_mask, dropout_p,
+/// is_causal, scale)`: `softmax(q·kᵀ·scale + bias)·v` over `q [.., L, E]`, `k [.., S, E]`,
+/// `v [.., S, Ev]` (leading dimensions broadcast, as in `matmul`), giving `[.., L, Ev]`.
+/// `scale` defaults to `1/√E`. A bool `attn_mask` (broadcasting to `[.., L, S]`) keeps the
+/// scores where it is true; a float one is added to them. `is_causal` keeps `j ≤ i`
+/// (the top-left aligned lower triangle of `[L, S]`, as PyTorch's) and excludes a mask.
+/// A query whose every score is masked attends to nothing and gives zeros (with zero
+/// gradients), as PyTorch's `_safe_softmax` does, rather than NaN. `dropout_p > 0` drops
+/// attention weights with kiln's counter-based [`super::functional::dropout`] under
+/// `dropout_seed` (PyTorch draws from its global generator). Recorded as primitives, so
+/// it fuses and differentiates like any composite; no flash kernel.
+///
+/// ```
+/// use kiln::Tensor;
+/// use kiln::nn::functional::scaled_dot_product_attention;
+/// let q = Tensor::from_vec(vec![1.0f32, 0.0], [1, 1, 2]);
+/// let k = Tensor::from_vec(vec![1.0f32, 0.0, 0.0, 1.0], [1, 2, 2]);
+/// let v = Tensor::from_vec(vec![10.0f32, 20.0], [1, 2, 1]);
+/// // With a causal mask the first query sees only the first key.
+/// let y = scaled_dot_product_attention(&q, &k, &v, None, 0.0, 0, true, None).unwrap();
+/// assert_eq!(y.to_vec::<f32>().unwrap(), vec![10.0]);
+/// ```
+#[allow(clippy::too_many_arguments)]
+pub fn scaled_dot_product_attention(
+    query: &Tensor,
+    key: &Tensor,
+    value: &Tensor,
+    attn_mask: Option<&Tensor>,
+    dropout_p: f64,
+    dropout_seed: u64,
+    is_causal: bool,
+    scale: Option<f64>,
+) -> Result<Tensor> {
+    const OP: &str = "scaled_dot_product_attention";
+    for t in [query, key, value] {
+        if t.ndim() < 2 {
+            return Err(KilnError::InvalidArgument {
+                op: OP,
+                shape: t.shape().to_vec(),
+                reason: "query, key and value need [.., L, E] shapes (2 or more dimensions)".into(),
+            });
+        }
+    }
+    if is_causal && attn_mask.is_some() {
+        return Err(KilnError::InvalidArgument {
+            op: OP,
+            shape: query.shape().to_vec(),
+            reason: "an explicit attn_mask should not be set when is_causal is true, as PyTorch \
+                     requires"
+                .into(),
+        });
+    }
+    if !(0.0..1.0).contains(&dropout_p) {
+        return Err(KilnError::InvalidArgument {
+            op: OP,
+            shape: query.shape().to_vec(),
+            reason: format!("dropout_p must lie in [0, 1), not {dropout_p}"),
+        });
+    }
+    let e = query.shape()[query.ndim() - 1];
+    let (l, s) = (query.shape()[query.ndim() - 2], key.shape()[key.ndim() - 2]);
+    let scale = scale.unwrap_or(1.0 / (e as f64).sqrt());
+    let mut scores = query
+        .try_matmul(&key.try_transpose(-2, -1)?)?
+        .try_mul(scale)?;
+    let keep = if is_causal {
+        Some(
+            Tensor::try_ones_dtype([l, s], crate::dtype::DType::Bool)?
+                .try_to(query.device())?
+                .try_tril(0)?,
+        )
+    } else {
+        match attn_mask {
+            Some(m) if m.dtype() == crate::dtype::DType::Bool => Some(m.clone()),
+            Some(m) => {
+                scores = scores.try_add(m)?;
+                None
+            }
+            None => None,
+        }
+    };
+    if let Some(keep) = keep {
+        scores = Tensor::try_where(&keep, &scores, f64::NEG_INFINITY)?;
+    }
+    // A row with every score at -inf: softmax over zeros instead (finite), then zeros.
+    let dead = scores.try_max_keepdim(-1)?.try_eq(f64::NEG_INFINITY)?;
+    let finite = Tensor::try_where(&dead, 0.0, &scores)?;
+    let mut weights = Tensor::try_where(&dead, 0.0, &super::functional::softmax(&finite, -1)?)?;
+    if dropout_p > 0.0 {
+        weights = super::functional::dropout(&weights, dropout_p, true, dropout_seed)?;
+    }
+    weights.try_matmul(value)
 }

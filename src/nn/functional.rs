@@ -3,6 +3,7 @@
 //! and the losses
 //! ([`super::loss`], re-exported here as PyTorch's `torch.nn.functional` has them).
 
+pub use super::attention::scaled_dot_product_attention;
 pub use super::conv::{
     ConvPadding, Spatial, adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_max_pool1d,
     adaptive_max_pool1d_with_indices, adaptive_max_pool2d, adaptive_max_pool2d_with_indices,
