@@ -204,21 +204,11 @@ impl Module for LayerNorm {
     }
 
     fn visit_parameters(&self, f: &mut dyn FnMut(&str, &Tensor)) {
-        if let Some(w) = &self.weight {
-            f("weight", w);
-        }
-        if let Some(b) = &self.bias {
-            f("bias", b);
-        }
+        super::visit_affine(self.weight.as_ref(), self.bias.as_ref(), f);
     }
 
     fn visit_parameters_mut(&mut self, f: &mut dyn FnMut(&str, &mut Tensor)) {
-        if let Some(w) = &mut self.weight {
-            f("weight", w);
-        }
-        if let Some(b) = &mut self.bias {
-            f("bias", b);
-        }
+        super::visit_affine_mut(self.weight.as_mut(), self.bias.as_mut(), f);
     }
 
     /// No mode: the same in training and evaluation.

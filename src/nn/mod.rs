@@ -212,3 +212,29 @@ pub fn visit_child_buffers_mut(
 ) {
     child.visit_buffers_mut(&mut |n, t| f(&format!("{prefix}.{n}"), t));
 }
+
+/// Visits a normalization layer's optional affine `weight` and `bias`, under those names.
+pub(crate) fn visit_affine(
+    weight: Option<&Tensor>,
+    bias: Option<&Tensor>,
+    f: &mut dyn FnMut(&str, &Tensor),
+) {
+    for (name, t) in [("weight", weight), ("bias", bias)] {
+        if let Some(t) = t {
+            f(name, t);
+        }
+    }
+}
+
+/// [`visit_affine`] for mutable visits.
+pub(crate) fn visit_affine_mut(
+    weight: Option<&mut Tensor>,
+    bias: Option<&mut Tensor>,
+    f: &mut dyn FnMut(&str, &mut Tensor),
+) {
+    for (name, t) in [("weight", weight), ("bias", bias)] {
+        if let Some(t) = t {
+            f(name, t);
+        }
+    }
+}

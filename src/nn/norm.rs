@@ -766,21 +766,11 @@ impl<const N: usize> Module for BatchNorm<N> {
     }
 
     fn visit_parameters(&self, f: &mut dyn FnMut(&str, &Tensor)) {
-        if let Some(w) = &self.weight {
-            f("weight", w);
-        }
-        if let Some(b) = &self.bias {
-            f("bias", b);
-        }
+        super::visit_affine(self.weight.as_ref(), self.bias.as_ref(), f);
     }
 
     fn visit_parameters_mut(&mut self, f: &mut dyn FnMut(&str, &mut Tensor)) {
-        if let Some(w) = &mut self.weight {
-            f("weight", w);
-        }
-        if let Some(b) = &mut self.bias {
-            f("bias", b);
-        }
+        super::visit_affine_mut(self.weight.as_mut(), self.bias.as_mut(), f);
     }
 
     fn visit_buffers(&self, f: &mut dyn FnMut(&str, &Tensor)) {
@@ -894,21 +884,11 @@ impl Module for GroupNorm {
     }
 
     fn visit_parameters(&self, f: &mut dyn FnMut(&str, &Tensor)) {
-        if let Some(w) = &self.weight {
-            f("weight", w);
-        }
-        if let Some(b) = &self.bias {
-            f("bias", b);
-        }
+        super::visit_affine(self.weight.as_ref(), self.bias.as_ref(), f);
     }
 
     fn visit_parameters_mut(&mut self, f: &mut dyn FnMut(&str, &mut Tensor)) {
-        if let Some(w) = &mut self.weight {
-            f("weight", w);
-        }
-        if let Some(b) = &mut self.bias {
-            f("bias", b);
-        }
+        super::visit_affine_mut(self.weight.as_mut(), self.bias.as_mut(), f);
     }
 
     /// No mode: the same in training and evaluation.
@@ -1020,21 +1000,11 @@ impl<const N: usize> Module for InstanceNorm<N> {
     }
 
     fn visit_parameters(&self, f: &mut dyn FnMut(&str, &Tensor)) {
-        if let Some(w) = &self.weight {
-            f("weight", w);
-        }
-        if let Some(b) = &self.bias {
-            f("bias", b);
-        }
+        super::visit_affine(self.weight.as_ref(), self.bias.as_ref(), f);
     }
 
     fn visit_parameters_mut(&mut self, f: &mut dyn FnMut(&str, &mut Tensor)) {
-        if let Some(w) = &mut self.weight {
-            f("weight", w);
-        }
-        if let Some(b) = &mut self.bias {
-            f("bias", b);
-        }
+        super::visit_affine_mut(self.weight.as_mut(), self.bias.as_mut(), f);
     }
 
     /// No mode: without running statistics, the same in training and evaluation.

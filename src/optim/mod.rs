@@ -239,3 +239,33 @@ pub(crate) fn check_hyper(
     }
     Ok(())
 }
+
+/// The learning-rate methods of [`Optimizer`] (`lr`, `set_lr`, `group_lrs`,
+/// `set_group_lrs`) for an optimizer whose `groups` field holds each parameter group's
+/// options, each with an `lr`: the first group's rate, every group's, and per group.
+macro_rules! group_lr_methods {
+    () => {
+        /// The first group's learning rate.
+        fn lr(&self) -> f64 {
+            self.groups.first().map_or(0.0, |g| g.lr)
+        }
+
+        /// Sets every group's learning rate.
+        fn set_lr(&mut self, lr: f64) {
+            for g in &mut self.groups {
+                g.lr = lr;
+            }
+        }
+
+        fn group_lrs(&self) -> Vec<f64> {
+            self.groups.iter().map(|g| g.lr).collect()
+        }
+
+        fn set_group_lrs(&mut self, lrs: &[f64]) {
+            for (g, &lr) in self.groups.iter_mut().zip(lrs) {
+                g.lr = lr;
+            }
+        }
+    };
+}
+pub(crate) use group_lr_methods;

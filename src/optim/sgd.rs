@@ -196,27 +196,7 @@ impl Optimizer for Sgd {
         &self.params
     }
 
-    /// The first group's learning rate.
-    fn lr(&self) -> f64 {
-        self.groups.first().map_or(0.0, |g| g.lr)
-    }
-
-    /// Sets every group's learning rate.
-    fn set_lr(&mut self, lr: f64) {
-        for g in &mut self.groups {
-            g.lr = lr;
-        }
-    }
-
-    fn group_lrs(&self) -> Vec<f64> {
-        self.groups.iter().map(|g| g.lr).collect()
-    }
-
-    fn set_group_lrs(&mut self, lrs: &[f64]) {
-        for (g, &lr) in self.groups.iter_mut().zip(lrs) {
-            g.lr = lr;
-        }
-    }
+    super::group_lr_methods!();
 
     fn set_realize_options(&mut self, options: RealizeOptions) {
         self.options = options;
