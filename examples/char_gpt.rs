@@ -7,6 +7,12 @@
 //! no dropout. `benches/char_gpt_torch.py` is the same model in PyTorch.
 //!
 //! `cargo run --release --example char_gpt -- [--steps N] [--device cuda] [--checkpoint PATH] [--resume PATH]`
+//!
+//! `--checkpoint PATH` saves the model's state dict to `PATH` after the last training step
+//! and the training state (AdamW's moments, step counts and options, the step reached, the
+//! batch sampler's state) to `PATH.train`; `--resume PATH` restores both and continues
+//! from the step reached up to `--steps` (the schedule goes on where it stopped), so a run
+//! of 2,000 steps in two halves trains as one run does.
 
 use kiln::nn::functional::cross_entropy;
 use kiln::nn::init::derive_seed;
@@ -182,6 +188,9 @@ fn loss_of(model: &Gpt, x: &Tensor, y: &Tensor) -> kiln::Result<Tensor> {
 }
 
 fn median(v: &mut [f64]) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
 }
@@ -272,6 +281,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         total: 2000,
         min_ratio: 0.1,
     };
+    let mut rng = Rng(0x5EED_1234_ABCD_0001);
+    let mut first_step = 0;
+    if let Some(path) = &a.resume {
+        let train_state = format!("{path}.train");
+        if std::path::Path::new(&train_state).exists() {
+            (first_step, rng) = load_training_state(&mut opt, &train_state)?;
+            println!("resumed training state from {train_state} at step {first_step}");
+        }
+    }
     let params = model.parameters();
     println!(
         "char_gpt: {} parameters, vocabulary {vocab}, {} train / {} val characters, device {}",
@@ -281,7 +299,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         a.device
     );
 
-    let mut rng = Rng(0x5EED_1234_ABCD_0001);
     let step = |model: &Gpt, rng: &mut Rng, s: u64, opt: &mut AdamW| -> kiln::Result<f32> {
         let (x, y) = batch(train, rng, a.device);
         opt.zero_grad();
@@ -298,7 +315,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut times = vec![];
     let mut reserved_after_10 = 0;
     let start = Instant::now();
-    for s in 0..a.steps {
+    for s in first_step..a.steps {
         let t = Instant::now();
         let loss = step(&model, &mut rng, s, &mut opt)?;
         times.push(t.elapsed().as_secs_f64() * 1e3);
@@ -318,6 +335,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let reserved_last = memory::stats(a.device).reserved_bytes;
     let train_secs = start.elapsed().as_secs_f64();
+    if let Some(path) = &a.checkpoint {
+        kiln::io::safetensors::save_state_dict(&model, path)?;
+        save_training_state(
+            &opt,
+            a.steps.max(first_step),
+            &rng,
+            &format!("{path}.train"),
+        )?;
+        println!("saved {path} and {path}.train");
+    }
     if std::env::var_os("KILN_GPT_TRAIN_ONLY").is_some() {
         println!("step_ms: fused={:.1}", median(&mut times));
         return Ok(());
@@ -343,11 +370,45 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         median(&mut unfused)
     );
     println!("reserved_bytes: after_step_10={reserved_after_10} after_last_step={reserved_last}");
-    if let Some(path) = &a.checkpoint {
-        kiln::io::safetensors::save_state_dict(&model, path)?;
-        println!("saved {path}");
-    }
     Ok(())
+}
+
+/// Saves the optimizer's state dict (names prefixed `optim.`), the step reached and the
+/// sampler's state.
+fn save_training_state(opt: &AdamW, step: u64, rng: &Rng, path: &str) -> kiln::Result<()> {
+    let mut state: Vec<(String, Tensor)> = opt
+        .state_dict()?
+        .into_iter()
+        .map(|(n, t)| (format!("optim.{n}"), t))
+        .collect();
+    state.push(("train.step".into(), Tensor::scalar(step as i64)));
+    // The sampler's 64 bits, kept as they are in an i64.
+    state.push(("train.rng".into(), Tensor::scalar(rng.0 as i64)));
+    let named: Vec<(&str, &Tensor)> = state.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    kiln::io::save(&named, path)
+}
+
+/// Restores what [`save_training_state`] saved into `opt`; returns the step reached and
+/// the sampler.
+fn load_training_state(opt: &mut AdamW, path: &str) -> kiln::Result<(u64, Rng)> {
+    let mut optim = vec![];
+    let (mut step, mut rng) = (None, None);
+    for (name, t) in kiln::io::load(path)? {
+        match name.as_str() {
+            "train.step" => step = Some(t.item::<i64>()?),
+            "train.rng" => rng = Some(t.item::<i64>()?),
+            _ => optim.push((name.strip_prefix("optim.").unwrap_or(&name).to_string(), t)),
+        }
+    }
+    opt.load_state_dict(&optim)?;
+    match (step, rng) {
+        (Some(step), Some(rng)) if step >= 0 => Ok((step as u64, Rng(rng as u64))),
+        _ => Err(kiln::KilnError::InvalidArgument {
+            op: "char_gpt --resume",
+            shape: vec![],
+            reason: format!("{path} lacks train.step or train.rng"),
+        }),
+    }
 }
 
 /// Mean loss over `batches` validation batches.

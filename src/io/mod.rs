@@ -74,3 +74,91 @@ pub(crate) fn format_error(op: &'static str, reason: impl Into<String>) -> KilnE
 pub(crate) fn read_file(op: &'static str, path: &Path) -> crate::Result<Vec<u8>> {
     std::fs::read(path).map_err(|e| io_error(op, path, &e))
 }
+
+/// One named tensor as a checkpoint (or a state dict) holds it: its shape and dtype
+/// (`None` where kiln has no such dtype), and the dtype as the holder describes it.
+pub(crate) struct Stored<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) shape: &'a [usize],
+    pub(crate) dtype: Option<crate::dtype::DType>,
+    pub(crate) dtype_text: String,
+}
+
+impl<'a> Stored<'a> {
+    /// How `t`, stored under `name`, is held.
+    pub(crate) fn of(name: &'a str, t: &'a crate::tensor::Tensor) -> Stored<'a> {
+        Stored {
+            name,
+            shape: t.shape(),
+            dtype: Some(t.dtype()),
+            dtype_text: t.dtype().to_string(),
+        }
+    }
+}
+
+/// Every way `stored` differs from `wanted`, one line each: names missing from `stored`,
+/// names `stored` has that `wanted` lacks, shape and dtype mismatches (each with both
+/// sides), and names `wanted` lists twice. Empty when they match. The lines call the
+/// two sides `words.0` (the stored side, "file") and `words.1` (the wanted side,
+/// "parameter").
+pub(crate) fn mismatches(
+    wanted: &[(String, crate::tensor::Tensor)],
+    stored: &[Stored],
+    words: (&str, &str),
+) -> Vec<String> {
+    let (held, want) = words;
+    use std::collections::{HashMap, HashSet};
+    let by_name: HashMap<&str, &Stored> = stored.iter().map(|s| (s.name, s)).collect();
+    let mut problems = Vec::new();
+    let mut seen = HashSet::with_capacity(wanted.len());
+    for (name, p) in wanted {
+        if !seen.insert(name.as_str()) {
+            problems.push(format!("{want} {name:?} is listed twice"));
+            continue;
+        }
+        let Some(s) = by_name.get(name.as_str()) else {
+            problems.push(format!(
+                "missing in {held}: {name:?} ({} {:?})",
+                p.dtype(),
+                p.shape()
+            ));
+            continue;
+        };
+        if s.shape != p.shape() {
+            problems.push(format!(
+                "shape mismatch for {name:?}: {held} has {:?}, {want} has {:?}",
+                s.shape,
+                p.shape()
+            ));
+        }
+        if s.dtype != Some(p.dtype()) {
+            problems.push(format!(
+                "dtype mismatch for {name:?}: {held} has {}, {want} has {}",
+                s.dtype_text,
+                p.dtype()
+            ));
+        }
+    }
+    for s in stored {
+        if !seen.contains(s.name) {
+            problems.push(format!(
+                "unexpected in {held}: {:?} ({} {:?})",
+                s.name, s.dtype_text, s.shape
+            ));
+        }
+    }
+    problems
+}
+
+/// The one error reporting every line of `problems` under `what` (a summary sentence).
+pub(crate) fn mismatch_error(op: &'static str, what: &str, problems: &[String]) -> KilnError {
+    let count = problems.len();
+    format_error(
+        op,
+        format!(
+            "{what} ({count} problem{}):\n  - {}",
+            if count == 1 { "" } else { "s" },
+            problems.join("\n  - ")
+        ),
+    )
+}

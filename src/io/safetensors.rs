@@ -506,55 +506,22 @@ pub fn load_into_from_bytes(params: &[(String, Tensor)], bytes: &[u8]) -> Result
     let by_name: HashMap<&str, &Entry> =
         file.entries.iter().map(|e| (e.name.as_str(), e)).collect();
 
-    let mut problems = Vec::new();
-    let mut wanted = HashSet::with_capacity(params.len());
-    for (name, p) in params {
-        if !wanted.insert(name.as_str()) {
-            problems.push(format!("parameter {name:?} is listed twice"));
-            continue;
-        }
-        let Some(e) = by_name.get(name.as_str()) else {
-            problems.push(format!(
-                "missing in file: {name:?} ({} {:?})",
-                p.dtype(),
-                p.shape()
-            ));
-            continue;
-        };
-        if e.info.shape != p.shape() {
-            problems.push(format!(
-                "shape mismatch for {name:?}: file has {:?}, parameter has {:?}",
-                e.info.shape,
-                p.shape()
-            ));
-        }
-        if kiln_dtype(e.info.dtype) != Some(p.dtype()) {
-            problems.push(format!(
-                "dtype mismatch for {name:?}: file has {}, parameter has {}",
-                describe_file_dtype(e.info.dtype),
-                p.dtype()
-            ));
-        }
-    }
-    for e in &file.entries {
-        if !wanted.contains(e.name.as_str()) {
-            problems.push(format!(
-                "unexpected in file: {:?} ({} {:?})",
-                e.name,
-                describe_file_dtype(e.info.dtype),
-                e.info.shape
-            ));
-        }
-    }
+    let stored: Vec<super::Stored> = file
+        .entries
+        .iter()
+        .map(|e| super::Stored {
+            name: &e.name,
+            shape: &e.info.shape,
+            dtype: kiln_dtype(e.info.dtype),
+            dtype_text: describe_file_dtype(e.info.dtype),
+        })
+        .collect();
+    let problems = super::mismatches(params, &stored, ("file", "parameter"));
     if !problems.is_empty() {
-        let count = problems.len();
-        return Err(format_error(
+        return Err(super::mismatch_error(
             LOAD_INTO,
-            format!(
-                "the checkpoint does not match the parameters ({count} problem{}):\n  - {}",
-                if count == 1 { "" } else { "s" },
-                problems.join("\n  - ")
-            ),
+            "the checkpoint does not match the parameters",
+            &problems,
         ));
     }
 

@@ -1,5 +1,6 @@
 //! Adagrad: each coordinate's step shrinks with the sum of its squared gradients.
 
+use super::state::{StateBuffer, StateParts};
 use super::{Optimizer, ParamGroup, realize_step};
 use crate::autograd::no_grad;
 use crate::error::Result;
@@ -198,7 +199,27 @@ impl Optimizer for Adagrad {
 
     super::group_lr_methods!();
 
+    super::state::state_dict_methods!();
+
     fn set_realize_options(&mut self, options: RealizeOptions) {
         self.options = options;
     }
+}
+
+super::state::option_fields!(AdagradOptions {
+    numbers: [lr, lr_decay, weight_decay, initial_accumulator_value, eps],
+    pairs: [],
+    flags: [maximize]
+});
+
+impl StateParts for Adagrad {
+    const NAME: &'static str = "Adagrad::load_state_dict";
+
+    fn buffers(&self) -> Vec<StateBuffer> {
+        (self.sums.iter().enumerate())
+            .map(|(i, s)| StateBuffer::whole(i, "sum", s))
+            .collect()
+    }
+
+    super::state::counted_scalar_methods!(param_steps);
 }

@@ -1,5 +1,6 @@
 //! Adamax: Adam with the second moment replaced by a decaying infinity norm.
 
+use super::state::{StateBuffer, StateParts};
 use super::{Optimizer, ParamGroup, realize_step};
 use crate::autograd::no_grad;
 use crate::error::Result;
@@ -179,7 +180,27 @@ impl Optimizer for Adamax {
 
     super::group_lr_methods!();
 
+    super::state::state_dict_methods!();
+
     fn set_realize_options(&mut self, options: RealizeOptions) {
         self.options = options;
     }
+}
+
+super::state::option_fields!(AdamaxOptions {
+    numbers: [lr, eps, weight_decay],
+    pairs: [betas],
+    flags: [maximize]
+});
+
+impl StateParts for Adamax {
+    const NAME: &'static str = "Adamax::load_state_dict";
+
+    fn buffers(&self) -> Vec<StateBuffer> {
+        (self.state.iter().enumerate())
+            .map(|(i, s)| StateBuffer::rows(i, &["exp_avg", "exp_inf"], s))
+            .collect()
+    }
+
+    super::state::counted_scalar_methods!(param_steps);
 }

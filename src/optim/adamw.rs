@@ -1,6 +1,7 @@
 //! AdamW (Adam with decoupled weight decay) and Adam (with L2 weight decay): one update,
 //! two ways of decaying.
 
+use super::state::{StateBuffer, StateParts};
 use super::{Optimizer, ParamGroup, realize_step};
 use crate::autograd::no_grad;
 use crate::dtype::DType;
@@ -299,6 +300,8 @@ impl Optimizer for AdamW {
 
     super::group_lr_methods!();
 
+    super::state::state_dict_methods!();
+
     fn set_realize_options(&mut self, options: RealizeOptions) {
         self.options = options;
     }
@@ -395,6 +398,14 @@ impl Optimizer for Adam {
     fn set_realize_options(&mut self, options: RealizeOptions) {
         self.0.set_realize_options(options);
     }
+
+    fn state_dict(&self) -> Result<Vec<(String, Tensor)>> {
+        self.0.state_dict()
+    }
+
+    fn load_state_dict(&mut self, state: &[(String, Tensor)]) -> Result<()> {
+        self.0.load_state_dict(state)
+    }
 }
 
 /// The first and the second moment of a `[2, ..]` state: views of its two rows.
@@ -415,4 +426,32 @@ fn moment_views(states: &[Tensor]) -> Result<(Vec<Tensor>, Vec<Tensor>)> {
         v.push(b);
     }
     Ok((m, v))
+}
+
+super::state::option_fields!(AdamWOptions {
+    numbers: [lr, eps, weight_decay],
+    pairs: [betas],
+    flags: [amsgrad, maximize]
+});
+
+impl StateParts for AdamW {
+    const NAME: &'static str = "AdamW::load_state_dict";
+
+    fn buffers(&self) -> Vec<StateBuffer> {
+        let mut out = vec![];
+        for (i, s) in self.state.iter().enumerate() {
+            out.push(StateBuffer::rows(i, &["exp_avg", "exp_avg_sq"], s));
+            if let Some(Some(v_max)) = self.v_max.get(i) {
+                out.push(StateBuffer::whole(i, "max_exp_avg_sq", v_max));
+            }
+        }
+        out
+    }
+
+    super::state::counted_scalar_methods!(param_steps);
+
+    fn restored(&mut self) -> Result<()> {
+        (self.m, self.v) = moment_views(&self.state)?;
+        Ok(())
+    }
 }

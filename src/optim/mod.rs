@@ -31,6 +31,7 @@ mod nadam;
 mod rmsprop;
 mod schedule;
 mod sgd;
+mod state;
 
 pub use adagrad::{Adagrad, AdagradOptions};
 pub use adamax::{Adamax, AdamaxOptions};
@@ -86,6 +87,45 @@ pub trait Optimizer {
 
     /// How steps are realized (`RealizeOptions::unfused()` to compare against fusion).
     fn set_realize_options(&mut self, options: RealizeOptions);
+
+    /// The optimizer's state as named tensors, PyTorch's `optimizer.state_dict()`
+    /// flattened: `state.{i}.{slot}` for parameter `i`'s buffers and counters (`exp_avg`,
+    /// `exp_avg_sq`, `momentum_buffer`, `step`, ...), `param_groups.{g}.{option}` for each
+    /// group's options (`lr`, `betas.0`, `weight_decay`, `amsgrad` as 0 or 1, ...) and
+    /// `steps`. Buffers keep their parameter's dtype; counters and options are 0-d f64.
+    /// Save it with [`crate::io::save`] before the next step: a step overwrites the
+    /// buffers these entries read, and reading one afterwards fails
+    /// ([`crate::KilnError::Overwritten`]).
+    ///
+    /// ```
+    /// use kiln::optim::{AdamW, Optimizer};
+    /// use kiln::Tensor;
+    /// let w = Tensor::from_vec(vec![1.0f32, -2.0], &[2]).requires_grad_(true);
+    /// w.realize().unwrap();
+    /// let mut opt = AdamW::new(vec![w.clone()], 0.1, (0.9, 0.999), 1e-8, 0.0).unwrap();
+    /// (&w * &w).sum(..).backward().unwrap();
+    /// opt.step().unwrap();
+    /// let state = opt.state_dict().unwrap();
+    /// let names: Vec<&str> = state.iter().map(|(n, _)| n.as_str()).collect();
+    /// assert!(names.contains(&"state.0.exp_avg_sq") && names.contains(&"param_groups.0.lr"));
+    /// let bytes = kiln::io::save_to_bytes(
+    ///     &state.iter().map(|(n, t)| (n.as_str(), t)).collect::<Vec<_>>(),
+    /// )
+    /// .unwrap();
+    ///
+    /// let mut fresh = AdamW::new(vec![w.clone()], 0.5, (0.9, 0.999), 1e-8, 0.0).unwrap();
+    /// fresh.load_state_dict(&kiln::io::load_from_bytes(&bytes).unwrap()).unwrap();
+    /// assert_eq!(fresh.lr(), 0.1); // options come back too, as in PyTorch
+    /// ```
+    fn state_dict(&self) -> Result<Vec<(String, Tensor)>>;
+
+    /// Restores the state [`state_dict`](Optimizer::state_dict) gave, for an optimizer over
+    /// parameters of the same shapes and dtypes in the same groups (PyTorch's
+    /// `optimizer.load_state_dict()`). Checks every name, shape and dtype first and reports
+    /// every mismatch in one error; refuses a counter that is not a whole number of at
+    /// least 0, a flag that is not 0 or 1 and a NaN option; only then overwrites the state
+    /// buffers in place (moving values to their device) and sets the counters and options.
+    fn load_state_dict(&mut self, state: &[(String, Tensor)]) -> Result<()>;
 
     /// Clears the parameters' gradients.
     fn zero_grad(&self) {

@@ -1,5 +1,9 @@
 //! NAdam: Adam with Nesterov momentum and a warming momentum schedule.
 
+use super::state::{
+    ScalarKind, StateBuffer, StateParts, StateScalar, counted_scalars, param_index,
+    set_counted_scalar,
+};
 use super::{Optimizer, ParamGroup, realize_step};
 use crate::autograd::no_grad;
 use crate::error::Result;
@@ -219,7 +223,52 @@ impl Optimizer for NAdam {
 
     super::group_lr_methods!();
 
+    super::state::state_dict_methods!();
+
     fn set_realize_options(&mut self, options: RealizeOptions) {
         self.options = options;
+    }
+}
+
+super::state::option_fields!(NAdamOptions {
+    numbers: [lr, eps, weight_decay, momentum_decay],
+    pairs: [betas],
+    flags: [decoupled_weight_decay, maximize]
+});
+
+impl StateParts for NAdam {
+    const NAME: &'static str = "NAdam::load_state_dict";
+
+    fn buffers(&self) -> Vec<StateBuffer> {
+        (self.state.iter().enumerate())
+            .map(|(i, s)| StateBuffer::rows(i, &["exp_avg", "exp_avg_sq"], s))
+            .collect()
+    }
+
+    fn scalars(&self) -> Vec<StateScalar> {
+        let mut out: Vec<StateScalar> = (self.param_steps.iter().enumerate())
+            .flat_map(|(i, &(s, mu))| {
+                [
+                    (format!("state.{i}.step"), s as f64, ScalarKind::Count),
+                    (format!("state.{i}.mu_product"), mu, ScalarKind::Real),
+                ]
+            })
+            .collect();
+        out.extend(counted_scalars(&[], self.steps, &self.groups));
+        out
+    }
+
+    fn set_scalar(&mut self, name: &str, v: f64) {
+        if let Some(i) = param_index(name, "step") {
+            if let Some(s) = self.param_steps.get_mut(i) {
+                s.0 = v as u64;
+            }
+        } else if let Some(i) = param_index(name, "mu_product") {
+            if let Some(s) = self.param_steps.get_mut(i) {
+                s.1 = v;
+            }
+        } else {
+            set_counted_scalar(name, v, &mut [], &mut self.steps, &mut self.groups);
+        }
     }
 }

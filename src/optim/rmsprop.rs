@@ -1,6 +1,7 @@
 //! RMSprop: each step divides the gradient by a running root mean square of past
 //! gradients.
 
+use super::state::{StateBuffer, StateParts};
 use super::{Optimizer, ParamGroup, realize_step};
 use crate::autograd::no_grad;
 use crate::error::Result;
@@ -226,7 +227,37 @@ impl Optimizer for RmsProp {
 
     super::group_lr_methods!();
 
+    super::state::state_dict_methods!();
+
     fn set_realize_options(&mut self, options: RealizeOptions) {
         self.options = options;
     }
+}
+
+super::state::option_fields!(RmsPropOptions {
+    numbers: [lr, alpha, eps, weight_decay, momentum],
+    pairs: [],
+    flags: [centered, maximize]
+});
+
+impl StateParts for RmsProp {
+    const NAME: &'static str = "RmsProp::load_state_dict";
+
+    fn buffers(&self) -> Vec<StateBuffer> {
+        let mut out = vec![];
+        for (i, s) in self.state.iter().enumerate() {
+            let rows: &[&str] = if s.shape().first() == Some(&2) {
+                &["square_avg", "grad_avg"]
+            } else {
+                &["square_avg"]
+            };
+            out.push(StateBuffer::rows(i, rows, s));
+            if let Some(Some(b)) = self.buffers.get(i) {
+                out.push(StateBuffer::whole(i, "momentum_buffer", b));
+            }
+        }
+        out
+    }
+
+    super::state::counted_scalar_methods!();
 }

@@ -116,6 +116,63 @@ impl<S: LrSchedule> LrScheduler<S> {
         opt.set_group_lrs(&self.last_lrs);
     }
 
+    /// The scheduler's position as named 0-d f64 tensors (PyTorch's
+    /// `scheduler.state_dict()`): `last_epoch` (steps taken), `base_lrs.{g}` and
+    /// `last_lrs.{g}`. The schedule itself is not saved: restore into a scheduler built with
+    /// the same schedule.
+    pub fn state_dict(&self) -> Result<Vec<(String, crate::tensor::Tensor)>> {
+        super::state::scalar_tensors(self.scalars())
+    }
+
+    /// Restores what [`state_dict`](LrScheduler::state_dict) gave, for the same number of
+    /// groups; every name, shape and dtype is checked first (all mismatches in one error),
+    /// then the step count. Does not touch the optimizer's rates: restore those with
+    /// [`Optimizer::load_state_dict`].
+    ///
+    /// ```
+    /// use kiln::optim::{LrScheduler, Optimizer, Sgd, StepLr};
+    /// let w = kiln::Tensor::from_vec(vec![1.0f32], &[1]).requires_grad_(true);
+    /// let mut opt = Sgd::new(vec![w], 1.0).unwrap();
+    /// let mut s = LrScheduler::new(&mut opt, StepLr { step_size: 2, gamma: 0.5 }).unwrap();
+    /// for _ in 0..3 {
+    ///     s.step(&mut opt).unwrap();
+    /// }
+    /// let saved = s.state_dict().unwrap();
+    /// let mut again = LrScheduler::new(&mut opt, StepLr { step_size: 2, gamma: 0.5 }).unwrap();
+    /// again.load_state_dict(&saved).unwrap();
+    /// assert_eq!((again.current_step(), again.base_lrs()), (3, &[1.0][..]));
+    /// ```
+    pub fn load_state_dict(&mut self, state: &[(String, crate::tensor::Tensor)]) -> Result<()> {
+        let values =
+            super::state::load_scalars("LrScheduler::load_state_dict", self.scalars(), state)?;
+        for (name, v) in values {
+            let index = |prefix: &str| {
+                name.strip_prefix(prefix)
+                    .and_then(|g| g.parse::<usize>().ok())
+            };
+            if name == "last_epoch" {
+                self.step = v as u64;
+            } else if let Some(g) = index("base_lrs.") {
+                self.base_lrs[g] = v;
+            } else if let Some(g) = index("last_lrs.") {
+                self.last_lrs[g] = v;
+            }
+        }
+        Ok(())
+    }
+
+    fn scalars(&self) -> Vec<super::state::StateScalar> {
+        use super::state::ScalarKind::{Count, Real};
+        let mut out = vec![("last_epoch".to_string(), self.step as f64, Count)];
+        for (g, &b) in self.base_lrs.iter().enumerate() {
+            out.push((format!("base_lrs.{g}"), b, Real));
+        }
+        for (g, &l) in self.last_lrs.iter().enumerate() {
+            out.push((format!("last_lrs.{g}"), l, Real));
+        }
+        out
+    }
+
     /// Every group's rate at `step` (without changing anything).
     pub fn lrs_at(&self, step: u64) -> Vec<f64> {
         let s = &self.schedule;
@@ -621,6 +678,42 @@ impl ReduceLrOnPlateau {
         self.cooldown_left = o.cooldown;
         self.bad_steps = 0;
         true
+    }
+
+    /// The scheduler's progress as named 0-d f64 tensors, with PyTorch's names: `best`,
+    /// `num_bad_epochs`, `cooldown_counter` and `last_epoch` (steps taken). The options
+    /// are not saved: restore into a scheduler built with the same options.
+    pub fn state_dict(&self) -> Result<Vec<(String, crate::tensor::Tensor)>> {
+        super::state::scalar_tensors(self.scalars())
+    }
+
+    /// Restores what [`state_dict`](ReduceLrOnPlateau::state_dict) gave; every name, shape
+    /// and dtype is checked first (all mismatches in one error), then the counts.
+    pub fn load_state_dict(&mut self, state: &[(String, crate::tensor::Tensor)]) -> Result<()> {
+        let values = super::state::load_scalars(
+            "ReduceLrOnPlateau::load_state_dict",
+            self.scalars(),
+            state,
+        )?;
+        for (name, v) in values {
+            match name.as_str() {
+                "best" => self.best = v,
+                "num_bad_epochs" => self.bad_steps = v as u64,
+                "cooldown_counter" => self.cooldown_left = v as u64,
+                _ => self.steps = v as u64,
+            }
+        }
+        Ok(())
+    }
+
+    fn scalars(&self) -> Vec<super::state::StateScalar> {
+        use super::state::ScalarKind::{Count, Real};
+        vec![
+            ("best".into(), self.best, Real),
+            ("num_bad_epochs".into(), self.bad_steps as f64, Count),
+            ("cooldown_counter".into(), self.cooldown_left as f64, Count),
+            ("last_epoch".into(), self.steps as f64, Count),
+        ]
     }
 
     /// The best metric so far.

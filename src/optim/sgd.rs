@@ -1,5 +1,9 @@
 //! Stochastic gradient descent with momentum.
 
+use super::state::{
+    ScalarKind, StateBuffer, StateParts, StateScalar, counted_scalars, param_index,
+    set_counted_scalar,
+};
 use super::{Optimizer, ParamGroup, realize_step, zeros_like};
 use crate::autograd::no_grad;
 use crate::error::{KilnError, Result};
@@ -198,7 +202,47 @@ impl Optimizer for Sgd {
 
     super::group_lr_methods!();
 
+    super::state::state_dict_methods!();
+
     fn set_realize_options(&mut self, options: RealizeOptions) {
         self.options = options;
+    }
+}
+
+super::state::option_fields!(SgdOptions {
+    numbers: [lr, momentum, dampening, weight_decay],
+    pairs: [],
+    flags: [nesterov, maximize]
+});
+
+impl StateParts for Sgd {
+    const NAME: &'static str = "Sgd::load_state_dict";
+
+    fn buffers(&self) -> Vec<StateBuffer> {
+        (self.buffers.iter().enumerate())
+            .filter_map(|(i, b)| Some(StateBuffer::whole(i, "momentum_buffer", b.as_ref()?)))
+            .collect()
+    }
+
+    fn scalars(&self) -> Vec<StateScalar> {
+        let mut out: Vec<StateScalar> = (self.started.iter().enumerate())
+            .filter(|(i, _)| matches!(self.buffers.get(*i), Some(Some(_))))
+            .map(|(i, &s)| {
+                let v = f64::from(u8::from(s));
+                (format!("state.{i}.momentum_started"), v, ScalarKind::Flag)
+            })
+            .collect();
+        out.extend(counted_scalars(&[], self.steps, &self.groups));
+        out
+    }
+
+    fn set_scalar(&mut self, name: &str, v: f64) {
+        if let Some(i) = param_index(name, "momentum_started") {
+            if let Some(s) = self.started.get_mut(i) {
+                *s = v != 0.0;
+            }
+        } else {
+            set_counted_scalar(name, v, &mut [], &mut self.steps, &mut self.groups);
+        }
     }
 }
