@@ -610,8 +610,8 @@ fn histc_bins_like_pytorch() {
     // PyTorch's documented example.
     let x = Tensor::from_vec(vec![1.0f32, 2.0, 1.0], [3]);
     assert_eq!(f32s(&x.histc(4, 0.0, 3.0)), vec![0.0, 2.0, 1.0, 0.0]);
-    // Outside the range and NaN are not counted; the last bin includes max; an element
-    // on an inner edge starts that bin (0.7 rounded to f32 is just below 0.7, as its edge).
+    // Outside the range and NaN are not counted; the last bin includes max; 0.7 (rounded
+    // to f32, just below 0.7) lands in bin 7, as `(0.7f32 - 0)·10 / 1` rounds to 7.
     let y = Tensor::from_vec(vec![-0.5f32, 0.0, 0.3, 0.7, 1.0, 1.5, f32::NAN], [7]);
     assert_eq!(
         f32s(&y.histc(10, 0.0, 1.0)),
@@ -644,11 +644,13 @@ fn histc_bins_like_pytorch() {
                 }
             })
             .collect();
+        // PyTorch's histc: `trunc((v - e₀)·bins / (e_last - e₀))` in f32, no search among
+        // the edges (PyTorch's `histogram` adds that search; tests/histogram.rs).
         let mut want = vec![0.0f32; bins];
         for &v in &vals {
             if v >= edges[0] && v <= edges[bins] {
-                let b = edges[..bins].iter().filter(|&&e| e <= v).count() - 1;
-                want[b] += 1.0;
+                let b = ((v - edges[0]) * bins as f32 / (edges[bins] - edges[0])) as usize;
+                want[b.min(bins - 1)] += 1.0;
             }
         }
         let got = Tensor::from_vec(vals, [n]).histc(bins, lo as f64, hi as f64);
