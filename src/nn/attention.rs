@@ -266,12 +266,18 @@ pub fn scaled_dot_product_attention(
     if let Some(keep) = keep {
         scores = Tensor::try_where(&keep, &scores, f64::NEG_INFINITY)?;
     }
-    // A row with every score at -inf: softmax over zeros instead (finite), then zeros.
-    let dead = scores.try_max_keepdim(-1)?.try_eq(f64::NEG_INFINITY)?;
-    let finite = Tensor::try_where(&dead, 0.0, &scores)?;
-    let mut weights = Tensor::try_where(&dead, 0.0, &super::functional::softmax(&finite, -1)?)?;
+    let mut weights = safe_softmax(&scores)?;
     if dropout_p > 0.0 {
         weights = super::functional::dropout(&weights, dropout_p, true, dropout_seed)?;
     }
     weights.try_matmul(value)
+}
+
+/// Softmax over the last dimension, where a row with every score at `-inf` gives zeros
+/// (with zero gradients) instead of NaN, as PyTorch's `_safe_softmax`.
+pub(crate) fn safe_softmax(scores: &Tensor) -> Result<Tensor> {
+    // Such a row: softmax over zeros instead (finite), then zeros.
+    let dead = scores.try_max_keepdim(-1)?.try_eq(f64::NEG_INFINITY)?;
+    let finite = Tensor::try_where(&dead, 0.0, scores)?;
+    Tensor::try_where(&dead, 0.0, &super::functional::softmax(&finite, -1)?)
 }

@@ -2,10 +2,11 @@
 //! nested parameters; train/eval mode), layers ([`Linear`], [`Embedding`], [`LayerNorm`],
 //! [`Dropout`], [`Gelu`], [`GeluTanh`], [`Relu`], [`Flatten`], [`Sequential`], the rest of
 //! PyTorch's activations ([`LeakyRelu`], [`Elu`], [`Selu`], [`Prelu`], [`Mish`], [`Glu`], ...),
-//! [`CausalSelfAttention`], [`Block`]), convolution and pooling ([`Conv2d`], [`MaxPool2d`],
+//! [`CausalSelfAttention`], [`MultiheadAttention`], [`Block`]), convolution and pooling ([`Conv2d`], [`MaxPool2d`],
 //! [`AvgPool2d`], [`AdaptiveAvgPool2d`], [`AdaptiveMaxPool2d`], [`MaxUnpool2d`] and their 1-d forms),
 //! normalization ([`BatchNorm2d`], [`GroupNorm`], [`InstanceNorm2d`], [`RmsNorm`] and the
-//! other dimensions), padding ([`Pad`]) and resampling ([`Upsample`], [`PixelShuffle`]), losses ([`loss`]), functional forms ([`functional`], which re-exports the
+//! other dimensions), recurrent layers ([`Rnn`], [`Lstm`], [`Gru`] and their cells),
+//! padding ([`Pad`]) and resampling ([`Upsample`], [`PixelShuffle`]), losses ([`loss`]), functional forms ([`functional`], which re-exports the
 //! losses and the normalization and distance functions) and seeded initializers ([`init`]).
 //!
 //! A module's parameters are realized leaves that require grad. Its buffers
@@ -33,8 +34,10 @@ pub mod functional;
 pub mod init;
 mod layers;
 pub mod loss;
+mod multihead;
 mod norm;
 mod padding;
+mod recurrent;
 mod upsample;
 
 pub use activation::{
@@ -52,11 +55,15 @@ pub use layers::{
     Dropout, Embedding, Flatten, Gelu, GeluTanh, LayerNorm, Linear, Mlp, Relu, Sequential, Sigmoid,
     Silu, Tanh,
 };
+pub use multihead::{MultiheadAttention, MultiheadAttentionArgs, MultiheadAttentionOptions};
 pub use norm::{
     BatchNorm, BatchNorm1d, BatchNorm2d, BatchNorm3d, GroupNorm, InstanceNorm, InstanceNorm1d,
     InstanceNorm2d, InstanceNorm3d, RmsNorm,
 };
 pub use padding::{Pad, PadMode};
+pub use recurrent::{
+    Gru, GruCell, Lstm, LstmCell, Nonlinearity, RecurrentOptions, RecurrentWeights, Rnn, RnnCell,
+};
 pub use upsample::{InterpolationMode, PixelShuffle, PixelUnshuffle, Upsample};
 
 use crate::error::Result;
