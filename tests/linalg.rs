@@ -729,6 +729,14 @@ fn inv_det_slogdet_solve_gradients_match_finite_differences() {
         &[3, 3],
         |t| linalg::det(t).unwrap(),
     );
+    // Rank 1 (every 2 × 2 minor vanishes, so the gradient of a 3 × 3 det is 0 there).
+    gradcheck("det rank 1", &[1.0, 2.0, 2.0, 4.0], &[2, 2], |t| {
+        linalg::det(t).unwrap()
+    });
+    let rank1 = [1.0, 2.0, 3.0, 2.0, 4.0, 6.0, -1.0, -2.0, -3.0];
+    gradcheck("det rank 1 of 3", &rank1, &[3, 3], |t| {
+        linalg::det(t).unwrap()
+    });
     let bv = uniform(&mut rng, 2 * n * 2);
     let bt = t64(bv.clone(), &[2, n, 2]);
     gradcheck("solve wrt A", &a, &shape, |t| {

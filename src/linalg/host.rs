@@ -154,7 +154,8 @@ pub(crate) fn transpose(a: &[f64], m: usize, n: usize) -> Vec<f64> {
 }
 
 /// The cofactor matrix of `a` (`C[i][j] = (-1)^(i+j)·det(minor(i, j))`), which is
-/// `det(A)·A⁻ᵀ` where `A` is invertible and still the derivative of `det` where it is not.
+/// `det(A)·A⁻ᵀ` where `A` is invertible and still the derivative of `det` where it is not
+/// (then computed from the SVD, in O(n³)).
 pub(crate) fn cofactors(a: &[f64], n: usize) -> Vec<f64> {
     let lu = Lu::new(a, n);
     if lu.zero_pivot.is_none() {
@@ -163,23 +164,20 @@ pub(crate) fn cofactors(a: &[f64], n: usize) -> Vec<f64> {
             return transpose(&inv, n, n).iter().map(|v| v * det).collect();
         }
     }
+    // Singular: with A = U·S·Vᵀ, adj(A) = det(V)·V·adj(S)·det(U)·Uᵀ (adj(Q) = det(Q)·Qᵀ for
+    // an orthogonal Q), adj(S) = diag(Π_{j≠i} s_j), and the cofactors are adj(A)ᵀ.
+    let (u, s, vt) = svd(a, n, n);
+    let sign = Lu::new(&u, n).det().signum() * Lu::new(&vt, n).det().signum();
+    let others: Vec<f64> = (0..n)
+        .map(|i| (0..n).filter(|&j| j != i).map(|j| s[j]).product())
+        .collect();
     let mut c = vec![0.0; n * n];
-    if n == 1 {
-        c[0] = 1.0;
-        return c;
-    }
-    let mut minor = vec![0.0; (n - 1) * (n - 1)];
     for i in 0..n {
         for j in 0..n {
-            let mut w = 0;
-            for r in (0..n).filter(|&r| r != i) {
-                for s in (0..n).filter(|&s| s != j) {
-                    minor[w] = a[r * n + s];
-                    w += 1;
-                }
-            }
-            let sign = if (i + j) % 2 == 0 { 1.0 } else { -1.0 };
-            c[i * n + j] = sign * Lu::new(&minor, n - 1).det();
+            c[i * n + j] = sign
+                * (0..n)
+                    .map(|k| u[i * n + k] * others[k] * vt[k * n + j])
+                    .sum::<f64>();
         }
     }
     c
