@@ -203,6 +203,23 @@ pub enum KilnError {
         /// What failed, in words.
         message: String,
     },
+    /// A linear-algebra op met a matrix it cannot factor: a singular matrix (`inv`, `solve`)
+    /// or one that is not positive-definite (`cholesky`). Found when the input is read.
+    #[error(
+        "{op}: {}{reason} (input shape {shape:?})",
+        .batch.map(|b| format!("(Batch element {b}): ")).unwrap_or_default()
+    )]
+    Linalg {
+        /// The op the user called (e.g. `linalg.inv`).
+        op: &'static str,
+        /// Shape of the input matrix batch.
+        shape: Vec<usize>,
+        /// Which matrix of the batch failed (row-major over the batch dimensions); `None`
+        /// for a single matrix.
+        batch: Option<usize>,
+        /// What failed, in PyTorch's words.
+        reason: String,
+    },
     /// A tensor handle whose node is gone (should not happen through the public API).
     #[error("internal error: {0}")]
     Internal(String),

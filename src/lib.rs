@@ -32,6 +32,7 @@ pub mod error;
 pub mod graph;
 pub mod io;
 pub mod kernel;
+pub mod linalg;
 pub mod math;
 pub mod memory;
 pub mod nn;

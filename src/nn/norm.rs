@@ -106,7 +106,8 @@ fn check_batched(op: &'static str, x: &Tensor) -> Result<usize> {
 }
 
 /// The `p`-norm of `x` along `dim` (dimension kept), with gradient 0 where the norm is 0
-/// (not `0·inf`). `p` is any value ≥ 0 or `f64::INFINITY`; `p = 0` counts nonzeros.
+/// (not `0·inf`): [`crate::linalg::vector_norm`] with `p` restricted to values ≥ 0 or
+/// `f64::INFINITY` (`p = 0` counts nonzeros) and errors naming `op`.
 fn vector_norm_keepdim(op: &'static str, x: &Tensor, p: f64, dim: isize) -> Result<Tensor> {
     if p.is_nan() || p < 0.0 {
         return Err(KilnError::InvalidArgument {
@@ -116,34 +117,7 @@ fn vector_norm_keepdim(op: &'static str, x: &Tensor, p: f64, dim: isize) -> Resu
         });
     }
     normalize_axis(op, dim, x.shape())?;
-    let a = x.try_abs()?;
-    if p.is_infinite() {
-        return a.try_max_keepdim(dim);
-    }
-    if p == 0.0 {
-        return a.try_ne(0)?.try_cast(x.dtype())?.try_sum_keepdim(dim);
-    }
-    if p == 1.0 {
-        return a.try_sum_keepdim(dim);
-    }
-    let total = if p == 2.0 {
-        x.try_mul(x)?.try_sum_keepdim(dim)?
-    } else {
-        // A zero element contributes 0 through a `where`: the slope of its power at 0 is
-        // infinite for p < 1, and inf·0 would be NaN.
-        let zero = a.try_eq(0)?;
-        let powered = Tensor::try_where(&zero, 1.0, &a)?.try_pow(p)?;
-        Tensor::try_where(&zero, 0.0, &powered)?.try_sum_keepdim(dim)?
-    };
-    // The root of 0 is taken of 1 instead and replaced by 0: its gradient is 0.
-    let zero = total.try_eq(0)?;
-    let safe = Tensor::try_where(&zero, 1.0, &total)?;
-    let root = if p == 2.0 {
-        safe.try_sqrt()?
-    } else {
-        safe.try_pow(1.0 / p)?
-    };
-    Tensor::try_where(&zero, 0.0, &root)
+    crate::linalg::vector_norm_named(op, x, p, Some(&[dim]), true)
 }
 
 /// The two inputs of a binary distance as float tensors of one broadcast shape and one

@@ -264,10 +264,15 @@ impl Tensor {
             let powered = Tensor::try_where(&same, 1.0, &gap)?.try_pow(p)?;
             Tensor::try_where(&same, 0.0, &powered)?.try_sum(-1)?
         };
-        // The root of 0 is read through a `where` whose other arm takes the gradient, so
-        // a zero distance has gradient 0 (not 0·inf).
-        let zero = total.try_eq(0)?;
-        let safe = Tensor::try_where(&zero, 1.0, &total)?;
+        total.try_norm_root(p)
+    }
+
+    /// `self^(1/p)` for a sum of `p`-th powers (`p > 0`), with gradient 0 where the sum is
+    /// 0 (not `0·inf`): the root is taken of 1 there, through a `where` whose other arm
+    /// takes the gradient, and replaced by 0. `cdist` and `linalg::vector_norm` end so.
+    pub(crate) fn try_norm_root(&self, p: f64) -> Result<Tensor> {
+        let zero = self.try_eq(0)?;
+        let safe = Tensor::try_where(&zero, 1.0, self)?;
         let root = if p == 2.0 {
             safe.try_sqrt()?
         } else {

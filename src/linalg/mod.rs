@@ -1,0 +1,27 @@
+//! `torch.linalg` for kiln: `kiln::linalg::inv(&a)` as PyTorch's `torch.linalg.inv(a)`.
+//!
+//! - Norms ([`vector_norm`], [`matrix_norm`], [`norm`]) are lazy compositions of
+//!   elementwise ops and reductions: they fuse, run on every device and are differentiated
+//!   as their parts are (the spectral and nuclear matrix norms go through [`svdvals`]).
+//! - Decompositions and solvers ([`inv`], [`solve`], [`det`], [`slogdet`], [`cholesky`],
+//!   [`qr`], [`eigh`], [`eigvalsh`], [`svd`], [`svdvals`]) are computed on the host: the
+//!   input is realized and read back (a synchronization point, like a `to_vec`), each
+//!   matrix of the batch (`[..., m, n]`) is factored in f64, and the result is a tensor of
+//!   the input's dtype (f32 or f64; half types are refused, as PyTorch's LAPACK paths refuse
+//!   them) on the input's device. Where the input requires grad, the result carries one
+//!   backward rule, the op's vector–Jacobian product recorded from kiln primitives (matmul,
+//!   transpose, `tril`, products), so gradients stay lazy and fuse. Second derivatives
+//!   through these ops are not available (kiln's backward records no history).
+//!
+//! Failures that depend on the data (a singular matrix for `inv`/`solve`, one that is not
+//! positive-definite for `cholesky`) are [`crate::KilnError::Linalg`] errors naming the
+//! batch element, returned when the op is called.
+
+mod decomp;
+mod host;
+mod norm;
+
+pub use decomp::{cholesky, det, eigh, eigvalsh, inv, qr, slogdet, solve, svd, svdvals};
+pub use norm::{NormOrd, matrix_norm, norm, vector_norm};
+
+pub(crate) use norm::vector_norm_named;
