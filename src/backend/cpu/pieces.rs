@@ -21,8 +21,17 @@
 //! least [`MIN_SMALL_BLOCKS`] blocks of [`MIN_SMALL_BLOCK_ELEMS`] elements and more, whose
 //! blocks run at once, one per task ([`parallel_blocks`]): the `K`-tap window stack of a
 //! convolution, where every element of the whole kernel would load all `K` inputs.
+//!
+//! Each block is then simplified ([`simplify`]): a wholly masked load becomes its fill, a
+//! `where` on a known condition becomes the side it picks, adding a known `+0` to a value
+//! that cannot be `-0` becomes that value, and what no store reads is dropped. A block of a
+//! `cat` of `T` inputs then loads and stores one input, and a block of a sum of `T`
+//! padded slices (a slice's gradient, summed over the steps of an unrolled loop) adds one,
+//! so the whole kernel's work grows with its size, not with `T` times its size.
 
-use crate::kernel::{IrOp, Kernel};
+use crate::dtype::Scalar;
+use crate::kernel::{Instr, IrOp, Kernel, ValueId};
+use crate::ops::BinaryOp;
 use crate::ops::GenKind;
 use crate::shape::View;
 
@@ -37,7 +46,7 @@ const MIN_BLOCK_ELEMS: usize = 1 << 17;
 /// Fewest elements a kernel must have to be split: two blocks.
 const MIN_ELEMS: usize = 2 * MIN_BLOCK_ELEMS;
 /// Most blocks a kernel is split into.
-const MAX_BLOCKS: usize = 16;
+const MAX_BLOCKS: usize = 1024;
 /// Fewest blocks a small kernel (blocks under [`MIN_BLOCK_ELEMS`]) is split into: with
 /// two, the whole kernel loads each element's input twice, which its two parallel tasks
 /// repay (a `[256, 256]` cat of two stayed as fast unsplit); with three and more the
@@ -46,6 +55,12 @@ const MAX_BLOCKS: usize = 16;
 const MIN_SMALL_BLOCKS: usize = 3;
 /// Fewest elements a small kernel's block may hold (a block runs as one task).
 const MIN_SMALL_BLOCK_ELEMS: usize = 1 << 12;
+/// From this many blocks on, a block may be as small as [`MIN_MANY_BLOCK_ELEMS`]: unsplit,
+/// every element would evaluate all the blocks' inputs (a stack of 256 steps' `[16, 64]`
+/// gradients took 13 ms as one kernel).
+const MANY_BLOCKS: usize = 16;
+/// Fewest elements a block may hold when there are [`MANY_BLOCKS`] or more.
+const MIN_MANY_BLOCK_ELEMS: usize = 1 << 9;
 
 /// Whether the blocks [`split`] returned for a kernel of `numel` elements in `blocks`
 /// blocks are small ones, to be run at once rather than one after the other.
@@ -80,7 +95,9 @@ pub(super) fn split(k: &Kernel) -> Option<Vec<Kernel>> {
             )
         });
     let numel: usize = k.shape.iter().product();
-    if !plain || numel < MIN_SMALL_BLOCKS * MIN_SMALL_BLOCK_ELEMS {
+    if !plain
+        || numel < MIN_SMALL_BLOCKS * MIN_SMALL_BLOCK_ELEMS.min(MANY_BLOCKS * MIN_MANY_BLOCK_ELEMS)
+    {
         return None;
     }
     // A buffer that is stored must not be loaded: a block could then read what an earlier
@@ -100,10 +117,11 @@ pub(super) fn split(k: &Kernel) -> Option<Vec<Kernel>> {
     if loads_stored {
         return None;
     }
-    // The last axis whose mask edges give large blocks; failing that, the axis with the
-    // most small blocks (the join's axis of a stack whose inputs are also padded: splitting
-    // along a padded axis would leave every block loading all the joined inputs).
-    let mut best_small: Option<(usize, Vec<usize>)> = None;
+    // The axis whose mask edges give the most blocks that are large enough (the last such
+    // axis on a tie): the more blocks, the fewer inputs each still loads. Along the join
+    // axis of a stack whose inputs are also padded there are more blocks than along a
+    // padded axis, which would leave every block loading all the joined inputs.
+    let mut best: Option<(usize, Vec<usize>)> = None;
     for d in (0..k.shape.len()).rev() {
         let Some(edges) = edges_along(k, d) else {
             continue;
@@ -117,21 +135,19 @@ pub(super) fn split(k: &Kernel) -> Option<Vec<Kernel>> {
             })
         };
         let blocks = edges.len() - 1;
-        if blocks > MAX_BLOCKS {
-            continue;
-        }
-        if numel >= MIN_ELEMS && at_least(MIN_BLOCK_ELEMS) {
-            best_small = Some((d, edges));
-            break;
-        }
-        let more = best_small
-            .as_ref()
-            .is_none_or(|(_, e)| e.len() < edges.len());
-        if blocks >= MIN_SMALL_BLOCKS && at_least(MIN_SMALL_BLOCK_ELEMS) && more {
-            best_small = Some((d, edges));
+        let smallest = if blocks >= MANY_BLOCKS {
+            MIN_MANY_BLOCK_ELEMS
+        } else {
+            MIN_SMALL_BLOCK_ELEMS
+        };
+        let fits = blocks <= MAX_BLOCKS
+            && ((numel >= MIN_ELEMS && at_least(MIN_BLOCK_ELEMS))
+                || (blocks >= MIN_SMALL_BLOCKS && at_least(smallest)));
+        if fits && best.as_ref().is_none_or(|(_, e)| e.len() < edges.len()) {
+            best = Some((d, edges));
         }
     }
-    let (axis, edges) = best_small?;
+    let (axis, edges) = best?;
     Some(
         edges
             .windows(2)
@@ -160,7 +176,7 @@ fn edges_along(k: &Kernel, d: usize) -> Option<Vec<usize>> {
     (edges.len() > 2).then_some(edges)
 }
 
-/// The part of `k` at positions `[lo, hi)` of dimension `d`.
+/// The part of `k` at positions `[lo, hi)` of dimension `d`, simplified.
 fn block(k: &Kernel, d: usize, lo: usize, hi: usize) -> Kernel {
     let mut b = k.clone();
     b.shape[d] = hi - lo;
@@ -175,7 +191,125 @@ fn block(k: &Kernel, d: usize, lo: usize, hi: usize) -> Kernel {
             _ => {}
         }
     }
+    simplify(&mut b);
     b
+}
+
+/// Whether `c` is `+0` (an integer 0, or a float zero with a positive sign).
+fn is_plus_zero(c: Scalar) -> bool {
+    match c {
+        Scalar::Int(0) => true,
+        Scalar::Float(v) => v == 0.0 && v.is_sign_positive(),
+        _ => false,
+    }
+}
+
+/// Rewrites a block's instructions to what they compute within it, value for value:
+/// - a load or generator whose view is wholly masked becomes its fill, and a `Valid` test
+///   a constant;
+/// - `where(c, a, b)` with a constant `c` becomes `a` or `b`;
+/// - `x + 0` (or `0 + x`) becomes `x` where `x` cannot be `-0.0` (an integer, a constant
+///   other than `-0.0`, or itself the result of adding `+0`, which is never `-0.0` in
+///   round-to-nearest); otherwise the sum is kept (it turns `-0.0` into `+0.0`);
+/// - instructions no store reads are dropped, and the rest renumbered in order.
+fn simplify(k: &mut Kernel) {
+    let n = k.ops.len();
+    // What each value is replaced by (itself unless forwarded), and whether it can be -0.
+    let mut to: Vec<ValueId> = (0..n).collect();
+    let mut never_minus_zero = vec![false; n];
+    let konst = |ops: &[Instr], v: ValueId| match ops[v].op {
+        IrOp::Const(c) => Some(c),
+        _ => None,
+    };
+    for v in 0..n {
+        let remapped = remap(&k.ops[v].op, &to);
+        k.ops[v].op = remapped;
+        let dtype = k.ops[v].dtype;
+        let same = |ops: &[Instr], a: ValueId| ops[a].dtype == dtype;
+        match k.ops[v].op.clone() {
+            IrOp::Load { view, fill, .. } | IrOp::Generate { view, fill, .. }
+                if view.is_fully_masked() =>
+            {
+                k.ops[v].op = IrOp::Const(fill);
+            }
+            IrOp::Valid { view } if view.mask.is_none() => {
+                k.ops[v].op = IrOp::Const(Scalar::Bool(true));
+            }
+            IrOp::Valid { view } if view.is_fully_masked() => {
+                k.ops[v].op = IrOp::Const(Scalar::Bool(false));
+            }
+            IrOp::Where(c, a, b) => {
+                if let Some(Scalar::Bool(pick)) = konst(&k.ops, c) {
+                    let side = if pick { a } else { b };
+                    if same(&k.ops, side) {
+                        to[v] = side;
+                    }
+                }
+            }
+            IrOp::Binary(BinaryOp::Add, a, b) if dtype != crate::dtype::DType::Bool => {
+                let zero = |x: ValueId| konst(&k.ops, x).is_some_and(is_plus_zero);
+                let plain = |x: ValueId| !dtype.is_float() || never_minus_zero[x];
+                if zero(b) && plain(a) && same(&k.ops, a) {
+                    to[v] = a;
+                } else if zero(a) && plain(b) && same(&k.ops, b) {
+                    to[v] = b;
+                } else if zero(a) || zero(b) {
+                    never_minus_zero[v] = true;
+                }
+            }
+            _ => {}
+        }
+        if let IrOp::Const(c) = k.ops[v].op {
+            never_minus_zero[v] =
+                !matches!(c, Scalar::Float(x) if x == 0.0 && x.is_sign_negative());
+        }
+        if to[v] != v {
+            never_minus_zero[v] = never_minus_zero[to[v]];
+        }
+    }
+    // Keep what the stores read.
+    let mut live = vec![false; n];
+    for v in (0..n).rev() {
+        if matches!(k.ops[v].op, IrOp::Store { .. }) {
+            live[v] = true;
+        }
+        if live[v] && to[v] == v {
+            for o in k.ops[v].operands() {
+                live[o] = true;
+            }
+        }
+    }
+    let mut new_id = vec![usize::MAX; n];
+    let mut kept = Vec::with_capacity(n);
+    for (v, ins) in std::mem::take(&mut k.ops).into_iter().enumerate() {
+        if live[v] && to[v] == v {
+            new_id[v] = kept.len();
+            kept.push(Instr {
+                op: remap(&ins.op, &new_id),
+                ..ins
+            });
+        }
+    }
+    k.ops = kept;
+}
+
+/// `op` with every operand `v` replaced by `to[v]`.
+fn remap(op: &IrOp, to: &[ValueId]) -> IrOp {
+    let mut op = op.clone();
+    match &mut op {
+        IrOp::Unary(_, a) | IrOp::Cast(a) => *a = to[*a],
+        IrOp::Reduce { src, .. } | IrOp::Store { src, .. } => *src = to[*src],
+        IrOp::Gather { index, .. } => *index = to[*index],
+        IrOp::Binary(_, a, b) => (*a, *b) = (to[*a], to[*b]),
+        IrOp::Where(c, a, b) => (*c, *a, *b) = (to[*c], to[*a], to[*b]),
+        IrOp::Load { .. }
+        | IrOp::Generate { .. }
+        | IrOp::Const(_)
+        | IrOp::Param { .. }
+        | IrOp::Valid { .. }
+        | IrOp::MatmulResult => {}
+    }
+    op
 }
 
 /// Restricts `view` to positions `[lo, hi)` of dimension `d` (renumbered from 0). A mask
@@ -268,6 +402,107 @@ mod tests {
         assert_eq!(blocks.len(), 9);
         assert!(blocks.iter().all(|b| b.shape == [16, 1, 2, 2, 64]));
         assert!(parallel_blocks(ks[0].shape.iter().product(), blocks.len()));
+    }
+
+    /// Loads and adds left in each block of `k`.
+    fn loads_and_adds(blocks: &[Kernel]) -> Vec<(usize, usize)> {
+        blocks
+            .iter()
+            .map(|b| {
+                let loads = b
+                    .ops
+                    .iter()
+                    .filter(|i| matches!(i.op, IrOp::Load { .. }))
+                    .count();
+                let adds = (b.ops.iter())
+                    .filter(|i| matches!(i.op, IrOp::Binary(BinaryOp::Add, ..)))
+                    .count();
+                (loads, adds)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn blocks_of_a_long_cat_or_sum_of_slices_keep_only_their_own_input() {
+        let parts: Vec<Tensor> = (0..64)
+            .map(|i| Tensor::randn_seeded([1, 16, 256], 100 + i))
+            .collect();
+        for p in &parts {
+            p.realize().expect("realizes");
+        }
+        let cat = Tensor::cat(&parts.iter().collect::<Vec<_>>(), 0);
+        let ks = kernels_of(&cat);
+        assert_eq!(ks.len(), 1);
+        let blocks = split(&ks[0]).expect("splits");
+        assert_eq!(blocks.len(), 64);
+        assert!(
+            loads_and_adds(&blocks)
+                .iter()
+                .all(|&(l, a)| (l, a) == (1, 0))
+        );
+        for b in &blocks {
+            b.validate().expect("each block is a valid kernel");
+        }
+        // A slice's gradient, summed over 64 steps: each block adds one +0 at most.
+        let mut sum: Option<Tensor> = None;
+        for (i, p) in parts.iter().enumerate() {
+            let padded = p.pad(&[(i, 63 - i), (0, 0), (0, 0)], 0.0);
+            sum = Some(match sum {
+                Some(s) => s + padded,
+                None => padded,
+            });
+        }
+        let sum = sum.expect("64 parts");
+        let ks = kernels_of(&sum);
+        assert_eq!(ks.len(), 1);
+        let blocks = split(&ks[0]).expect("splits");
+        assert_eq!(blocks.len(), 64);
+        assert!(
+            loads_and_adds(&blocks)
+                .iter()
+                .all(|&(l, a)| l == 1 && a <= 1)
+        );
+        for b in &blocks {
+            b.validate().expect("each block is a valid kernel");
+        }
+    }
+
+    #[test]
+    fn a_simplified_sum_of_slices_still_turns_minus_zero_into_plus_zero() {
+        // Unsplit, `-0 + 0 + .. + 0` is `+0`: the blocks must give the same bits.
+        let parts: Vec<Tensor> = (0..8)
+            .map(|i| Tensor::full([1, 64, 128], if i % 2 == 0 { -0.0 } else { -1.5 }))
+            .collect();
+        for p in &parts {
+            p.realize().expect("realizes");
+        }
+        let build = || {
+            let mut sum = parts[0].pad(&[(0, 7), (0, 0), (0, 0)], 0.0);
+            for (i, p) in parts.iter().enumerate().skip(1) {
+                sum = sum + p.pad(&[(i, 7 - i), (0, 0), (0, 0)], 0.0);
+            }
+            sum
+        };
+        let fused = build();
+        assert!(kernels_of(&fused).iter().any(|k| split(k).is_some()));
+        let got: Vec<u32> = fused
+            .to_vec::<f32>()
+            .expect("reads")
+            .iter()
+            .map(|v| v.to_bits())
+            .collect();
+        let unfused = build();
+        unfused
+            .realize_with(&crate::RealizeOptions::unfused())
+            .expect("realizes");
+        let want: Vec<u32> = unfused
+            .to_vec::<f32>()
+            .expect("reads")
+            .iter()
+            .map(|v| v.to_bits())
+            .collect();
+        assert_eq!(got, want);
+        assert_eq!(got[0], 0.0f32.to_bits());
     }
 
     #[test]
