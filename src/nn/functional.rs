@@ -18,6 +18,9 @@ pub use super::norm::{
     rms_norm,
 };
 pub use super::padding::{PadMode, pad};
+pub use super::sampling::{
+    GridSampleMode, GridSamplePadding, affine_grid, fold, grid_sample, unfold,
+};
 pub use super::upsample::{InterpolationMode, interpolate, pixel_shuffle, pixel_unshuffle};
 
 use crate::autograd::composite;

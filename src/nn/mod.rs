@@ -5,7 +5,7 @@
 //! [`CausalSelfAttention`], [`Block`]), convolution and pooling ([`Conv2d`], [`MaxPool2d`],
 //! [`AvgPool2d`], [`AdaptiveAvgPool2d`], [`AdaptiveMaxPool2d`], [`MaxUnpool2d`] and their 1-d forms),
 //! normalization ([`BatchNorm2d`], [`GroupNorm`], [`InstanceNorm2d`], [`RmsNorm`] and the
-//! other dimensions), padding ([`Pad`]) and resampling ([`Upsample`], [`PixelShuffle`]), losses ([`loss`]), functional forms ([`functional`], which re-exports the
+//! other dimensions), padding ([`Pad`]), resampling ([`Upsample`], [`PixelShuffle`]) and sliding blocks ([`Unfold`], [`Fold`]), losses ([`loss`]), functional forms ([`functional`], which re-exports the
 //! losses and the normalization and distance functions) and seeded initializers ([`init`]).
 //!
 //! A module's parameters are realized leaves that require grad. Its buffers
@@ -25,6 +25,7 @@
 //! assert_eq!(y.shape(), &[3, 2]);
 //! ```
 
+#[macro_use]
 mod activation;
 mod attention;
 mod conv;
@@ -35,6 +36,7 @@ mod layers;
 pub mod loss;
 mod norm;
 mod padding;
+mod sampling;
 mod upsample;
 
 pub use activation::{
@@ -57,6 +59,7 @@ pub use norm::{
     InstanceNorm2d, InstanceNorm3d, RmsNorm,
 };
 pub use padding::{Pad, PadMode};
+pub use sampling::{Fold, Unfold};
 pub use upsample::{InterpolationMode, PixelShuffle, PixelUnshuffle, Upsample};
 
 use crate::error::Result;
