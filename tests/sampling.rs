@@ -5,49 +5,15 @@
 //! errors, and central finite-difference gradient checks in f64.
 
 mod common;
+mod fd_helpers;
 
 use common::Rng;
+use fd_helpers::{assert_close, gradcheck, values};
 use kiln::nn::functional::{
     GridSampleMode as GM, GridSamplePadding as GP, affine_grid, fold, grid_sample, unfold,
 };
 use kiln::nn::{Fold, Module, Unfold};
 use kiln::{KilnError, Tensor};
-
-fn values(rng: &mut Rng, n: usize, lo: f64, hi: f64) -> Vec<f64> {
-    (0..n)
-        .map(|_| lo + (rng.next() >> 11) as f64 / (1u64 << 53) as f64 * (hi - lo))
-        .collect()
-}
-
-fn assert_close(name: &str, got: &[f64], want: &[f64], tol: f64) {
-    assert_eq!(got.len(), want.len(), "{name}: length");
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!(
-            (g - w).abs() <= tol * (1.0 + w.abs()),
-            "{name}[{i}]: kiln {g}, reference {w}"
-        );
-    }
-}
-
-/// Central finite differences of the scalar `f` at `x` against its autograd gradient.
-fn gradcheck(name: &str, x: &[f64], shape: &[usize], f: &dyn Fn(&Tensor) -> Tensor, tol: f64) {
-    let leaf = Tensor::from_vec(x.to_vec(), shape).requires_grad_(true);
-    f(&leaf).backward().unwrap();
-    let got = leaf.grad().unwrap().to_vec::<f64>().unwrap();
-    let h = 1e-6;
-    let mut want = Vec::with_capacity(x.len());
-    for i in 0..x.len() {
-        let mut p = x.to_vec();
-        p[i] += h;
-        let up = f(&Tensor::from_vec(p.clone(), shape))
-            .item::<f64>()
-            .unwrap();
-        p[i] -= 2.0 * h;
-        let down = f(&Tensor::from_vec(p, shape)).item::<f64>().unwrap();
-        want.push((up - down) / (2.0 * h));
-    }
-    assert_close(name, &got, &want, tol);
-}
 
 /// The options of one sliding-block test case.
 #[derive(Debug, Clone, Copy)]

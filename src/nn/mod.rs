@@ -34,6 +34,7 @@ pub mod functional;
 pub mod init;
 mod layers;
 pub mod loss;
+mod loss_extra;
 mod norm;
 mod padding;
 mod sampling;
