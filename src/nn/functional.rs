@@ -12,6 +12,7 @@ pub use super::conv::{
     max_pool2d_with_indices, max_pool3d, max_pool3d_with_indices, max_unpool1d, max_unpool2d,
     max_unpool3d,
 };
+pub use super::embedding_bag::{EmbeddingBagMode, embedding_bag};
 pub use super::loss::*;
 pub use super::norm::{
     batch_norm, cosine_similarity, group_norm, instance_norm, normalize, pairwise_distance,

@@ -30,6 +30,7 @@ mod activation;
 mod attention;
 mod conv;
 mod conv_layers;
+mod embedding_bag;
 pub mod functional;
 pub mod init;
 mod layers;
@@ -51,6 +52,7 @@ pub use conv_layers::{
     ConvTranspose, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d, ConvTransposeOptions,
     MaxPool, MaxPool1d, MaxPool2d, MaxUnpool, MaxUnpool1d, MaxUnpool2d, MaxUnpool3d,
 };
+pub use embedding_bag::{EmbeddingBag, EmbeddingBagMode};
 pub use layers::{
     Dropout, Embedding, Flatten, Gelu, GeluTanh, LayerNorm, Linear, Mlp, Relu, Sequential, Sigmoid,
     Silu, Tanh,
