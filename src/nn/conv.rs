@@ -105,7 +105,7 @@ pub(crate) const fn conv_name(n: usize) -> &'static str {
     }
 }
 
-fn invalid(op: &'static str, shape: &[usize], reason: String) -> KilnError {
+pub(super) fn invalid(op: &'static str, shape: &[usize], reason: String) -> KilnError {
     KilnError::InvalidArgument {
         op,
         shape: shape.to_vec(),
@@ -115,7 +115,7 @@ fn invalid(op: &'static str, shape: &[usize], reason: String) -> KilnError {
 
 /// `x` as `[N, C, *spatial]`, and whether it came so (PyTorch also takes one unbatched
 /// `[C, *spatial]` sample).
-fn batched(op: &'static str, x: &Tensor, n: usize) -> Result<(Tensor, bool)> {
+pub(super) fn batched(op: &'static str, x: &Tensor, n: usize) -> Result<(Tensor, bool)> {
     if x.ndim() == n + 2 {
         Ok((x.clone(), true))
     } else if x.ndim() == n + 1 {
@@ -165,7 +165,7 @@ fn same_dtype_and_device(op: &'static str, x: &Tensor, other: &Tensor) -> Result
     Ok(())
 }
 
-fn require_positive<const N: usize>(
+pub(super) fn require_positive<const N: usize>(
     op: &'static str,
     shape: &[usize],
     what: &str,
@@ -218,7 +218,7 @@ fn pooled_len(
 /// The `K = Π kernel` strided windows of `x` (`[N, C, *spatial]`, already padded), stacked
 /// as `[C, K, *out, N]` with the last kernel dimension varying fastest (the order of
 /// PyTorch's weight layout) and the batch last.
-fn windows(
+pub(super) fn windows(
     x: &Tensor,
     kernel: &[usize],
     stride: &[usize],
@@ -256,6 +256,22 @@ fn windows(
     Tensor::try_stack(&refs, 1)
 }
 
+/// `z` with `s - 1` zeros after each element along `axis`, the trailing ones cut (the
+/// adjoint of a stride-`s` slice): `len` elements become `(len - 1)·s + 1`.
+pub(super) fn spread_by_stride(z: &Tensor, axis: usize, s: usize) -> Result<Tensor> {
+    let len = z.shape()[axis];
+    if s <= 1 || len == 0 {
+        return Ok(z.clone());
+    }
+    let ax = axis as isize;
+    let mut pads = vec![(0, 0); axis + 1];
+    pads.push((0, s - 1));
+    z.try_unsqueeze(ax + 1)?
+        .try_pad(&pads, 0)?
+        .try_flatten_dims(ax, ax + 1)?
+        .try_narrow(ax, 0, (len - 1) * s + 1)
+}
+
 /// `y` (`[C, *spatial, N]`, batch last) as `[N, C, *spatial]` (a view).
 fn batch_first(y: &Tensor) -> Result<Tensor> {
     let nd = y.ndim() as isize;
@@ -264,7 +280,7 @@ fn batch_first(y: &Tensor) -> Result<Tensor> {
     y.try_permute(perm)
 }
 
-fn unbatch(y: Tensor, batched: bool) -> Result<Tensor> {
+pub(super) fn unbatch(y: Tensor, batched: bool) -> Result<Tensor> {
     if batched { Ok(y) } else { y.try_squeeze_dim(0) }
 }
 
@@ -538,16 +554,7 @@ pub(crate) fn conv_transpose_nd<const N: usize>(
             ));
         }
         let ax = (2 + i) as isize;
-        if s > 1 {
-            // `s - 1` zeros after each element, then the trailing ones cut.
-            let mut pads = vec![(0, 0); 3 + i];
-            pads.push((0, s - 1));
-            z = z
-                .try_unsqueeze(ax + 1)?
-                .try_pad(&pads, 0)?
-                .try_flatten_dims(ax, ax + 1)?
-                .try_narrow(ax, 0, (len - 1) * s + 1)?;
-        }
+        z = spread_by_stride(&z, 2 + i, s)?;
         // Pad by `d·(k - 1) - p` before and that plus `extra` after; crop where negative.
         let before = (d * (k - 1)) as isize - p as isize;
         let after = before + extra as isize;

@@ -12,12 +12,16 @@ pub use super::conv::{
     max_pool2d_with_indices, max_pool3d, max_pool3d_with_indices, max_unpool1d, max_unpool2d,
     max_unpool3d,
 };
+pub use super::embedding_bag::{EmbeddingBagMode, embedding_bag};
 pub use super::loss::*;
 pub use super::norm::{
     batch_norm, cosine_similarity, group_norm, instance_norm, normalize, pairwise_distance,
     rms_norm,
 };
 pub use super::padding::{PadMode, pad};
+pub use super::sampling::{
+    GridSampleMode, GridSamplePadding, affine_grid, fold, grid_sample, unfold,
+};
 pub use super::upsample::{InterpolationMode, interpolate, pixel_shuffle, pixel_unshuffle};
 
 use crate::autograd::composite;

@@ -4,10 +4,12 @@
 //! [`l1_loss`], [`smooth_l1_loss`], [`huber_loss`], [`poisson_nll_loss`]), the
 //! divergence [`kl_div`], and the margin losses ([`margin_ranking_loss`],
 //! [`hinge_embedding_loss`], [`soft_margin_loss`], [`multilabel_soft_margin_loss`],
-//! [`cosine_embedding_loss`], [`triplet_margin_loss`]), with PyTorch's semantics and
+//! [`cosine_embedding_loss`], [`triplet_margin_loss`], [`multi_margin_loss`],
+//! [`multilabel_margin_loss`]) and [`gaussian_nll_loss`], with PyTorch's semantics and
 //! `reduction=` ([`Reduction`]). Where a loss has a custom backward rule its doc says so;
 //! the others are differentiated op by op. Re-exported from [`super::functional`].
 
+pub use super::loss_extra::{gaussian_nll_loss, multi_margin_loss, multilabel_margin_loss};
 use crate::autograd::composite;
 use crate::dtype::DType;
 use crate::error::{KilnError, Result};
@@ -348,7 +350,7 @@ fn check_class_targets(op: &'static str, input: &Tensor, targets: &Tensor) -> Re
 
 /// Reduces elementwise losses: the mean (in f32 for half types, as [`Tensor::mean`]), the
 /// sum, or the losses themselves.
-fn reduce(losses: Tensor, reduction: Reduction) -> Result<Tensor> {
+pub(super) fn reduce(losses: Tensor, reduction: Reduction) -> Result<Tensor> {
     match reduction {
         Reduction::Mean => losses.try_mean(..),
         Reduction::Sum => losses.try_sum(..),

@@ -6,7 +6,7 @@
 //! [`AvgPool2d`], [`AdaptiveAvgPool2d`], [`AdaptiveMaxPool2d`], [`MaxUnpool2d`] and their 1-d forms),
 //! normalization ([`BatchNorm2d`], [`GroupNorm`], [`InstanceNorm2d`], [`RmsNorm`] and the
 //! other dimensions), recurrent layers ([`Rnn`], [`Lstm`], [`Gru`] and their cells),
-//! padding ([`Pad`]) and resampling ([`Upsample`], [`PixelShuffle`]), losses ([`loss`]), functional forms ([`functional`], which re-exports the
+//! padding ([`Pad`]), resampling ([`Upsample`], [`PixelShuffle`]) and sliding blocks ([`Unfold`], [`Fold`]), losses ([`loss`]), functional forms ([`functional`], which re-exports the
 //! losses and the normalization and distance functions) and seeded initializers ([`init`]).
 //!
 //! A module's parameters are realized leaves that require grad. Its buffers
@@ -26,18 +26,22 @@
 //! assert_eq!(y.shape(), &[3, 2]);
 //! ```
 
+#[macro_use]
 mod activation;
 mod attention;
 mod conv;
 mod conv_layers;
+mod embedding_bag;
 pub mod functional;
 pub mod init;
 mod layers;
 pub mod loss;
+mod loss_extra;
 mod multihead;
 mod norm;
 mod padding;
 mod recurrent;
+mod sampling;
 mod upsample;
 
 pub use activation::{
@@ -51,6 +55,7 @@ pub use conv_layers::{
     ConvTranspose, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d, ConvTransposeOptions,
     MaxPool, MaxPool1d, MaxPool2d, MaxUnpool, MaxUnpool1d, MaxUnpool2d, MaxUnpool3d,
 };
+pub use embedding_bag::{EmbeddingBag, EmbeddingBagMode};
 pub use layers::{
     Dropout, Embedding, Flatten, Gelu, GeluTanh, LayerNorm, Linear, Mlp, Relu, Sequential, Sigmoid,
     Silu, Tanh,
@@ -64,6 +69,7 @@ pub use padding::{Pad, PadMode};
 pub use recurrent::{
     Gru, GruCell, Lstm, LstmCell, Nonlinearity, RecurrentOptions, RecurrentWeights, Rnn, RnnCell,
 };
+pub use sampling::{Fold, Unfold};
 pub use upsample::{InterpolationMode, PixelShuffle, PixelUnshuffle, Upsample};
 
 use crate::error::Result;

@@ -1,7 +1,8 @@
 //! Optimizers ([`Sgd`], [`Adam`], [`AdamW`], [`RmsProp`], [`Adagrad`], [`Adamax`],
 //! [`NAdam`]), gradient clipping ([`clip_grad_norm`], [`clip_grad_value`]) and
 //! learning-rate schedules ([`LrScheduler`] driving a [`LrSchedule`] such as [`StepLr`] or
-//! [`OneCycleLr`], [`ReduceLrOnPlateau`], and [`WarmupCosine`]).
+//! [`OneCycleLr`] or [`CyclicLr`], the combinators [`SequentialLr`] and [`ChainedScheduler`],
+//! [`ReduceLrOnPlateau`], and [`WarmupCosine`]).
 //!
 //! A step records every parameter's update as an in-place write (`copy_`) and realizes it:
 //! the parameters and the optimizer state keep their buffers, and everything that still
@@ -30,6 +31,7 @@ mod clip;
 mod nadam;
 mod rmsprop;
 mod schedule;
+mod schedule_more;
 mod sgd;
 mod state;
 
@@ -43,6 +45,9 @@ pub use schedule::{
     CosineAnnealingLr, ExponentialLr, LambdaLr, LinearLr, LrSchedule, LrScheduler, MultiStepLr,
     OneCycleAnneal, OneCycleLr, PlateauMode, ReduceLrOnPlateau, ReduceLrOnPlateauOptions, StepLr,
     ThresholdMode, WarmupCosine,
+};
+pub use schedule_more::{
+    BoxedSchedule, ChainedScheduler, ConstantLr, CyclicLr, CyclicMode, PolynomialLr, SequentialLr,
 };
 pub use sgd::{Sgd, SgdOptions};
 

@@ -3,7 +3,8 @@
 //! One design serves every PyTorch scheduler with a closed form: a schedule is a plain value
 //! implementing [`LrSchedule`] — the rate at 0-based step `t` for a group whose initial rate
 //! is `base_lr` ([`StepLr`], [`MultiStepLr`], [`ExponentialLr`], [`CosineAnnealingLr`],
-//! [`LinearLr`], [`LambdaLr`], [`OneCycleLr`], [`WarmupCosine`]) — and an [`LrScheduler`]
+//! [`LinearLr`], [`LambdaLr`], [`OneCycleLr`], [`WarmupCosine`], and in `schedule_more.rs`
+//! `ConstantLr`, `PolynomialLr`, `CyclicLr`, `SequentialLr`, `ChainedScheduler`) — and an [`LrScheduler`]
 //! drives it as PyTorch's `torch.optim.lr_scheduler` objects do: created over an optimizer,
 //! it records each group's rate as that group's base and sets step 0's rate; each
 //! [`LrScheduler::step`] advances one step and sets every group's rate. [`ReduceLrOnPlateau`],
@@ -50,7 +51,7 @@ pub trait LrSchedule {
 }
 
 /// A refused schedule argument.
-fn bad(op: &'static str, reason: String) -> KilnError {
+pub(super) fn bad(op: &'static str, reason: String) -> KilnError {
     KilnError::InvalidArgument {
         op,
         shape: vec![],
@@ -59,7 +60,7 @@ fn bad(op: &'static str, reason: String) -> KilnError {
 }
 
 /// Refuses `value` unless `ok` (NaN is never ok).
-fn check(op: &'static str, what: &str, value: f64, ok: bool, range: &str) -> Result<()> {
+pub(super) fn check(op: &'static str, what: &str, value: f64, ok: bool, range: &str) -> Result<()> {
     if value.is_nan() || !ok {
         return Err(bad(op, format!("{what} {value} is not {range}")));
     }

@@ -1,0 +1,330 @@
+//! More of PyTorch's learning-rate schedulers as closed forms of the step ([`LrSchedule`]):
+//! [`ConstantLr`], [`PolynomialLr`], [`CyclicLr`], and the combinators [`SequentialLr`]
+//! and [`ChainedScheduler`].
+
+use super::schedule::{LrSchedule, bad, check};
+use crate::error::Result;
+
+/// PyTorch's `ConstantLR`: `base · factor` for the first `total_iters` steps, then `base`.
+/// The default is PyTorch's (`1/3`, `5`).
+///
+/// ```
+/// use kiln::optim::{ConstantLr, LrSchedule};
+/// // PyTorch's example: base 0.05, factor 0.5, total_iters 4.
+/// let s = ConstantLr { factor: 0.5, total_iters: 4 };
+/// let lrs: Vec<f64> = (0..6).map(|t| s.lr_at(0.05, t)).collect();
+/// assert_eq!(lrs, [0.025, 0.025, 0.025, 0.025, 0.05, 0.05]);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ConstantLr {
+    /// The factor, in `[0, 1]`.
+    pub factor: f64,
+    /// The steps that use it.
+    pub total_iters: u64,
+}
+
+impl Default for ConstantLr {
+    fn default() -> Self {
+        ConstantLr {
+            factor: 1.0 / 3.0,
+            total_iters: 5,
+        }
+    }
+}
+
+impl LrSchedule for ConstantLr {
+    fn lr_at(&self, base_lr: f64, step: u64) -> f64 {
+        if step < self.total_iters {
+            base_lr * self.factor
+        } else {
+            base_lr
+        }
+    }
+
+    fn check(&self) -> Result<()> {
+        let f = self.factor;
+        check(
+            "ConstantLr",
+            "factor",
+            f,
+            (0.0..=1.0).contains(&f),
+            "in [0, 1]",
+        )
+    }
+}
+
+/// PyTorch's `PolynomialLR`: `base · (1 - min(t, n) / n)^power` over `n = total_iters`
+/// steps (zero from then on). The default is PyTorch's (`5`, `1`).
+///
+/// ```
+/// use kiln::optim::{LrSchedule, PolynomialLr};
+/// // PyTorch's example: base 0.001, total_iters 4, power 1.
+/// let s = PolynomialLr { total_iters: 4, power: 1.0 };
+/// let want = [0.001, 0.00075, 0.0005, 0.00025, 0.0, 0.0];
+/// for (t, w) in want.iter().enumerate() {
+///     assert!((s.lr_at(0.001, t as u64) - w).abs() < 1e-15);
+/// }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PolynomialLr {
+    /// Steps of the decay (at least 1).
+    pub total_iters: u64,
+    /// The polynomial's power.
+    pub power: f64,
+}
+
+impl Default for PolynomialLr {
+    fn default() -> Self {
+        PolynomialLr {
+            total_iters: 5,
+            power: 1.0,
+        }
+    }
+}
+
+impl LrSchedule for PolynomialLr {
+    fn lr_at(&self, base_lr: f64, step: u64) -> f64 {
+        let n = self.total_iters.max(1);
+        base_lr * (1.0 - step.min(n) as f64 / n as f64).powf(self.power)
+    }
+
+    fn check(&self) -> Result<()> {
+        if self.total_iters == 0 {
+            return Err(bad("PolynomialLr", "total_iters must be at least 1".into()));
+        }
+        check("PolynomialLr", "power", self.power, true, "a number")
+    }
+}
+
+/// The policy of a [`CyclicLr`], PyTorch's `mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum CyclicMode {
+    /// `"triangular"`: every cycle from `base_lr` to `max_lr` and back.
+    #[default]
+    Triangular,
+    /// `"triangular2"`: each cycle's amplitude half the previous one's.
+    Triangular2,
+    /// `"exp_range"`: the amplitude scaled by `gamma^t` (`t` the step).
+    ExpRange {
+        /// The factor per step.
+        gamma: f64,
+    },
+}
+
+/// PyTorch's `CyclicLR(base_lr, max_lr, step_size_up, step_size_down, mode, gamma)`: the
+/// rate climbs linearly from `base_lr` to `max_lr` over `step_size_up` steps, falls back
+/// over `step_size_down` (`None`: as many), and repeats, the amplitude scaled per
+/// [`CyclicMode`]. As PyTorch's, it replaces the optimizer's rate (the group's base is
+/// ignored); one `base_lr`/`max_lr` for every group; stepped per batch. Momentum is not
+/// cycled (PyTorch's `cycle_momentum=True` default is not followed), and custom
+/// `scale_fn`s are not taken.
+///
+/// ```
+/// use kiln::optim::{CyclicLr, CyclicMode, LrSchedule};
+/// let s = CyclicLr::new(1.0, 3.0, 2);
+/// let lrs: Vec<f64> = (0..5).map(|t| s.lr_at(0.5, t)).collect();
+/// assert_eq!(lrs, [1.0, 2.0, 3.0, 2.0, 1.0]);
+/// let halving = CyclicLr { mode: CyclicMode::Triangular2, ..s };
+/// assert_eq!(halving.lr_at(0.5, 6), 2.0); // the second cycle's peak
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CyclicLr {
+    /// The lower bound.
+    pub base_lr: f64,
+    /// The upper bound (reached only where the amplitude is not scaled down).
+    pub max_lr: f64,
+    /// Steps of the increasing half of a cycle (at least 1).
+    pub step_size_up: u64,
+    /// Steps of the decreasing half; `None` is `step_size_up`.
+    pub step_size_down: Option<u64>,
+    /// The amplitude policy.
+    pub mode: CyclicMode,
+}
+
+impl CyclicLr {
+    /// `CyclicLR(base_lr, max_lr, step_size_up)`, triangular, as long down as up.
+    pub fn new(base_lr: f64, max_lr: f64, step_size_up: u64) -> CyclicLr {
+        CyclicLr {
+            base_lr,
+            max_lr,
+            step_size_up,
+            step_size_down: None,
+            mode: CyclicMode::Triangular,
+        }
+    }
+}
+
+impl LrSchedule for CyclicLr {
+    fn lr_at(&self, _base_lr: f64, step: u64) -> f64 {
+        let up = self.step_size_up as f64;
+        let down = self.step_size_down.unwrap_or(self.step_size_up) as f64;
+        let total = up + down;
+        let ratio = up / total;
+        let t = step as f64;
+        let cycle = (1.0 + t / total).floor();
+        let x = 1.0 + t / total - cycle;
+        let scale = if x <= ratio {
+            x / ratio
+        } else {
+            (x - 1.0) / (ratio - 1.0)
+        };
+        let height = (self.max_lr - self.base_lr) * scale;
+        let amplitude = match self.mode {
+            CyclicMode::Triangular => 1.0,
+            CyclicMode::Triangular2 => 1.0 / 2f64.powf(cycle - 1.0),
+            CyclicMode::ExpRange { gamma } => gamma.powf(t),
+        };
+        self.base_lr + height * amplitude
+    }
+
+    fn check(&self) -> Result<()> {
+        if self.step_size_up == 0 || self.step_size_down == Some(0) {
+            return Err(bad(
+                "CyclicLr",
+                "step_size_up and step_size_down must be at least 1".into(),
+            ));
+        }
+        check("CyclicLr", "base_lr", self.base_lr, true, "a number")?;
+        check("CyclicLr", "max_lr", self.max_lr, true, "a number")?;
+        if let CyclicMode::ExpRange { gamma } = self.mode {
+            check("CyclicLr", "gamma", gamma, true, "a number")?;
+        }
+        Ok(())
+    }
+}
+
+/// A boxed schedule, as [`SequentialLr`] and [`ChainedScheduler`] hold them.
+pub type BoxedSchedule = Box<dyn LrSchedule + Send + Sync>;
+
+/// PyTorch's `SequentialLR(schedulers, milestones)`: schedule `i` runs from milestone
+/// `i - 1` (step 0 for the first) to milestone `i`, each starting again at its own step 0
+/// from the group's base rate, as PyTorch's restarts them.
+///
+/// ```
+/// use kiln::optim::{ConstantLr, ExponentialLr, LrSchedule, SequentialLr};
+/// let s = SequentialLr::new(
+///     vec![Box::new(ConstantLr { factor: 0.1, total_iters: 2 }), Box::new(ExponentialLr { gamma: 0.9 })],
+///     vec![2],
+/// );
+/// let lrs: Vec<f64> = (0..4).map(|t| s.lr_at(1.0, t)).collect();
+/// assert_eq!(lrs, [0.1, 0.1, 1.0, 0.9]);
+/// ```
+pub struct SequentialLr {
+    schedules: Vec<BoxedSchedule>,
+    milestones: Vec<u64>,
+}
+
+impl SequentialLr {
+    /// The schedules and the steps at which each after the first takes over (one fewer
+    /// milestones than schedules, non-decreasing; checked when an
+    /// [`LrScheduler`](super::LrScheduler) is made).
+    pub fn new(schedules: Vec<BoxedSchedule>, milestones: Vec<u64>) -> SequentialLr {
+        SequentialLr {
+            schedules,
+            milestones,
+        }
+    }
+
+    /// The milestones.
+    pub fn milestones(&self) -> &[u64] {
+        &self.milestones
+    }
+}
+
+impl std::fmt::Debug for SequentialLr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SequentialLr")
+            .field("schedules", &self.schedules.len())
+            .field("milestones", &self.milestones)
+            .finish()
+    }
+}
+
+impl LrSchedule for SequentialLr {
+    fn lr_at(&self, base_lr: f64, step: u64) -> f64 {
+        let i = self.milestones.partition_point(|&m| m <= step);
+        let start = if i == 0 { 0 } else { self.milestones[i - 1] };
+        match self.schedules.get(i) {
+            Some(s) => s.lr_at(base_lr, step - start),
+            None => base_lr,
+        }
+    }
+
+    fn check(&self) -> Result<()> {
+        if self.schedules.is_empty() || self.milestones.len() + 1 != self.schedules.len() {
+            return Err(bad(
+                "SequentialLr",
+                format!(
+                    "expects one more schedule than milestones, got {} schedules and {} milestones",
+                    self.schedules.len(),
+                    self.milestones.len()
+                ),
+            ));
+        }
+        if self.milestones.windows(2).any(|w| w[0] > w[1]) {
+            return Err(bad(
+                "SequentialLr",
+                format!("milestones {:?} must not decrease", self.milestones),
+            ));
+        }
+        self.schedules.iter().try_for_each(|s| s.check())
+    }
+
+    fn last_step(&self) -> Option<u64> {
+        let last = self.schedules.last()?.last_step()?;
+        Some(last + self.milestones.last().copied().unwrap_or(0))
+    }
+}
+
+/// PyTorch's `ChainedScheduler(schedulers)`: every schedule at once, their factors
+/// multiplied: `base · Π_i (lr_i(t) / base)`. This is PyTorch's result for its
+/// multiplicative schedulers (`ConstantLR`, `LinearLR`, `StepLR`, `MultiStepLR`,
+/// `ExponentialLR`, `PolynomialLR`); for the others PyTorch chains its recursive forms,
+/// which differ.
+///
+/// ```
+/// use kiln::optim::{ChainedScheduler, ConstantLr, ExponentialLr, LrSchedule};
+/// let s = ChainedScheduler::new(vec![
+///     Box::new(ConstantLr { factor: 0.1, total_iters: 2 }),
+///     Box::new(ExponentialLr { gamma: 0.9 }),
+/// ]);
+/// assert!((s.lr_at(1.0, 1) - 0.09).abs() < 1e-12);
+/// assert!((s.lr_at(1.0, 2) - 0.81).abs() < 1e-12);
+/// ```
+pub struct ChainedScheduler {
+    schedules: Vec<BoxedSchedule>,
+}
+
+impl ChainedScheduler {
+    /// The schedules whose factors multiply.
+    pub fn new(schedules: Vec<BoxedSchedule>) -> ChainedScheduler {
+        ChainedScheduler { schedules }
+    }
+}
+
+impl std::fmt::Debug for ChainedScheduler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChainedScheduler")
+            .field("schedules", &self.schedules.len())
+            .finish()
+    }
+}
+
+impl LrSchedule for ChainedScheduler {
+    fn lr_at(&self, base_lr: f64, step: u64) -> f64 {
+        if base_lr == 0.0 {
+            return 0.0;
+        }
+        self.schedules
+            .iter()
+            .fold(base_lr, |lr, s| lr * (s.lr_at(base_lr, step) / base_lr))
+    }
+
+    fn check(&self) -> Result<()> {
+        self.schedules.iter().try_for_each(|s| s.check())
+    }
+
+    fn last_step(&self) -> Option<u64> {
+        self.schedules.iter().filter_map(|s| s.last_step()).min()
+    }
+}
