@@ -95,8 +95,8 @@ fn constant_and_polynomial() {
         LrScheduler::new(
             &mut opt,
             PolynomialLr {
-                total_iters: 0,
-                power: 1.0
+                total_iters: 3,
+                power: f64::NAN
             }
         )
         .is_err()
@@ -230,8 +230,15 @@ fn sequential_and_chained() {
     three.push(Box::new(ConstantLr::default()));
     assert!(LrScheduler::new(&mut opt, SequentialLr::new(three, vec![4, 2])).is_err());
     let bad: Vec<kiln::optim::BoxedSchedule> = vec![Box::new(PolynomialLr {
-        total_iters: 0,
-        power: 1.0,
+        total_iters: 2,
+        power: f64::NAN,
     })];
     assert!(LrScheduler::new(&mut opt, ChainedScheduler::new(bad)).is_err());
+    // total_iters = 0: PyTorch's stepping never decays (its recursive form returns the
+    // group's rate while the step exceeds total_iters).
+    let flat = PolynomialLr {
+        total_iters: 0,
+        power: 1.0,
+    };
+    assert!((0..5).all(|t| flat.lr_at(0.3, t) == 0.3));
 }

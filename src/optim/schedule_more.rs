@@ -54,7 +54,8 @@ impl LrSchedule for ConstantLr {
 }
 
 /// PyTorch's `PolynomialLR`: `base · (1 - min(t, n) / n)^power` over `n = total_iters`
-/// steps (zero from then on). The default is PyTorch's (`5`, `1`).
+/// steps (zero from then on). The default is PyTorch's (`5`, `1`). With `total_iters = 0`
+/// the rate stays at `base`, as PyTorch's stepping leaves it.
 ///
 /// ```
 /// use kiln::optim::{LrSchedule, PolynomialLr};
@@ -67,7 +68,7 @@ impl LrSchedule for ConstantLr {
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PolynomialLr {
-    /// Steps of the decay (at least 1).
+    /// Steps of the decay (0: no decay).
     pub total_iters: u64,
     /// The polynomial's power.
     pub power: f64,
@@ -84,14 +85,14 @@ impl Default for PolynomialLr {
 
 impl LrSchedule for PolynomialLr {
     fn lr_at(&self, base_lr: f64, step: u64) -> f64 {
-        let n = self.total_iters.max(1);
+        let n = self.total_iters;
+        if n == 0 {
+            return base_lr;
+        }
         base_lr * (1.0 - step.min(n) as f64 / n as f64).powf(self.power)
     }
 
     fn check(&self) -> Result<()> {
-        if self.total_iters == 0 {
-            return Err(bad("PolynomialLr", "total_iters must be at least 1".into()));
-        }
         check("PolynomialLr", "power", self.power, true, "a number")
     }
 }
