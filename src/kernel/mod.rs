@@ -143,6 +143,24 @@ impl<V> IrOp<V> {
         }
     }
 
+    /// Replaces every value the op reads by `f` of it (renumbering values when a pass
+    /// copies ops into a new kernel); the same operands, in the same order, as [`operands`](Self::operands).
+    pub fn map_operands(&mut self, mut f: impl FnMut(ValueId) -> ValueId) {
+        match self {
+            IrOp::Unary(_, a) | IrOp::Cast(a) => *a = f(*a),
+            IrOp::Reduce { src, .. } | IrOp::Store { src, .. } => *src = f(*src),
+            IrOp::Gather { index, .. } => *index = f(*index),
+            IrOp::Binary(_, a, b) => (*a, *b) = (f(*a), f(*b)),
+            IrOp::Where(c, a, b) => (*c, *a, *b) = (f(*c), f(*a), f(*b)),
+            IrOp::Load { .. }
+            | IrOp::Generate { .. }
+            | IrOp::Const(_)
+            | IrOp::Param { .. }
+            | IrOp::Valid { .. }
+            | IrOp::MatmulResult => {}
+        }
+    }
+
     /// The view an op reads or writes through, if any.
     pub fn view(&self) -> Option<&V> {
         match self {

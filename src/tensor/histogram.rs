@@ -407,7 +407,7 @@ impl Tensor {
             }
             binnings.push(Binning::linear(lo, hi, b, c, self.device(), true)?);
         }
-        self.histogram_with(op, binnings, weight, lead, density)
+        self.histogram_with(op, c, binnings, weight, lead, density)
     }
 
     /// `histogramdd` of `[N, D]` points over given edges.
@@ -436,20 +436,20 @@ impl Tensor {
             .enumerate()
             .map(|(dim, e)| Binning::given(op, dim, e, self, c))
             .collect::<Result<Vec<_>>>()?;
-        self.histogram_with(op, binnings, weight, lead, density)
+        self.histogram_with(op, c, binnings, weight, lead, density)
     }
 
-    /// Counts `[N, D]` points into `binnings`; returns the histogram and the edges, in
-    /// this tensor's dtype.
+    /// Counts `[N, D]` points into `binnings` in dtype `c` (from [`histogram_dtype`]);
+    /// returns the histogram and the edges, in this tensor's dtype.
     fn histogram_with(
         &self,
         op: &'static str,
+        c: DType,
         binnings: Vec<Binning>,
         weight: Option<&Tensor>,
         lead: &[usize],
         density: bool,
     ) -> Result<(Tensor, Vec<Tensor>)> {
-        let c = histogram_dtype(op, self)?;
         let weight = match weight {
             None => None,
             Some(w) if w.dtype() != self.dtype => {

@@ -296,19 +296,7 @@ fn simplify(k: &mut Kernel) {
 /// `op` with every operand `v` replaced by `to[v]`.
 fn remap(op: &IrOp, to: &[ValueId]) -> IrOp {
     let mut op = op.clone();
-    match &mut op {
-        IrOp::Unary(_, a) | IrOp::Cast(a) => *a = to[*a],
-        IrOp::Reduce { src, .. } | IrOp::Store { src, .. } => *src = to[*src],
-        IrOp::Gather { index, .. } => *index = to[*index],
-        IrOp::Binary(_, a, b) => (*a, *b) = (to[*a], to[*b]),
-        IrOp::Where(c, a, b) => (*c, *a, *b) = (to[*c], to[*a], to[*b]),
-        IrOp::Load { .. }
-        | IrOp::Generate { .. }
-        | IrOp::Const(_)
-        | IrOp::Param { .. }
-        | IrOp::Valid { .. }
-        | IrOp::MatmulResult => {}
-    }
+    op.map_operands(|v| to[v]);
     op
 }
 
