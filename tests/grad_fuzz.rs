@@ -2726,13 +2726,32 @@ fn reference_api_contract() {
     let ints = Tensor::from_vec(vec![1i64, 2, 3], [3]);
     assert!(grad::gradients(&out, None, &[&ints]).is_err());
     assert!(grad::gradients(&ints, None, &[&a]).is_err());
-    // A realized composite keeps no forward ops: an error, not a silent constant.
+    // A realized composite is differentiated through the forward ops it recorded (kept
+    // until its history is released), as before it was realized.
     let logits = Tensor::from_vec(vec![0.5f64, -1.0, 2.0, 0.0], [2, 2]).requires_grad_(true);
     let targets = Tensor::from_vec(vec![1i64, 0], [2]);
     let ce = kiln::nn::functional::cross_entropy(&logits, &targets).unwrap();
-    assert!(grad::gradients(&ce, None, &[&logits]).is_ok());
+    let lazy = grad::gradients(&ce, None, &[&logits]).unwrap()[0].to_f64();
     ce.realize().unwrap();
-    assert!(grad::gradients(&ce, None, &[&logits]).is_err());
+    let realized = grad::gradients(&ce, None, &[&logits]).unwrap()[0].to_f64();
+    assert_eq!(lazy, realized);
+    // Softmax rows minus the one-hot targets, over the batch of 2.
+    let want: Vec<f64> = [[0.5f64, -1.0], [2.0, 0.0]]
+        .iter()
+        .zip([1usize, 0])
+        .flat_map(|(row, t)| {
+            let z: f64 = row.iter().map(|v| v.exp()).sum();
+            (0..2).map(move |j| (row[j].exp() / z - f64::from(u8::from(j == t))) / 2.0)
+        })
+        .collect();
+    for (g, w) in realized.iter().zip(&want) {
+        assert!((g - w).abs() < 1e-12, "{realized:?} vs {want:?}");
+    }
+    ce.backward().unwrap();
+    let kiln_grad = logits.grad().unwrap().to_vec::<f64>().unwrap();
+    for (g, w) in kiln_grad.iter().zip(&want) {
+        assert!((g - w).abs() < 1e-12, "{kiln_grad:?} vs {want:?}");
+    }
     // A realized intermediate that keeps its history is differentiated through.
     let h = logits.exp();
     h.realize().unwrap();

@@ -145,3 +145,73 @@ fn small_pads_and_small_tensors_stay_one_kernel() {
     let t = input(&[16, 16, 15], 14, DType::F32);
     assert_eq!(check(|| Tensor::stack(&[&t, &t, &t], 0) + 1.0), 0);
 }
+
+#[test]
+fn cat_keeps_minus_zero_in_every_float_dtype() {
+    // `cat` picks each input's own values: a sum of zero-padded inputs would turn every
+    // -0.0 into +0.0.
+    for dtype in [DType::F32, DType::F16, DType::BF16, DType::F64] {
+        for (shape, splits) in [([64usize, 64, 64], true), ([2, 3, 4], false)] {
+            let n: usize = shape.iter().product();
+            let signed: Vec<f32> = (0..n)
+                .map(|i| {
+                    if i % 3 == 0 {
+                        -0.0
+                    } else {
+                        (i % 64) as f32 / 4.0
+                    }
+                })
+                .collect();
+            let a = Tensor::from_vec(signed.clone(), shape).cast(dtype);
+            let b = input(&shape, 7, dtype);
+            a.realize().expect("realize");
+            let split = check(|| Tensor::cat(&[&b, &a, &b], 1));
+            assert_eq!(split > 0, splits, "{dtype:?} {shape:?}");
+            let joined = Tensor::cat(&[&b, &a, &b], 1)
+                .to_vec::<f64>()
+                .expect("reads");
+            let (rows, inner) = (shape[0], shape[1] * shape[2]);
+            for r in 0..rows {
+                let middle = &joined[(3 * r + 1) * inner..(3 * r + 2) * inner];
+                for (g, w) in middle.iter().zip(&signed[r * inner..(r + 1) * inner]) {
+                    assert_eq!(g.to_bits(), (*w as f64).to_bits(), "{dtype:?} row {r}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn the_gradient_of_a_long_cat_reads_each_part_of_the_output_gradient_once() {
+    // Every input's gradient is a slice of the output's: the kernels that realize all 64
+    // gradients cover about the output once (a chain of `where`s would pass the gradient
+    // of the rest of the join down to every input: 64 kernels of the whole size).
+    let parts: Vec<Tensor> = (0..64)
+        .map(|i| input(&[1, 16, 256], 20 + i, DType::F32).requires_grad_(true))
+        .collect();
+    let w = input(&[64, 16, 256], 9, DType::F32);
+    let joined = Tensor::cat(&parts.iter().collect::<Vec<_>>(), 0);
+    (&joined * &w).sum(..).backward().expect("backward");
+    let grads: Vec<Tensor> = parts.iter().map(|p| p.grad().expect("grad")).collect();
+    let plan = kiln::plan_all(
+        &grads.iter().collect::<Vec<_>>(),
+        &RealizeOptions::default(),
+    )
+    .expect("plans");
+    let covered: usize = plan
+        .kernels()
+        .map(|k| k.kernel().shape.iter().product::<usize>())
+        .sum();
+    let total = 64 * 16 * 256;
+    assert!(
+        covered <= 2 * total,
+        "kernels cover {covered} elements for {total}"
+    );
+    kiln::realize_all(&grads.iter().collect::<Vec<_>>()).expect("realizes");
+    let want = w.to_vec::<f32>().expect("reads");
+    for (i, g) in grads.iter().enumerate() {
+        assert_eq!(g.shape(), &[1, 16, 256]);
+        let g = g.to_vec::<f32>().expect("reads");
+        assert_eq!(g, want[i * 4096..(i + 1) * 4096], "part {i}");
+    }
+}

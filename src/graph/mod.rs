@@ -305,8 +305,10 @@ impl Graph {
     }
 
     /// Turns a node into a realized leaf: it keeps its key, shape and dtype, holds `buffer`,
-    /// and its input edges go (pruning inputs nobody else needs) — unless a backward pass
-    /// still needs them (the node has a `grad_fn`), in which case they stay until it ran.
+    /// and its input edges go (pruning inputs nobody else needs) — unless the node still has
+    /// a `grad_fn`, in which case they stay until a backward pass ran: a backward pass needs
+    /// an op's inputs, and a composite's edge to the forward ops it recorded lets the
+    /// reference evaluator's gradients differentiate through them.
     pub fn set_realized(&mut self, key: NodeKey, buffer: Arc<Buffer>) -> Result<()> {
         let idx = self.index(key)?;
         let n = &mut self.dag[idx];
@@ -316,10 +318,7 @@ impl Graph {
         n.op = Op::Buffer;
         n.version = buffer.version();
         n.buffer = Some(buffer);
-        let keeps_history = n
-            .autograd
-            .as_ref()
-            .is_some_and(|a| matches!(a.grad_fn, Some(GradFn::Op(_))));
+        let keeps_history = n.autograd.as_ref().is_some_and(|a| a.grad_fn.is_some());
         if !keeps_history {
             self.cut_inputs(idx);
         }
@@ -560,14 +559,14 @@ impl Graph {
             }
             None => None,
         };
-        match had {
-            Some(GradFn::Op(_)) if n.op == Op::Buffer => self.cut_inputs(idx),
-            Some(GradFn::Custom { inputs, .. }) => {
-                for k in inputs {
-                    self.release(k);
-                }
+        let realized = n.op == Op::Buffer;
+        if let Some(GradFn::Custom { inputs, .. }) = &had {
+            for &k in inputs {
+                self.release(k);
             }
-            _ => {}
+        }
+        if had.is_some() && realized {
+            self.cut_inputs(idx);
         }
         Ok(())
     }

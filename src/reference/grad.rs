@@ -20,8 +20,8 @@
 //! * A realized node is a leaf, read from its buffer, unless it still keeps its history (a
 //!   value requiring grad realized before `backward`): then its recorded op is
 //!   differentiated over its kept inputs, with the buffer as its value — as kiln's
-//!   backward pass does. A realized composite with a custom rule keeps no forward ops:
-//!   that is an error, not a constant.
+//!   backward pass does. A realized composite with a custom rule is differentiated
+//!   through the forward ops it recorded, which its node keeps as long as its history.
 //!
 //! # Conventions at non-differentiable points (PyTorch's)
 //!
@@ -169,19 +169,22 @@ fn gradients_in(
 
 /// The op whose inputs a gradient flows back through at `k`, or `None` for a leaf: a
 /// generator, or a realized node without kept history. A realized composite with its own
-/// backward rule is refused: its forward ops are gone, and treating it as a constant would
-/// silently drop gradients.
+/// backward rule is differentiated through the forward ops it recorded (which its node
+/// keeps until its history is released), never with its rule.
 fn step_op(g: &Graph, k: NodeKey) -> Result<Option<Op>> {
     let n = g.node(k)?;
     Ok(match &n.op {
         Op::Buffer => match n.autograd.as_ref().and_then(|a| a.grad_fn.as_ref()) {
             Some(GradFn::Op(op)) if !g.inputs(k)?.is_empty() => Some(op.clone()),
+            // The composite's output is a reshape of the forward ops it recorded, kept as
+            // its one input edge until its history is released.
+            Some(GradFn::Custom { .. }) if g.inputs(k)?.len() == 1 => {
+                Some(Op::Movement(Movement::Reshape(n.shape.clone())))
+            }
             Some(GradFn::Custom { .. }) => {
-                return Err(KilnError::InvalidArgument {
-                    op: "reference gradients",
-                    shape: n.shape.clone(),
-                    reason: "a realized composite with its own backward rule (cross entropy, say) keeps no forward ops to differentiate; take reference gradients before realizing it".into(),
-                });
+                return Err(KilnError::internal(
+                    "reference gradients: a realized composite lost its forward ops",
+                ));
             }
             _ => None,
         },

@@ -1,8 +1,12 @@
 //! Joining and splitting tensors. `split` and `chunk` return views (no copies). `cat` and
 //! `stack` produce a new tensor: each input is padded into place and a `where` on the
 //! position picks it, so the whole join is one fused kernel (and fuses with the work before
-//! and after it) — kiln has no separate concatenation kernel.
+//! and after it) — kiln has no separate concatenation kernel. Its gradient is one rule
+//! (a composite, [`custom_grad`](super::custom_grad)): each input gets its slice of the
+//! output's gradient, a view. The derivative of each `where` would instead pass the
+//! gradient of the rest of the join down the chain, one whole-size tensor per input.
 
+use super::custom_grad::composite;
 use super::{Tensor, unwrap_or_panic};
 use crate::dtype::DType;
 use crate::error::{KilnError, Result};
@@ -90,11 +94,21 @@ impl Tensor {
                 .try_pad(&pads_of(i), false)
         };
         let last = tensors.len() - 1;
-        let mut acc = placed(last)?;
-        for i in (0..last).rev() {
-            acc = Tensor::try_where(&inside(i)?, &placed(i)?, &acc)?;
-        }
-        Ok(acc)
+        let join = || {
+            let mut acc = placed(last)?;
+            for i in (0..last).rev() {
+                acc = Tensor::try_where(&inside(i)?, &placed(i)?, &acc)?;
+            }
+            Ok(acc)
+        };
+        let ranges: Vec<(isize, isize)> = (starts.iter().zip(tensors))
+            .map(|(&s, t)| (s as isize, (s + t.shape()[axis]) as isize))
+            .collect();
+        composite(tensors, join, move |_, _, g| {
+            (ranges.iter())
+                .map(|&(from, to)| Ok(Some(g.try_slice_dim(axis as isize, from, to, 1)?)))
+                .collect()
+        })
     }
 
     /// Joins tensors of one shape along a new dimension `dim`.

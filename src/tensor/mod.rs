@@ -8,6 +8,7 @@ mod activation;
 mod combine;
 mod composite;
 mod creation;
+pub(crate) mod custom_grad;
 mod display;
 mod einsum;
 mod elementwise;
