@@ -654,3 +654,39 @@ fn gradients_match_finite_differences() {
     let sums: Vec<f64> = g.chunks(4).map(|r| r.iter().sum()).collect();
     assert_close("occupancy", &sums, &[-1.0, -1.0, -1.0, -1.0, 0.0], 1e-12);
 }
+
+#[test]
+fn long_sequences_stay_finite_in_log_space() {
+    // Uniform probabilities 1/C over T = 1000 steps (each path has probability 5^-1000,
+    // below f64's range): a single label has T(T + 1)/2 alignments (one run of the label
+    // anywhere), the empty target one.
+    let (t, c) = (1000usize, 5usize);
+    let x = Tensor::from_vec(vec![-(c as f64).ln(); t * 2 * c], [t, 2, c]).requires_grad_(true);
+    let targets = Tensor::from_vec(vec![3i64, 0], [2, 1]);
+    let l = ctc_loss_with(
+        &x,
+        &targets,
+        &[1000, 1000],
+        &[1, 0],
+        &opts(0, Reduction::None, false),
+    )
+    .unwrap();
+    let tf = t as f64;
+    let want = [
+        tf * (c as f64).ln() - (tf * (tf + 1.0) / 2.0).ln(),
+        tf * (c as f64).ln(),
+    ];
+    assert_close("long", &l.to_vec::<f64>().unwrap(), &want, 1e-12);
+    l.sum(..).backward().unwrap();
+    let g = x.grad().unwrap().to_vec::<f64>().unwrap();
+    assert!(g.iter().all(|v| v.is_finite()));
+    // The empty target's gradient is -1 on the blank at every step.
+    let empty: Vec<f64> = g.chunks(c).skip(1).step_by(2).flatten().copied().collect();
+    let want: Vec<f64> = (0..t * c)
+        .map(|i| if i % c == 0 { -1.0 } else { 0.0 })
+        .collect();
+    assert_close("long, empty target gradient", &empty, &want, 1e-9);
+    // The single label's occupancy sums to 1 at every step.
+    let sums: Vec<f64> = g.chunks(c).step_by(2).map(|r| r.iter().sum()).collect();
+    assert_close("long, occupancy", &sums, &vec![-1.0; t], 1e-9);
+}
