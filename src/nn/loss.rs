@@ -5,10 +5,12 @@
 //! divergence [`kl_div`], and the margin losses ([`margin_ranking_loss`],
 //! [`hinge_embedding_loss`], [`soft_margin_loss`], [`multilabel_soft_margin_loss`],
 //! [`cosine_embedding_loss`], [`triplet_margin_loss`], [`multi_margin_loss`],
-//! [`multilabel_margin_loss`]) and [`gaussian_nll_loss`], with PyTorch's semantics and
-//! `reduction=` ([`Reduction`]). Where a loss has a custom backward rule its doc says so;
-//! the others are differentiated op by op. Re-exported from [`super::functional`].
+//! [`multilabel_margin_loss`]), [`gaussian_nll_loss`] and the sequence loss [`ctc_loss`],
+//! with PyTorch's semantics and `reduction=` ([`Reduction`]). Where a loss has a custom
+//! backward rule its doc says so; the others are differentiated op by op. Re-exported from
+//! [`super::functional`].
 
+pub use super::ctc::{CtcLengths, CtcLossOptions, ctc_loss, ctc_loss_with};
 pub use super::loss_extra::{gaussian_nll_loss, multi_margin_loss, multilabel_margin_loss};
 use crate::autograd::composite;
 use crate::dtype::DType;

@@ -6,7 +6,7 @@
 //! [`AvgPool2d`], [`AdaptiveAvgPool2d`], [`AdaptiveMaxPool2d`], [`MaxUnpool2d`] and their 1-d forms),
 //! normalization ([`BatchNorm2d`], [`GroupNorm`], [`InstanceNorm2d`], [`RmsNorm`] and the
 //! other dimensions), recurrent layers ([`Rnn`], [`Lstm`], [`Gru`] and their cells),
-//! padding ([`Pad`]), resampling ([`Upsample`], [`PixelShuffle`]) and sliding blocks ([`Unfold`], [`Fold`]), losses ([`loss`]), functional forms ([`functional`], which re-exports the
+//! padding ([`Pad`]), resampling ([`Upsample`], [`PixelShuffle`]) and sliding blocks ([`Unfold`], [`Fold`]), losses ([`loss`], and [`CtcLoss`]), functional forms ([`functional`], which re-exports the
 //! losses and the normalization and distance functions) and seeded initializers ([`init`]).
 //!
 //! A module's parameters are realized leaves that require grad. Its buffers
@@ -31,6 +31,7 @@ mod activation;
 mod attention;
 mod conv;
 mod conv_layers;
+mod ctc;
 mod embedding_bag;
 pub mod functional;
 pub mod init;
@@ -55,6 +56,7 @@ pub use conv_layers::{
     ConvTranspose, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d, ConvTransposeOptions,
     MaxPool, MaxPool1d, MaxPool2d, MaxUnpool, MaxUnpool1d, MaxUnpool2d, MaxUnpool3d,
 };
+pub use ctc::CtcLoss;
 pub use embedding_bag::{EmbeddingBag, EmbeddingBagMode};
 pub use layers::{
     Dropout, Embedding, Flatten, Gelu, GeluTanh, LayerNorm, Linear, Mlp, Relu, Sequential, Sigmoid,
