@@ -3,7 +3,8 @@
 //! [`Dropout`], [`Gelu`], [`GeluTanh`], [`Relu`], [`Flatten`], [`Sequential`], the rest of
 //! PyTorch's activations ([`LeakyRelu`], [`Elu`], [`Selu`], [`Prelu`], [`Mish`], [`Glu`], ...),
 //! [`CausalSelfAttention`], [`MultiheadAttention`], [`Block`]), convolution and pooling ([`Conv2d`], [`MaxPool2d`],
-//! [`AvgPool2d`], [`AdaptiveAvgPool2d`], [`AdaptiveMaxPool2d`], [`MaxUnpool2d`] and their 1-d forms),
+//! [`AvgPool2d`], [`AdaptiveAvgPool2d`], [`AdaptiveMaxPool2d`], [`MaxUnpool2d`] and their 1-d forms,
+//! [`FractionalMaxPool2d`]),
 //! normalization ([`BatchNorm2d`], [`GroupNorm`], [`InstanceNorm2d`], [`RmsNorm`] and the
 //! other dimensions), recurrent layers ([`Rnn`], [`Lstm`], [`Gru`] and their cells),
 //! padding ([`Pad`]), resampling ([`Upsample`], [`PixelShuffle`]) and sliding blocks ([`Unfold`], [`Fold`]), losses ([`loss`]), functional forms ([`functional`], which re-exports the
@@ -32,6 +33,7 @@ mod attention;
 mod conv;
 mod conv_layers;
 mod embedding_bag;
+mod fractional_pool;
 pub mod functional;
 pub mod init;
 mod layers;
@@ -56,6 +58,7 @@ pub use conv_layers::{
     MaxPool, MaxPool1d, MaxPool2d, MaxUnpool, MaxUnpool1d, MaxUnpool2d, MaxUnpool3d,
 };
 pub use embedding_bag::{EmbeddingBag, EmbeddingBagMode};
+pub use fractional_pool::{FractionalMaxPool, FractionalMaxPool2d, FractionalMaxPool3d};
 pub use layers::{
     Dropout, Embedding, Flatten, Gelu, GeluTanh, LayerNorm, Linear, Mlp, Relu, Sequential, Sigmoid,
     Silu, Tanh,
