@@ -493,6 +493,12 @@ fn empty_outputs_and_edge_sizes() {
     assert_eq!(y.shape(), &[2, 3, 0, 3]);
     assert_eq!(at.shape(), &[2, 3, 0, 3]);
     assert!(y.to_vec::<f32>().unwrap().is_empty());
+    // An empty batch is allowed, as in PyTorch (only the other dimensions must be non-empty).
+    let x = Tensor::zeros([0, 2, 6, 5]);
+    let (y, at) =
+        fractional_max_pool2d_with_indices(&x, 2, Some(Spatial([3, 2])), None, 1).unwrap();
+    assert_eq!(y.shape(), &[0, 2, 3, 2]);
+    assert!(at.to_vec::<i64>().unwrap().is_empty());
     // 2-D allows output + kernel - 1 == input: the output covers the input with windows
     // one apart; a kernel as large as the input with one output is global max pooling.
     let x = Tensor::from_vec((0..20).map(|v| v as f32).collect(), [1, 4, 5]);

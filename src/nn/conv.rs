@@ -146,7 +146,7 @@ pub(super) fn require_float(op: &'static str, x: &Tensor) -> Result<()> {
     }
 }
 
-/// `other` (a weight or bias) has `x`'s dtype and device.
+/// `other` (a weight, a bias, fractional pooling's samples) has `x`'s dtype and device.
 pub(super) fn same_dtype_and_device(op: &'static str, x: &Tensor, other: &Tensor) -> Result<()> {
     if other.dtype() != x.dtype() {
         return Err(KilnError::DTypeMismatch {
