@@ -146,8 +146,8 @@ pub(super) fn require_float(op: &'static str, x: &Tensor) -> Result<()> {
     }
 }
 
-/// `other` (a weight or bias) has `x`'s dtype and device.
-fn same_dtype_and_device(op: &'static str, x: &Tensor, other: &Tensor) -> Result<()> {
+/// `other` (a weight, a bias, fractional pooling's samples) has `x`'s dtype and device.
+pub(super) fn same_dtype_and_device(op: &'static str, x: &Tensor, other: &Tensor) -> Result<()> {
     if other.dtype() != x.dtype() {
         return Err(KilnError::DTypeMismatch {
             op,
@@ -664,7 +664,7 @@ const fn pool_name(kind: u8, n: usize) -> &'static str {
 
 /// The flat index of every element in its spatial plane (`h·W + w` in 2-D), i64, as a
 /// view of `x`'s `[N, C, *spatial]` shape (one `arange`, broadcast over batch and channels).
-fn plane_positions(x: &Tensor) -> Result<Tensor> {
+pub(super) fn plane_positions(x: &Tensor) -> Result<Tensor> {
     let spatial = &x.shape()[2..];
     let plane: usize = spatial.iter().product();
     let mut shape = vec![1isize, 1];
@@ -678,7 +678,7 @@ fn plane_positions(x: &Tensor) -> Result<Tensor> {
 /// Which element along `axis` of `cell` PyTorch's CPU max pooling keeps (`axis` stays, of
 /// size 1): its loop replaces the running maximum when `value > max || isnan(value)`, so
 /// the last NaN wins where there is one, and the first largest element otherwise.
-fn pooled_pick(cell: &Tensor, axis: isize) -> Result<Tensor> {
+pub(super) fn pooled_pick(cell: &Tensor, axis: isize) -> Result<Tensor> {
     let first_max = cell.try_argmax_keepdim(axis)?;
     let nan = cell.try_isnan()?;
     let last = cell.shape()[axis as usize] as i64 - 1;

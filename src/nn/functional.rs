@@ -13,6 +13,10 @@ pub use super::conv::{
     max_unpool3d,
 };
 pub use super::embedding_bag::{EmbeddingBagMode, embedding_bag};
+pub use super::fractional_pool::{
+    fractional_max_pool2d, fractional_max_pool2d_with_indices, fractional_max_pool2d_with_samples,
+    fractional_max_pool3d, fractional_max_pool3d_with_indices, fractional_max_pool3d_with_samples,
+};
 pub use super::loss::*;
 pub use super::norm::{
     batch_norm, cosine_similarity, group_norm, instance_norm, normalize, pairwise_distance,

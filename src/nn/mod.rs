@@ -3,7 +3,8 @@
 //! [`Dropout`], [`Gelu`], [`GeluTanh`], [`Relu`], [`Flatten`], [`Sequential`], the rest of
 //! PyTorch's activations ([`LeakyRelu`], [`Elu`], [`Selu`], [`Prelu`], [`Mish`], [`Glu`], ...),
 //! [`CausalSelfAttention`], [`MultiheadAttention`], [`Block`]), convolution and pooling ([`Conv2d`], [`MaxPool2d`],
-//! [`AvgPool2d`], [`AdaptiveAvgPool2d`], [`AdaptiveMaxPool2d`], [`MaxUnpool2d`] and their 1-d forms),
+//! [`AvgPool2d`], [`AdaptiveAvgPool2d`], [`AdaptiveMaxPool2d`], [`MaxUnpool2d`] and their 1-d forms,
+//! [`FractionalMaxPool2d`]),
 //! normalization ([`BatchNorm2d`], [`GroupNorm`], [`InstanceNorm2d`], [`RmsNorm`] and the
 //! other dimensions), recurrent layers ([`Rnn`], [`Lstm`], [`Gru`] and their cells),
 //! padding ([`Pad`]), resampling ([`Upsample`], [`PixelShuffle`]) and sliding blocks ([`Unfold`], [`Fold`]), losses ([`loss`], and [`CtcLoss`]), functional forms ([`functional`], which re-exports the
@@ -33,6 +34,7 @@ mod conv;
 mod conv_layers;
 mod ctc;
 mod embedding_bag;
+mod fractional_pool;
 pub mod functional;
 pub mod init;
 mod layers;
@@ -58,6 +60,7 @@ pub use conv_layers::{
 };
 pub use ctc::CtcLoss;
 pub use embedding_bag::{EmbeddingBag, EmbeddingBagMode};
+pub use fractional_pool::{FractionalMaxPool, FractionalMaxPool2d, FractionalMaxPool3d};
 pub use layers::{
     Dropout, Embedding, Flatten, Gelu, GeluTanh, LayerNorm, Linear, Mlp, Relu, Sequential, Sigmoid,
     Silu, Tanh,
