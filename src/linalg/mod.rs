@@ -4,7 +4,7 @@
 //!   elementwise ops and reductions: they fuse, run on every device and are differentiated
 //!   as their parts are (the spectral and nuclear matrix norms go through [`svdvals`]).
 //! - Decompositions and solvers ([`inv`], [`solve`], [`det`], [`slogdet`], [`cholesky`],
-//!   [`qr`], [`eigh`], [`eigvalsh`], [`svd`], [`svdvals`]) are computed on the host: the
+//!   [`qr`], [`eigh`], [`eigvalsh`], [`svd`], [`svdvals`], [`pinv`], [`lstsq`]) are computed on the host: the
 //!   input is realized and read back (a synchronization point, like a `to_vec`), each
 //!   matrix of the batch (`[..., m, n]`) is factored in f64, and the result is a tensor of
 //!   the input's dtype (f32 or f64; half types are refused, as PyTorch's LAPACK paths refuse
@@ -19,9 +19,11 @@
 
 mod decomp;
 mod host;
+mod lstsq;
 mod norm;
 
 pub use decomp::{cholesky, det, eigh, eigvalsh, inv, qr, slogdet, solve, svd, svdvals};
+pub use lstsq::{Lstsq, LstsqDriver, lstsq, pinv};
 pub use norm::{NormOrd, matrix_norm, norm, vector_norm};
 
 pub(crate) use norm::vector_norm_named;

@@ -1,0 +1,456 @@
+//! The second batch of `kiln::linalg` (`pinv`, `lstsq`, `matrix_power`, `matrix_exp`,
+//! `lu_factor`, `lu`, `lu_solve`, `solve_triangular`) against hand-written f64 loops and
+//! identities (the four Penrose conditions, the normal equations, a high-order Taylor
+//! series, `P·L·U = A`, back substitution), hand-computed values, PyTorch's errors, views
+//! as inputs, f32 and f64, empty batches, and central finite-difference gradient checks.
+
+mod common;
+mod fd_helpers;
+
+use common::Rng;
+use fd_helpers::{assert_close, gradcheck, values};
+use kiln::linalg::{self, LstsqDriver};
+use kiln::{DType, KilnError, Tensor};
+
+fn t64(data: Vec<f64>, shape: &[usize]) -> Tensor {
+    Tensor::from_vec(data, shape)
+}
+
+fn read(t: &Tensor) -> Vec<f64> {
+    t.to_vec::<f64>().unwrap()
+}
+
+/// `a (m × k) · b (k × n)`, row-major.
+fn mm(a: &[f64], b: &[f64], m: usize, k: usize, n: usize) -> Vec<f64> {
+    (0..m * n)
+        .map(|idx| {
+            let (i, j) = (idx / n, idx % n);
+            (0..k).map(|p| a[i * k + p] * b[p * n + j]).sum()
+        })
+        .collect()
+}
+
+/// The transpose of the row-major `m × n` matrix `a`.
+fn tr(a: &[f64], m: usize, n: usize) -> Vec<f64> {
+    (0..m * n).map(|idx| a[(idx % m) * n + idx / m]).collect()
+}
+
+/// `A⁻¹·B` by Gauss–Jordan elimination with partial pivoting (`A` `n × n`, `B` `n × k`).
+fn solve_ref(a: &[f64], b: &[f64], n: usize, k: usize) -> Vec<f64> {
+    let mut a = a.to_vec();
+    let mut b = b.to_vec();
+    for c in 0..n {
+        let p = (c..n)
+            .max_by(|&x, &y| a[x * n + c].abs().total_cmp(&a[y * n + c].abs()))
+            .unwrap();
+        for j in 0..n {
+            a.swap(c * n + j, p * n + j);
+        }
+        for j in 0..k {
+            b.swap(c * k + j, p * k + j);
+        }
+        for r in 0..n {
+            if r != c {
+                let f = a[r * n + c] / a[c * n + c];
+                for j in 0..n {
+                    a[r * n + j] -= f * a[c * n + j];
+                }
+                for j in 0..k {
+                    b[r * k + j] -= f * b[c * k + j];
+                }
+            }
+        }
+    }
+    (0..n * k).map(|i| b[i] / a[(i / k) * n + i / k]).collect()
+}
+
+/// `Σ out·w` for a fixed random weight of `out`'s shape, so every element matters.
+fn weighted(out: &Tensor, seed: u64) -> Tensor {
+    let mut rng = Rng(seed);
+    let w = values(&mut rng, out.numel(), -1.0, 1.0);
+    out.mul(t64(w, out.shape()).cast(out.dtype())).sum(..)
+}
+
+// ---------------------------------------------------------------------------------------
+// pinv, lstsq
+
+#[test]
+fn pinv_satisfies_the_penrose_conditions() {
+    let mut rng = Rng(0x51);
+    for (m, n) in [(4, 3), (3, 5), (4, 4), (1, 3), (5, 1)] {
+        let batch = 1 + rng.below(3);
+        let mut a = values(&mut rng, batch * m * n, -1.0, 1.0);
+        if m > 1 && n > 1 {
+            // The last matrix of the batch has rank 1 (an outer product).
+            let (u, v) = (
+                values(&mut rng, m, -1.0, 1.0),
+                values(&mut rng, n, -1.0, 1.0),
+            );
+            let off = (batch - 1) * m * n;
+            for i in 0..m {
+                for j in 0..n {
+                    a[off + i * n + j] = u[i] * v[j];
+                }
+            }
+        }
+        let p = linalg::pinv(&t64(a.clone(), &[batch, m, n]), None, None, false).unwrap();
+        assert_eq!(p.shape(), &[batch, n, m]);
+        let p = read(&p);
+        for b in 0..batch {
+            let (ab, pb) = (
+                &a[b * m * n..(b + 1) * m * n],
+                &p[b * n * m..(b + 1) * n * m],
+            );
+            let ap = mm(ab, pb, m, n, m);
+            let pa = mm(pb, ab, n, m, n);
+            let what = format!("{m}x{n} batch {b}");
+            assert_close(&format!("A·P·A {what}"), &mm(&ap, ab, m, m, n), ab, 1e-10);
+            assert_close(&format!("P·A·P {what}"), &mm(&pa, pb, n, n, m), pb, 1e-10);
+            assert_close(&format!("(A·P)ᵀ {what}"), &tr(&ap, m, m), &ap, 1e-10);
+            assert_close(&format!("(P·A)ᵀ {what}"), &tr(&pa, n, n), &pa, 1e-10);
+        }
+    }
+    // Full column rank: P = (AᵀA)⁻¹Aᵀ.
+    let (m, n) = (5, 3);
+    let a = values(&mut rng, m * n, -1.0, 1.0);
+    let at = tr(&a, m, n);
+    let want = solve_ref(&mm(&at, &a, n, m, n), &at, n, m);
+    let got = read(&linalg::pinv(&t64(a, &[m, n]), None, None, false).unwrap());
+    assert_close("pinv full column rank", &got, &want, 1e-10);
+}
+
+#[test]
+fn pinv_tolerances_hermitian_and_f32() {
+    let d = t64(vec![1.0, 0.0, 0.0, 1e-10], &[2, 2]);
+    // Default rtol = 2·eps: 1e-10 is kept.
+    let p = read(&linalg::pinv(&d, None, None, false).unwrap());
+    assert_close("default rtol", &p, &[1.0, 0.0, 0.0, 1e10], 1e-12);
+    // atol > 0 alone makes rtol 0; atol = 0 keeps the default rtol.
+    for (atol, rtol, want) in [
+        (Some(1e-8), None, 0.0),
+        (Some(1e-11), None, 1e10),
+        (Some(0.0), None, 1e10),
+        (None, Some(1e-9), 0.0),
+        (Some(1e-12), Some(1e-9), 0.0),
+        (None, Some(0.0), 1e10),
+    ] {
+        let p = read(&linalg::pinv(&d, atol, rtol, false).unwrap());
+        assert_close(
+            &format!("atol {atol:?} rtol {rtol:?}"),
+            &p,
+            &[1.0, 0.0, 0.0, want],
+            1e-12,
+        );
+    }
+    // f32: the default rtol is 2·eps(f32) ≈ 2.4e-7, so 1e-7 is dropped.
+    let f = t64(vec![1.0, 0.0, 0.0, 1e-7], &[2, 2]).cast(DType::F32);
+    let p = linalg::pinv(&f, None, None, false).unwrap();
+    assert_eq!(p.dtype(), DType::F32);
+    assert_eq!(p.to_vec::<f32>().unwrap(), vec![1.0, 0.0, 0.0, 0.0]);
+    // hermitian reads the lower triangle: [[2, ·], [1, 2]] is [[2, 1], [1, 2]].
+    let h = t64(vec![2.0, 99.0, 1.0, 2.0], &[2, 2]);
+    let p = read(&linalg::pinv(&h, None, None, true).unwrap());
+    let third = 1.0 / 3.0;
+    assert_close(
+        "hermitian",
+        &p,
+        &[2.0 * third, -third, -third, 2.0 * third],
+        1e-12,
+    );
+    // A symmetric indefinite singular one: eigenvalues 2 and 0 and -1.
+    let s = t64(vec![2.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -1.0], &[3, 3]);
+    let p = read(&linalg::pinv(&s, None, None, true).unwrap());
+    assert_close(
+        "hermitian singular",
+        &p,
+        &[0.5, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -1.0],
+        1e-12,
+    );
+}
+
+#[test]
+fn lstsq_matches_the_normal_equations() {
+    let mut rng = Rng(0x52);
+    // Tall, full rank: AᵀA·X = AᵀB, batched.
+    let (batch, m, n, k) = (3, 6, 3, 2);
+    let a = values(&mut rng, batch * m * n, -1.0, 1.0);
+    let b = values(&mut rng, batch * m * k, -1.0, 1.0);
+    let fit = linalg::lstsq(
+        &t64(a.clone(), &[batch, m, n]),
+        &t64(b.clone(), &[batch, m, k]),
+        None,
+        None,
+    )
+    .unwrap();
+    assert_eq!(fit.solution.shape(), &[batch, n, k]);
+    let x = read(&fit.solution);
+    for i in 0..batch {
+        let ai = &a[i * m * n..(i + 1) * m * n];
+        let at = tr(ai, m, n);
+        let want = solve_ref(
+            &mm(&at, ai, n, m, n),
+            &mm(&at, &b[i * m * k..(i + 1) * m * k], n, m, k),
+            n,
+            k,
+        );
+        assert_close("lstsq tall", &x[i * n * k..(i + 1) * n * k], &want, 1e-10);
+    }
+    // gelsy: rank only, residuals and singular values empty (PyTorch's CPU default).
+    assert_eq!(fit.rank.dtype(), DType::I64);
+    assert_eq!(fit.rank.to_vec::<i64>().unwrap(), vec![3, 3, 3]);
+    assert_eq!(fit.residuals.shape(), &[0]);
+    assert_eq!(fit.singular_values.shape(), &[0]);
+    // gelsd: residuals ‖A·X - B‖² per column and the singular values.
+    let fit = linalg::lstsq(
+        &t64(a.clone(), &[batch, m, n]),
+        &t64(b.clone(), &[batch, m, k]),
+        None,
+        Some(LstsqDriver::Gelsd),
+    )
+    .unwrap();
+    assert_eq!(fit.residuals.shape(), &[batch, k]);
+    let mut want_res = Vec::new();
+    for i in 0..batch {
+        let r = mm(
+            &a[i * m * n..(i + 1) * m * n],
+            &x[i * n * k..(i + 1) * n * k],
+            m,
+            n,
+            k,
+        );
+        for c in 0..k {
+            want_res.push(
+                (0..m)
+                    .map(|row| (r[row * k + c] - b[i * m * k + row * k + c]).powi(2))
+                    .sum(),
+            );
+        }
+    }
+    assert_close("residuals", &read(&fit.residuals), &want_res, 1e-10);
+    let sv = read(&fit.singular_values);
+    assert_eq!(fit.singular_values.shape(), &[batch, n]);
+    let want_sv = read(&linalg::svdvals(&t64(a.clone(), &[batch, m, n])).unwrap());
+    assert_close("singular values", &sv, &want_sv, 1e-12);
+    // gels: residuals, no rank.
+    let fit = linalg::lstsq(
+        &t64(a.clone(), &[batch, m, n]),
+        &t64(b.clone(), &[batch, m, k]),
+        None,
+        Some(LstsqDriver::Gels),
+    )
+    .unwrap();
+    assert_eq!(
+        (fit.residuals.shape(), fit.rank.shape()),
+        (&[batch, k][..], &[0][..])
+    );
+    // Wide: the minimum-norm solution Aᵀ(AAᵀ)⁻¹B, with a vector B.
+    let (m, n) = (2, 4);
+    let a = values(&mut rng, m * n, -1.0, 1.0);
+    let b = values(&mut rng, m, -1.0, 1.0);
+    let fit = linalg::lstsq(&t64(a.clone(), &[m, n]), &t64(b.clone(), &[m]), None, None).unwrap();
+    assert_eq!(fit.solution.shape(), &[n]);
+    let at = tr(&a, m, n);
+    let want = mm(&at, &solve_ref(&mm(&a, &at, m, n, m), &b, m, 1), n, m, 1);
+    assert_close("lstsq wide", &read(&fit.solution), &want, 1e-10);
+    assert_eq!(fit.rank.to_vec::<i64>().unwrap(), vec![2]);
+    // Rank deficient (two equal columns): rank 1, gelsd leaves residuals empty, and the
+    // solution splits the weight evenly (least norm).
+    let a = t64(vec![1.0, 1.0, 2.0, 2.0, 3.0, 3.0], &[3, 2]);
+    let b = t64(vec![2.0, 4.0, 6.0], &[3, 1]);
+    let fit = linalg::lstsq(&a, &b, None, Some(LstsqDriver::Gelss)).unwrap();
+    assert_close("rank deficient", &read(&fit.solution), &[1.0, 1.0], 1e-12);
+    assert_eq!(fit.rank.to_vec::<i64>().unwrap(), vec![1]);
+    assert_eq!(fit.residuals.shape(), &[0]);
+    // Batch dimensions broadcast: A [2, 1, 4, 2] with B [3, 4, 1].
+    let a = values(&mut rng, 2 * 4 * 2, -1.0, 1.0);
+    let b = values(&mut rng, 3 * 4, -1.0, 1.0);
+    let fit = linalg::lstsq(
+        &t64(a.clone(), &[2, 1, 4, 2]),
+        &t64(b.clone(), &[3, 4, 1]),
+        None,
+        None,
+    )
+    .unwrap();
+    assert_eq!(fit.solution.shape(), &[2, 3, 2, 1]);
+    assert_eq!(fit.rank.shape(), &[2, 3]);
+    let x = read(&fit.solution);
+    let (ai, bi) = (&a[8..16], &b[4..8]);
+    let at = tr(ai, 4, 2);
+    let want = solve_ref(&mm(&at, ai, 2, 4, 2), &mm(&at, bi, 2, 4, 1), 2, 1);
+    assert_close(
+        "broadcast [1, 1]",
+        &x[(3 + 1) * 2..(3 + 1) * 2 + 2],
+        &want,
+        1e-10,
+    );
+    // f32 in, f32 out; rcond drops a small singular value.
+    let a = t64(vec![1.0, 0.0, 0.0, 1e-4, 0.0, 0.0], &[3, 2]);
+    let b = t64(vec![1.0, 1.0, 1.0], &[3]);
+    let fit = linalg::lstsq(&a.cast(DType::F32), &b.cast(DType::F32), None, None).unwrap();
+    assert_eq!(fit.solution.dtype(), DType::F32);
+    assert_close("f32", &read(&fit.solution), &[1.0, 1e4], 1e-5);
+    let fit = linalg::lstsq(&a, &b, Some(1e-3), None).unwrap();
+    assert_close("rcond", &read(&fit.solution), &[1.0, 0.0], 1e-12);
+    assert_eq!(fit.rank.to_vec::<i64>().unwrap(), vec![1]);
+}
+
+#[test]
+fn pinv_lstsq_views_empties_and_errors() {
+    let mut rng = Rng(0x53);
+    let a = values(&mut rng, 12, -1.0, 1.0);
+    let at = t64(a.clone(), &[4, 3]);
+    // A transposed view: pinv(Aᵀ) = pinv(A)ᵀ; a sliced one.
+    let p = read(&linalg::pinv(&at, None, None, false).unwrap());
+    let pt = read(&linalg::pinv(&at.t(), None, None, false).unwrap());
+    assert_close("pinv of a transpose", &pt, &tr(&p, 3, 4), 1e-12);
+    let sliced = at.slice_dim(0, 1, 4, 2);
+    let contiguous = t64(vec![a[3], a[4], a[5], a[9], a[10], a[11]], &[2, 3]);
+    assert_close(
+        "pinv of a slice",
+        &read(&linalg::pinv(&sliced, None, None, false).unwrap()),
+        &read(&linalg::pinv(&contiguous, None, None, false).unwrap()),
+        1e-12,
+    );
+    // Empty batches and empty matrices.
+    let e = linalg::pinv(&t64(vec![], &[0, 3, 2]), None, None, false).unwrap();
+    assert_eq!(e.shape(), &[0, 2, 3]);
+    let z = linalg::pinv(&t64(vec![], &[2, 0, 3]), None, None, false).unwrap();
+    assert_eq!((z.shape(), read(&z)), (&[2, 3, 0][..], vec![]));
+    let fit = linalg::lstsq(
+        &t64(vec![], &[0, 3, 2]),
+        &t64(vec![], &[0, 3, 4]),
+        None,
+        None,
+    )
+    .unwrap();
+    assert_eq!(
+        (fit.solution.shape(), fit.rank.shape()),
+        (&[0, 2, 4][..], &[0][..])
+    );
+    let fit = linalg::lstsq(
+        &t64(vec![], &[3, 0]),
+        &t64(vec![1.0; 6], &[3, 2]),
+        None,
+        Some(LstsqDriver::Gelsd),
+    )
+    .unwrap();
+    assert_eq!(fit.solution.shape(), &[0, 2]);
+    assert_eq!(fit.singular_values.shape(), &[0]);
+    // Errors.
+    let ints = Tensor::from_vec(vec![1i64, 0, 0, 1], [2, 2]);
+    assert!(matches!(
+        linalg::pinv(&ints, None, None, false).unwrap_err(),
+        KilnError::UnsupportedDType {
+            op: "linalg.pinv",
+            dtype: DType::I64,
+            ..
+        }
+    ));
+    let half = t64(vec![1.0, 0.0, 0.0, 1.0], &[2, 2]).cast(DType::F16);
+    assert!(matches!(
+        linalg::pinv(&half, None, None, false).unwrap_err(),
+        KilnError::UnsupportedDType {
+            dtype: DType::F16,
+            ..
+        }
+    ));
+    let e = linalg::pinv(&t64(vec![1.0; 6], &[2, 3]), None, None, true).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            KilnError::InvalidArgument {
+                op: "linalg.pinv",
+                ..
+            }
+        ) && e.to_string().contains("square"),
+        "{e}"
+    );
+    assert!(matches!(
+        linalg::pinv(&t64(vec![1.0; 3], &[3]), None, None, false).unwrap_err(),
+        KilnError::InvalidArgument {
+            op: "linalg.pinv",
+            ..
+        }
+    ));
+    assert!(linalg::pinv(&at, Some(f64::NAN), None, false).is_err());
+    let b = t64(vec![1.0; 4], &[4]);
+    assert!(matches!(
+        linalg::lstsq(&at, &b.cast(DType::F32), None, None).unwrap_err(),
+        KilnError::DTypeMismatch {
+            op: "linalg.lstsq",
+            ..
+        }
+    ));
+    let e = linalg::lstsq(&at, &t64(vec![1.0; 3], &[3]), None, None).unwrap_err();
+    assert!(
+        matches!(&e, KilnError::ShapeMismatch { op: "linalg.lstsq", lhs, rhs, .. } if lhs == &[4, 3] && rhs == &[3]),
+        "{e}"
+    );
+    // B may not have more dimensions than A.
+    assert!(matches!(
+        linalg::lstsq(&at, &t64(vec![1.0; 8], &[2, 4, 1]), None, None).unwrap_err(),
+        KilnError::ShapeMismatch { .. }
+    ));
+    assert!(matches!(
+        linalg::lstsq(&ints, &ints, None, None).unwrap_err(),
+        KilnError::UnsupportedDType {
+            op: "linalg.lstsq",
+            ..
+        }
+    ));
+}
+
+#[test]
+fn pinv_lstsq_gradients_match_finite_differences() {
+    let mut rng = Rng(0x54);
+    for (m, n) in [(4, 3), (2, 4), (3, 3)] {
+        let a = values(&mut rng, 2 * m * n, -1.0, 1.0);
+        gradcheck(
+            &format!("pinv {m}x{n}"),
+            &a,
+            &[2, m, n],
+            &|t| weighted(&linalg::pinv(t, None, None, false).unwrap(), 1),
+            1e-5,
+        );
+    }
+    let h = values(&mut rng, 9, -1.0, 1.0);
+    gradcheck(
+        "pinv hermitian",
+        &h,
+        &[3, 3],
+        &|t| weighted(&linalg::pinv(t, None, None, true).unwrap(), 2),
+        1e-5,
+    );
+    let a = values(&mut rng, 5 * 3, -1.0, 1.0);
+    let b = values(&mut rng, 5 * 2, -1.0, 1.0);
+    let bt = t64(b.clone(), &[5, 2]);
+    gradcheck(
+        "lstsq wrt A",
+        &a,
+        &[5, 3],
+        &|t| weighted(&linalg::lstsq(t, &bt, None, None).unwrap().solution, 3),
+        1e-5,
+    );
+    let a0 = t64(a.clone(), &[5, 3]);
+    gradcheck(
+        "lstsq wrt B",
+        &b,
+        &[5, 2],
+        &|t| weighted(&linalg::lstsq(&a0, t, None, None).unwrap().solution, 4),
+        1e-5,
+    );
+    gradcheck(
+        "lstsq residuals",
+        &a,
+        &[5, 3],
+        &|t| {
+            weighted(
+                &linalg::lstsq(t, &bt, None, Some(LstsqDriver::Gels))
+                    .unwrap()
+                    .residuals,
+                5,
+            )
+        },
+        1e-5,
+    );
+}
