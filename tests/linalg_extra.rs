@@ -454,3 +454,283 @@ fn pinv_lstsq_gradients_match_finite_differences() {
         1e-5,
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// matrix_power, matrix_exp
+
+fn eye(n: usize) -> Vec<f64> {
+    (0..n * n)
+        .map(|i| if i / n == i % n { 1.0 } else { 0.0 })
+        .collect()
+}
+
+/// `A^e` for `e ≥ 0` by repeated multiplication.
+fn power_ref(a: &[f64], n: usize, e: usize) -> Vec<f64> {
+    (0..e).fold(eye(n), |acc, _| mm(&acc, a, n, n, n))
+}
+
+/// `exp(A)` by 80 terms of the Taylor series (no scaling: for small norms only).
+fn exp_ref(a: &[f64], n: usize) -> Vec<f64> {
+    let mut term = eye(n);
+    let mut sum = eye(n);
+    for k in 1..80 {
+        term = mm(&term, a, n, n, n).iter().map(|v| v / k as f64).collect();
+        for (s, t) in sum.iter_mut().zip(&term) {
+            *s += t;
+        }
+    }
+    sum
+}
+
+#[test]
+fn matrix_power_matches_repeated_products() {
+    let mut rng = Rng(0x61);
+    let (batch, n) = (3, 4);
+    let mut a = values(&mut rng, batch * n * n, -1.0, 1.0);
+    for b in 0..batch {
+        for i in 0..n {
+            a[b * n * n + i * n + i] += 2.0;
+        }
+    }
+    let at = t64(a.clone(), &[batch, n, n]);
+    let inverse: Vec<f64> = (0..batch)
+        .flat_map(|b| solve_ref(&a[b * n * n..(b + 1) * n * n], &eye(n), n, n))
+        .collect();
+    for e in -3i64..=7 {
+        let got = read(&linalg::matrix_power(&at, e).unwrap());
+        let src = if e < 0 { &inverse } else { &a };
+        let want: Vec<f64> = (0..batch)
+            .flat_map(|b| {
+                power_ref(
+                    &src[b * n * n..(b + 1) * n * n],
+                    n,
+                    e.unsigned_abs() as usize,
+                )
+            })
+            .collect();
+        assert_close(&format!("A^{e}"), &got, &want, 1e-10);
+    }
+    // n = 0: identities of A's shape, even for an empty batch.
+    let z = linalg::matrix_power(&t64(vec![], &[0, 2, 2]), 0).unwrap();
+    assert_eq!(z.shape(), &[0, 2, 2]);
+    // Integers for n ≥ 0, f32 in f32 out, a transposed view.
+    let ints = Tensor::from_vec(vec![1i64, 1, 0, 1], [2, 2]);
+    assert_eq!(
+        linalg::matrix_power(&ints, 3)
+            .unwrap()
+            .to_vec::<i64>()
+            .unwrap(),
+        vec![1, 3, 0, 1]
+    );
+    assert_eq!(
+        linalg::matrix_power(&ints, 0)
+            .unwrap()
+            .to_vec::<i64>()
+            .unwrap(),
+        vec![1, 0, 0, 1]
+    );
+    let f = linalg::matrix_power(&at.cast(DType::F32), 3).unwrap();
+    assert_eq!(f.dtype(), DType::F32);
+    assert_close(
+        "f32",
+        &read(&f),
+        &read(&linalg::matrix_power(&at, 3).unwrap()),
+        1e-5,
+    );
+    let first = t64(a[..n * n].to_vec(), &[n, n]);
+    assert_close(
+        "transposed view",
+        &read(&linalg::matrix_power(&first.t(), 3).unwrap()),
+        &tr(&power_ref(&a[..n * n], n, 3), n, n),
+        1e-12,
+    );
+    // Errors: non-square, 1-D, integer inverse, singular inverse.
+    let e = linalg::matrix_power(&t64(vec![1.0; 6], &[2, 3]), 2).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            KilnError::InvalidArgument {
+                op: "linalg.matrix_power",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(linalg::matrix_power(&t64(vec![1.0; 4], &[4]), 2).is_err());
+    assert!(matches!(
+        linalg::matrix_power(&ints, -1).unwrap_err(),
+        KilnError::UnsupportedDType {
+            op: "linalg.matrix_power",
+            ..
+        }
+    ));
+    assert!(matches!(
+        linalg::matrix_power(&t64(vec![1.0, 2.0, 2.0, 4.0], &[2, 2]), -1).unwrap_err(),
+        KilnError::Linalg { .. }
+    ));
+}
+
+#[test]
+fn matrix_exp_matches_taylor_series_and_closed_forms() {
+    let mut rng = Rng(0x62);
+    // A batch with 1-norms from about 0.1 to 6 (different numbers of squarings).
+    let (batch, n) = (4, 3);
+    let mut a = values(&mut rng, batch * n * n, -1.0, 1.0);
+    for (b, scale) in [0.05, 0.7, 1.5, 2.5].iter().enumerate() {
+        for v in &mut a[b * n * n..(b + 1) * n * n] {
+            *v *= scale;
+        }
+    }
+    let got = read(&linalg::matrix_exp(&t64(a.clone(), &[batch, n, n])).unwrap());
+    let want: Vec<f64> = (0..batch)
+        .flat_map(|b| exp_ref(&a[b * n * n..(b + 1) * n * n], n))
+        .collect();
+    assert_close("matrix_exp vs Taylor", &got, &want, 1e-13);
+    // f32 agrees to f32 precision.
+    let f = linalg::matrix_exp(&t64(a.clone(), &[batch, n, n]).cast(DType::F32)).unwrap();
+    assert_eq!(f.dtype(), DType::F32);
+    assert_close("f32", &read(&f), &want, 2e-6);
+    // A diagonal matrix: exp of the diagonal, large entries too.
+    let d = [10.0, -5.0, 0.3, 25.0];
+    let mut dm = vec![0.0; 16];
+    for i in 0..4 {
+        dm[i * 4 + i] = d[i];
+    }
+    let got = read(&linalg::matrix_exp(&t64(dm, &[4, 4])).unwrap());
+    for i in 0..4 {
+        for j in 0..4 {
+            let w = if i == j { d[i].exp() } else { 0.0 };
+            let g = got[i * 4 + j];
+            assert!(
+                (g - w).abs() <= 1e-13 * w.abs(),
+                "diag ({i}, {j}): {g} vs {w}"
+            );
+        }
+    }
+    // A similarity transform of that diagonal: exp(S·D·S⁻¹) = S·exp(D)·S⁻¹.
+    let s = t64(vec![1.0, 0.5, 0.0, 0.2, 1.0, 0.0, 0.0, 0.3, 1.0], &[3, 3]);
+    let dd = t64(vec![1.0, 0.0, 0.0, 0.0, -2.0, 0.0, 0.0, 0.0, 3.0], &[3, 3]);
+    let sinv = linalg::inv(&s).unwrap();
+    let got = read(&linalg::matrix_exp(&s.matmul(&dd).matmul(&sinv)).unwrap());
+    let ed = t64(
+        vec![
+            1f64.exp(),
+            0.0,
+            0.0,
+            0.0,
+            (-2f64).exp(),
+            0.0,
+            0.0,
+            0.0,
+            3f64.exp(),
+        ],
+        &[3, 3],
+    );
+    assert_close(
+        "similarity",
+        &got,
+        &read(&s.matmul(&ed).matmul(&sinv)),
+        1e-12,
+    );
+    // A rotation generator: exp([[0, t], [-t, 0]]) = [[cos t, sin t], [-sin t, cos t]].
+    let t = 100.0f64;
+    let got = read(&linalg::matrix_exp(&t64(vec![0.0, t, -t, 0.0], &[2, 2])).unwrap());
+    assert_close(
+        "rotation",
+        &got,
+        &[t.cos(), t.sin(), -t.sin(), t.cos()],
+        1e-11,
+    );
+    // Nilpotent, zero, a transposed view, empty batches, 0 × 0.
+    let got = read(
+        &linalg::matrix_exp(&t64(
+            vec![0.0, 1.0, 2.0, 0.0, 0.0, 3.0, 0.0, 0.0, 0.0],
+            &[3, 3],
+        ))
+        .unwrap(),
+    );
+    assert_close(
+        "nilpotent",
+        &got,
+        &[1.0, 1.0, 3.5, 0.0, 1.0, 3.0, 0.0, 0.0, 1.0],
+        1e-15,
+    );
+    assert_eq!(
+        read(&linalg::matrix_exp(&t64(vec![0.0; 4], &[2, 2])).unwrap()),
+        eye(2)
+    );
+    let first = t64(a[2 * n * n..3 * n * n].to_vec(), &[n, n]);
+    assert_close(
+        "transposed view",
+        &read(&linalg::matrix_exp(&first.t()).unwrap()),
+        &tr(&want[2 * n * n..3 * n * n], n, n),
+        1e-13,
+    );
+    assert_eq!(
+        linalg::matrix_exp(&t64(vec![], &[0, 3, 3]))
+            .unwrap()
+            .shape(),
+        &[0, 3, 3]
+    );
+    assert_eq!(
+        linalg::matrix_exp(&t64(vec![], &[2, 0, 0]))
+            .unwrap()
+            .shape(),
+        &[2, 0, 0]
+    );
+    // Errors.
+    let e = linalg::matrix_exp(&t64(vec![1.0; 6], &[3, 2])).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            KilnError::InvalidArgument {
+                op: "linalg.matrix_exp",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(matches!(
+        linalg::matrix_exp(&Tensor::from_vec(vec![1i64, 0, 0, 1], [2, 2])).unwrap_err(),
+        KilnError::UnsupportedDType {
+            op: "linalg.matrix_exp",
+            ..
+        }
+    ));
+    assert!(linalg::matrix_exp(&t64(vec![1.0; 2], &[2])).is_err());
+}
+
+#[test]
+fn matrix_power_and_exp_gradients_match_finite_differences() {
+    let mut rng = Rng(0x63);
+    let mut a = values(&mut rng, 2 * 9, -1.0, 1.0);
+    for b in 0..2 {
+        for i in 0..3 {
+            a[b * 9 + i * 3 + i] += 2.0;
+        }
+    }
+    for e in [2, 3, 5, -1, -2] {
+        gradcheck(
+            &format!("matrix_power {e}"),
+            &a,
+            &[2, 3, 3],
+            &|t| weighted(&linalg::matrix_power(t, e).unwrap(), 6),
+            1e-5,
+        );
+    }
+    // One small and one large norm (different numbers of squarings).
+    let mut x = values(&mut rng, 2 * 9, -1.0, 1.0);
+    for v in &mut x[..9] {
+        *v *= 0.2;
+    }
+    for v in &mut x[9..] {
+        *v *= 1.5;
+    }
+    gradcheck(
+        "matrix_exp",
+        &x,
+        &[2, 3, 3],
+        &|t| weighted(&linalg::matrix_exp(t).unwrap(), 7),
+        1e-5,
+    );
+}

@@ -3,6 +3,9 @@
 //! - Norms ([`vector_norm`], [`matrix_norm`], [`norm`]) are lazy compositions of
 //!   elementwise ops and reductions: they fuse, run on every device and are differentiated
 //!   as their parts are (the spectral and nuclear matrix norms go through [`svdvals`]).
+//! - Matrix functions ([`matrix_power`], [`matrix_exp`]) are lazy matrix products, fused
+//!   and differentiated as their parts are ([`matrix_exp`] reads the 1-norms back to choose
+//!   how many squarings each matrix needs).
 //! - Decompositions and solvers ([`inv`], [`solve`], [`det`], [`slogdet`], [`cholesky`],
 //!   [`qr`], [`eigh`], [`eigvalsh`], [`svd`], [`svdvals`], [`pinv`], [`lstsq`]) are computed on the host: the
 //!   input is realized and read back (a synchronization point, like a `to_vec`), each
@@ -20,10 +23,12 @@
 mod decomp;
 mod host;
 mod lstsq;
+mod matfn;
 mod norm;
 
 pub use decomp::{cholesky, det, eigh, eigvalsh, inv, qr, slogdet, solve, svd, svdvals};
 pub use lstsq::{Lstsq, LstsqDriver, lstsq, pinv};
+pub use matfn::{matrix_exp, matrix_power};
 pub use norm::{NormOrd, matrix_norm, norm, vector_norm};
 
 pub(crate) use norm::vector_norm_named;
