@@ -734,3 +734,487 @@ fn matrix_power_and_exp_gradients_match_finite_differences() {
         1e-5,
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// lu_factor, lu, solve_triangular, lu_solve
+
+/// The permutation `perm` (row `i` of `Pᵀ·A` is row `perm[i]` of `A`) of LAPACK pivots.
+fn perm_of(pivots: &[i32], m: usize) -> Vec<usize> {
+    let mut perm: Vec<usize> = (0..m).collect();
+    for (j, &p) in pivots.iter().enumerate() {
+        perm.swap(j, p as usize - 1);
+    }
+    perm
+}
+
+#[test]
+fn lu_reconstructs_with_lapack_pivots() {
+    let mut rng = Rng(0x71);
+    for (m, n) in [(4, 4), (5, 3), (3, 5), (1, 4), (4, 1)] {
+        let batch = 2;
+        let k = m.min(n);
+        let a = values(&mut rng, batch * m * n, -1.0, 1.0);
+        let at = t64(a.clone(), &[batch, m, n]);
+        let (p, l, u) = linalg::lu(&at).unwrap();
+        assert_eq!(
+            (p.shape(), l.shape(), u.shape()),
+            (&[batch, m, m][..], &[batch, m, k][..], &[batch, k, n][..])
+        );
+        let (lu, pivots) = linalg::lu_factor(&at).unwrap();
+        assert_eq!(
+            (lu.shape(), pivots.shape(), pivots.dtype()),
+            (&[batch, m, n][..], &[batch, k][..], DType::I32)
+        );
+        let (p, l, u, lu) = (read(&p), read(&l), read(&u), read(&lu));
+        let pivots = pivots.to_vec::<i32>().unwrap();
+        for b in 0..batch {
+            let what = format!("{m}x{n} batch {b}");
+            let (pb, lb, ub) = (
+                &p[b * m * m..(b + 1) * m * m],
+                &l[b * m * k..(b + 1) * m * k],
+                &u[b * k * n..(b + 1) * k * n],
+            );
+            let plu = mm(&mm(pb, lb, m, m, k), ub, m, k, n);
+            assert_close(
+                &format!("P·L·U {what}"),
+                &plu,
+                &a[b * m * n..(b + 1) * m * n],
+                1e-12,
+            );
+            for i in 0..m {
+                for j in 0..k {
+                    let v = lb[i * k + j];
+                    match i.cmp(&j) {
+                        std::cmp::Ordering::Less => assert_eq!(v, 0.0, "L upper {what}"),
+                        std::cmp::Ordering::Equal => assert_eq!(v, 1.0, "L diagonal {what}"),
+                        // Partial pivoting: every multiplier is at most 1 in magnitude.
+                        std::cmp::Ordering::Greater => {
+                            assert!(v.abs() <= 1.0, "|L| {what}");
+                            assert_eq!(v, lu[b * m * n + i * n + j], "packed L {what}");
+                        }
+                    }
+                }
+            }
+            for i in 0..k {
+                for j in 0..n {
+                    let v = ub[i * n + j];
+                    if j < i {
+                        assert_eq!(v, 0.0, "U lower {what}");
+                    } else {
+                        assert_eq!(v, lu[b * m * n + i * n + j], "packed U {what}");
+                    }
+                }
+            }
+            // P from the pivots: P[perm[i]][i] = 1.
+            let perm = perm_of(&pivots[b * k..(b + 1) * k], m);
+            for (i, &r) in perm.iter().enumerate() {
+                assert_eq!(pb[r * m + i], 1.0, "P from pivots {what}");
+            }
+            assert_eq!(pb.iter().sum::<f64>(), m as f64);
+        }
+    }
+    // Hand values: [[1, 2], [3, 4]] swaps its rows.
+    let (lu, pivots) = linalg::lu_factor(&t64(vec![1.0, 2.0, 3.0, 4.0], &[2, 2])).unwrap();
+    assert_eq!(pivots.to_vec::<i32>().unwrap(), vec![2, 2]);
+    assert_close(
+        "hand LU",
+        &read(&lu),
+        &[3.0, 4.0, 1.0 / 3.0, 2.0 / 3.0],
+        1e-15,
+    );
+    // A transposed view and f32.
+    let a = values(&mut rng, 9, -1.0, 1.0);
+    let at = t64(a.clone(), &[3, 3]);
+    let (p, l, u) = linalg::lu(&at.t()).unwrap();
+    assert_close(
+        "lu of a view",
+        &read(&p.matmul(&l).matmul(&u)),
+        &tr(&a, 3, 3),
+        1e-12,
+    );
+    let (p, l, u) = linalg::lu(&at.cast(DType::F32)).unwrap();
+    assert_eq!(
+        (p.dtype(), l.dtype(), u.dtype()),
+        (DType::F32, DType::F32, DType::F32)
+    );
+    assert_close("f32 lu", &read(&p.matmul(&l).matmul(&u)), &a, 1e-6);
+}
+
+#[test]
+fn lu_factor_refuses_singular_matrices_and_lu_does_not() {
+    let a = t64(vec![2.0, 0.0, 0.0, 2.0, 1.0, 2.0, 2.0, 4.0], &[2, 2, 2]);
+    match linalg::lu_factor(&a).unwrap_err() {
+        KilnError::Linalg {
+            op, batch, reason, ..
+        } => {
+            assert_eq!((op, batch), ("linalg.lu_factor", Some(1)));
+            assert!(reason.contains("U[2,2] is zero"), "{reason}");
+        }
+        other => panic!("{other}"),
+    }
+    let (_, _, info) = linalg::lu_factor_ex(&a).unwrap();
+    assert_eq!(info.to_vec::<i32>().unwrap(), vec![0, 2]);
+    let (p, l, u) = linalg::lu(&a).unwrap();
+    assert_close(
+        "singular P·L·U",
+        &read(&p.matmul(&l).matmul(&u)),
+        &read(&a),
+        1e-15,
+    );
+    // Empty batches and matrices.
+    let (lu, piv) = linalg::lu_factor(&t64(vec![], &[0, 3, 2])).unwrap();
+    assert_eq!((lu.shape(), piv.shape()), (&[0, 3, 2][..], &[0, 2][..]));
+    let (p, l, u) = linalg::lu(&t64(vec![], &[2, 3, 0])).unwrap();
+    assert_eq!(
+        (p.shape(), l.shape(), u.shape()),
+        (&[2, 3, 3][..], &[2, 3, 0][..], &[2, 0, 0][..])
+    );
+    assert_eq!(read(&p), [eye(3), eye(3)].concat());
+    // Errors: dtype, rank.
+    let ints = Tensor::from_vec(vec![1i64, 0, 0, 1], [2, 2]);
+    assert!(matches!(
+        linalg::lu(&ints).unwrap_err(),
+        KilnError::UnsupportedDType {
+            op: "linalg.lu",
+            ..
+        }
+    ));
+    assert!(matches!(
+        linalg::lu_factor(&t64(vec![1.0; 2], &[2])).unwrap_err(),
+        KilnError::InvalidArgument {
+            op: "linalg.lu_factor",
+            ..
+        }
+    ));
+}
+
+/// The triangular matrix `solve_triangular` reads from `a`.
+fn triangle(a: &[f64], n: usize, upper: bool, unit: bool) -> Vec<f64> {
+    (0..n * n)
+        .map(|e| {
+            let (i, j) = (e / n, e % n);
+            if i == j && unit {
+                1.0
+            } else if (upper && j >= i) || (!upper && j <= i) {
+                a[e]
+            } else {
+                0.0
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn solve_triangular_inverts_the_triangle_it_reads() {
+    let mut rng = Rng(0x72);
+    let (batch, n, k) = (2, 4, 3);
+    let mut a = values(&mut rng, batch * n * n, -1.0, 1.0);
+    for b in 0..batch {
+        for i in 0..n {
+            a[b * n * n + i * n + i] += 2.0;
+        }
+    }
+    let at = t64(a.clone(), &[batch, n, n]);
+    for upper in [true, false] {
+        for left in [true, false] {
+            for unit in [false, true] {
+                let shape = if left { [batch, n, k] } else { [batch, k, n] };
+                let bv = values(&mut rng, batch * n * k, -1.0, 1.0);
+                let x = read(
+                    &linalg::solve_triangular(&at, &t64(bv.clone(), &shape), upper, left, unit)
+                        .unwrap(),
+                );
+                for b in 0..batch {
+                    let t = triangle(&a[b * n * n..(b + 1) * n * n], n, upper, unit);
+                    let xb = &x[b * n * k..(b + 1) * n * k];
+                    let back = if left {
+                        mm(&t, xb, n, n, k)
+                    } else {
+                        mm(xb, &t, k, n, n)
+                    };
+                    let what = format!("upper {upper} left {left} unit {unit} batch {b}");
+                    assert_close(&what, &back, &bv[b * n * k..(b + 1) * n * k], 1e-12);
+                }
+            }
+        }
+    }
+    // Broadcast batches: A [2, 1, n, n] with B [3, n, 1].
+    let bv = values(&mut rng, 3 * n, -1.0, 1.0);
+    let x = linalg::solve_triangular(
+        &t64(a.clone(), &[2, 1, n, n]),
+        &t64(bv.clone(), &[3, n, 1]),
+        false,
+        true,
+        false,
+    )
+    .unwrap();
+    assert_eq!(x.shape(), &[2, 3, n, 1]);
+    let t = triangle(&a[n * n..2 * n * n], n, false, false);
+    assert_close(
+        "broadcast",
+        &mm(&t, &read(&x)[(3 + 2) * n..(3 + 2) * n + n], n, n, 1),
+        &bv[2 * n..3 * n],
+        1e-12,
+    );
+    // A transposed view of an upper matrix is lower; f32; a zero diagonal gives inf.
+    let first = t64(a[..n * n].to_vec(), &[n, n]);
+    let b1 = t64(bv[..n].to_vec(), &[n, 1]);
+    assert_close(
+        "view",
+        &read(&linalg::solve_triangular(&first.t(), &b1, false, true, false).unwrap()),
+        &read(
+            &linalg::solve_triangular(
+                &t64(tr(&a[..n * n], n, n), &[n, n]),
+                &b1,
+                false,
+                true,
+                false,
+            )
+            .unwrap(),
+        ),
+        1e-15,
+    );
+    let f = linalg::solve_triangular(
+        &first.cast(DType::F32),
+        &b1.cast(DType::F32),
+        true,
+        true,
+        false,
+    )
+    .unwrap();
+    assert_eq!(f.dtype(), DType::F32);
+    assert_close(
+        "f32",
+        &read(&f),
+        &read(&linalg::solve_triangular(&first, &b1, true, true, false).unwrap()),
+        1e-5,
+    );
+    let z = linalg::solve_triangular(
+        &t64(vec![0.0, 1.0, 0.0, 1.0], &[2, 2]),
+        &t64(vec![1.0, 1.0], &[2, 1]),
+        true,
+        true,
+        false,
+    )
+    .unwrap();
+    assert!(read(&z).iter().any(|v| !v.is_finite()));
+    assert_eq!(
+        linalg::solve_triangular(
+            &t64(vec![], &[0, 2, 2]),
+            &t64(vec![], &[0, 2, 5]),
+            true,
+            true,
+            false
+        )
+        .unwrap()
+        .shape(),
+        &[0, 2, 5]
+    );
+    // Errors.
+    let e = linalg::solve_triangular(&first, &t64(vec![1.0; 3], &[3, 1]), true, true, false)
+        .unwrap_err();
+    assert!(
+        matches!(
+            &e,
+            KilnError::ShapeMismatch {
+                op: "linalg.solve_triangular",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(
+        linalg::solve_triangular(&first, &t64(vec![1.0; 4], &[4, 1]), true, false, false).is_err()
+    );
+    assert!(linalg::solve_triangular(&first, &t64(vec![1.0; 4], &[4]), true, true, false).is_err());
+    assert!(matches!(
+        linalg::solve_triangular(&first, &b1.cast(DType::F32), true, true, false).unwrap_err(),
+        KilnError::DTypeMismatch { .. }
+    ));
+    assert!(matches!(
+        linalg::solve_triangular(&t64(vec![1.0; 6], &[2, 3]), &b1, true, true, false).unwrap_err(),
+        KilnError::InvalidArgument { .. }
+    ));
+}
+
+#[test]
+fn lu_solve_solves_every_form() {
+    let mut rng = Rng(0x73);
+    let (batch, n, k) = (2, 4, 3);
+    let a = values(&mut rng, batch * n * n, -1.0, 1.0);
+    let at = t64(a.clone(), &[batch, n, n]);
+    let (lu, pivots) = linalg::lu_factor(&at).unwrap();
+    for left in [true, false] {
+        for adjoint in [false, true] {
+            let shape = if left { [batch, n, k] } else { [batch, k, n] };
+            let bv = values(&mut rng, batch * n * k, -1.0, 1.0);
+            let x = read(
+                &linalg::lu_solve(&lu, &pivots, &t64(bv.clone(), &shape), left, adjoint).unwrap(),
+            );
+            for b in 0..batch {
+                let ab = &a[b * n * n..(b + 1) * n * n];
+                let op = if adjoint { tr(ab, n, n) } else { ab.to_vec() };
+                let xb = &x[b * n * k..(b + 1) * n * k];
+                let back = if left {
+                    mm(&op, xb, n, n, k)
+                } else {
+                    mm(xb, &op, k, n, n)
+                };
+                assert_close(
+                    &format!("left {left} adjoint {adjoint}"),
+                    &back,
+                    &bv[b * n * k..(b + 1) * n * k],
+                    1e-10,
+                );
+            }
+        }
+    }
+    // B's batch broadcast against LU's.
+    let bv = values(&mut rng, 3 * n, -1.0, 1.0);
+    let x = linalg::lu_solve(
+        &lu.unsqueeze(1),
+        &pivots.unsqueeze(1),
+        &t64(bv.clone(), &[3, n, 1]),
+        true,
+        false,
+    )
+    .unwrap();
+    assert_eq!(x.shape(), &[batch, 3, n, 1]);
+    assert_close(
+        "broadcast",
+        &mm(
+            &a[n * n..],
+            &read(&x)[(3 + 1) * n..(3 + 1) * n + n],
+            n,
+            n,
+            1,
+        ),
+        &bv[n..2 * n],
+        1e-10,
+    );
+    // Errors: pivots dtype, range, shape; B's rows.
+    let b = t64(vec![1.0; batch * n], &[batch, n, 1]);
+    assert!(matches!(
+        linalg::lu_solve(&lu, &pivots.cast(DType::I64), &b, true, false).unwrap_err(),
+        KilnError::UnsupportedDType {
+            op: "linalg.lu_solve",
+            ..
+        }
+    ));
+    let bad = Tensor::from_vec(vec![5i32; batch * n], [batch, n]);
+    assert!(matches!(
+        linalg::lu_solve(&lu, &bad, &b, true, false).unwrap_err(),
+        KilnError::InvalidArgument {
+            op: "linalg.lu_solve",
+            ..
+        }
+    ));
+    let short = pivots.slice_dim(1, 0, 2, 1);
+    assert!(matches!(
+        linalg::lu_solve(&lu, &short, &b, true, false).unwrap_err(),
+        KilnError::ShapeMismatch { .. }
+    ));
+    let wrong = t64(vec![1.0; batch * 3], &[batch, 3, 1]);
+    assert!(matches!(
+        linalg::lu_solve(&lu, &pivots, &wrong, true, false).unwrap_err(),
+        KilnError::ShapeMismatch { .. }
+    ));
+    assert!(linalg::lu_solve(&lu, &pivots, &wrong, false, false).is_err());
+}
+
+#[test]
+fn lu_and_triangular_gradients_match_finite_differences() {
+    let mut rng = Rng(0x74);
+    for (m, n) in [(3, 3), (4, 2), (2, 4)] {
+        let a = values(&mut rng, m * n, -1.0, 1.0);
+        gradcheck(
+            &format!("lu L {m}x{n}"),
+            &a,
+            &[m, n],
+            &|t| {
+                let (_, l, u) = linalg::lu(t).unwrap();
+                weighted(&l, 8).add(weighted(&u, 9))
+            },
+            1e-5,
+        );
+        gradcheck(
+            &format!("lu_factor {m}x{n}"),
+            &a,
+            &[m, n],
+            &|t| weighted(&linalg::lu_factor(t).unwrap().0, 10),
+            1e-5,
+        );
+    }
+    let n = 3;
+    let mut a = values(&mut rng, 2 * n * n, -1.0, 1.0);
+    for b in 0..2 {
+        for i in 0..n {
+            a[b * n * n + i * n + i] += 2.0;
+        }
+    }
+    let bv = values(&mut rng, 2 * n * 2, -1.0, 1.0);
+    for (upper, left, unit) in [
+        (true, true, false),
+        (false, true, true),
+        (true, false, true),
+        (false, false, false),
+    ] {
+        let shape = if left { [2, n, 2] } else { [2, 2, n] };
+        let bt = t64(bv.clone(), &shape);
+        gradcheck(
+            &format!("solve_triangular A {upper} {left} {unit}"),
+            &a,
+            &[2, n, n],
+            &|t| {
+                weighted(
+                    &linalg::solve_triangular(t, &bt, upper, left, unit).unwrap(),
+                    11,
+                )
+            },
+            1e-5,
+        );
+        let a0 = t64(a.clone(), &[2, n, n]);
+        gradcheck(
+            &format!("solve_triangular B {upper} {left} {unit}"),
+            &bv,
+            &shape,
+            &|t| {
+                weighted(
+                    &linalg::solve_triangular(&a0, t, upper, left, unit).unwrap(),
+                    12,
+                )
+            },
+            1e-5,
+        );
+    }
+    let (lu, pivots) = linalg::lu_factor(&t64(a.clone(), &[2, n, n])).unwrap();
+    let luv = read(&lu);
+    for (left, adjoint) in [(true, false), (true, true), (false, false), (false, true)] {
+        let shape = if left { [2, n, 2] } else { [2, 2, n] };
+        let bt = t64(bv.clone(), &shape);
+        gradcheck(
+            &format!("lu_solve LU {left} {adjoint}"),
+            &luv,
+            &[2, n, n],
+            &|t| {
+                weighted(
+                    &linalg::lu_solve(t, &pivots, &bt, left, adjoint).unwrap(),
+                    13,
+                )
+            },
+            1e-5,
+        );
+        gradcheck(
+            &format!("lu_solve B {left} {adjoint}"),
+            &bv,
+            &shape,
+            &|t| {
+                weighted(
+                    &linalg::lu_solve(&lu, &pivots, t, left, adjoint).unwrap(),
+                    14,
+                )
+            },
+            1e-5,
+        );
+    }
+}

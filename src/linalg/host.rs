@@ -26,45 +26,17 @@ pub(crate) struct Lu {
 impl Lu {
     /// Factors the `n × n` matrix `a`.
     pub(crate) fn new(a: &[f64], n: usize) -> Lu {
-        let mut lu = a.to_vec();
-        let mut perm: Vec<usize> = (0..n).collect();
-        let mut sign = 1.0;
-        let mut zero_pivot = None;
-        for k in 0..n {
-            // The largest magnitude in column k at or below the diagonal (first on ties).
-            let mut p = k;
-            for i in k + 1..n {
-                if lu[i * n + k].abs() > lu[p * n + k].abs() {
-                    p = i;
-                }
-            }
-            if p != k {
-                for j in 0..n {
-                    lu.swap(k * n + j, p * n + j);
-                }
-                perm.swap(k, p);
-                sign = -sign;
-            }
-            let pivot = lu[k * n + k];
-            if pivot == 0.0 {
-                zero_pivot.get_or_insert(k + 1);
-                continue;
-            }
-            for i in k + 1..n {
-                let f = lu[i * n + k] / pivot;
-                lu[i * n + k] = f;
-                if f != 0.0 {
-                    for j in k + 1..n {
-                        lu[i * n + j] -= f * lu[k * n + j];
-                    }
-                }
-            }
-        }
+        let (lu, pivots, zero_pivot) = lu_rect(a, n, n);
+        let swaps = pivots
+            .iter()
+            .enumerate()
+            .filter(|&(j, &p)| p != j + 1)
+            .count();
         Lu {
             n,
             lu,
-            perm,
-            sign,
+            perm: pivots_to_perm(&pivots, n),
+            sign: if swaps % 2 == 0 { 1.0 } else { -1.0 },
             zero_pivot,
         }
     }
@@ -506,4 +478,89 @@ pub(crate) fn svd(a: &[f64], m: usize, n: usize) -> (Vec<f64>, Vec<f64>, Vec<f64
         }
     }
     (u, s, transpose(&vv, n, n))
+}
+
+/// The LU factorization with partial pivoting of the `m × n` matrix `a`, as LAPACK's
+/// `getrf` computes it: `(LU, pivots, info)` with `L` (unit diagonal implied) below the
+/// diagonal of `LU` and `U` on and above it, `pivots[j]` (1-based) the row swapped with
+/// row `j` at step `j` (`min(m, n)` of them), and `info` the first exactly-zero pivot
+/// (1-based), if any.
+pub(crate) fn lu_rect(a: &[f64], m: usize, n: usize) -> (Vec<f64>, Vec<usize>, Option<usize>) {
+    let k = m.min(n);
+    let mut lu = a.to_vec();
+    let mut pivots = Vec::with_capacity(k);
+    let mut info = None;
+    for j in 0..k {
+        let mut p = j;
+        for i in j + 1..m {
+            if lu[i * n + j].abs() > lu[p * n + j].abs() {
+                p = i;
+            }
+        }
+        pivots.push(p + 1);
+        if p != j {
+            for c in 0..n {
+                lu.swap(j * n + c, p * n + c);
+            }
+        }
+        let pivot = lu[j * n + j];
+        if pivot == 0.0 {
+            info.get_or_insert(j + 1);
+            continue;
+        }
+        for i in j + 1..m {
+            let f = lu[i * n + j] / pivot;
+            lu[i * n + j] = f;
+            if f != 0.0 {
+                for c in j + 1..n {
+                    lu[i * n + c] -= f * lu[j * n + c];
+                }
+            }
+        }
+    }
+    (lu, pivots, info)
+}
+
+/// The row permutation the 1-based LAPACK `pivots` (of an `m`-row matrix) describe:
+/// `perm[i]` is the row of `A` that is row `i` of `Pᵀ·A`.
+pub(crate) fn pivots_to_perm(pivots: &[usize], m: usize) -> Vec<usize> {
+    let mut perm: Vec<usize> = (0..m).collect();
+    for (j, &p) in pivots.iter().enumerate() {
+        perm.swap(j, p - 1);
+    }
+    perm
+}
+
+/// `T⁻¹·B` for the `n × n` triangular `T` that `a` holds (its upper or lower triangle;
+/// with `unit`, ones on the diagonal instead of `a`'s), `B` `n × k`, by substitution. A
+/// zero on the diagonal gives infinities or NaNs, as LAPACK's `trsm`.
+pub(crate) fn triangular_solve(
+    a: &[f64],
+    n: usize,
+    b: &[f64],
+    k: usize,
+    upper: bool,
+    unit: bool,
+) -> Vec<f64> {
+    let mut x = b.to_vec();
+    let rows: Vec<usize> = if upper {
+        (0..n).rev().collect()
+    } else {
+        (0..n).collect()
+    };
+    for &i in &rows {
+        let others: Vec<usize> = if upper {
+            (i + 1..n).collect()
+        } else {
+            (0..i).collect()
+        };
+        for c in 0..k {
+            let mut s = x[i * k + c];
+            for &j in &others {
+                s -= a[i * n + j] * x[j * k + c];
+            }
+            x[i * k + c] = if unit { s } else { s / a[i * n + i] };
+        }
+    }
+    x
 }
