@@ -9,7 +9,7 @@ mod fd_helpers;
 
 use common::Rng;
 use fd_helpers::{assert_close, gradcheck, values};
-use kiln::linalg::{self, LstsqDriver};
+use kiln::linalg::{self, LstsqDriver, NormOrd};
 use kiln::{DType, KilnError, Tensor};
 
 fn t64(data: Vec<f64>, shape: &[usize]) -> Tensor {
@@ -1217,4 +1217,298 @@ fn lu_and_triangular_gradients_match_finite_differences() {
             1e-5,
         );
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// svd_full, qr_mode, matrix_rank, cond
+
+/// `QᵀQ = I` for the `m × m` matrix `q`.
+fn assert_orthogonal(what: &str, q: &[f64], m: usize) {
+    assert_close(what, &mm(&tr(q, m, m), q, m, m, m), &eye(m), 1e-12);
+}
+
+#[test]
+fn svd_full_and_qr_complete_complete_the_bases() {
+    let mut rng = Rng(0x81);
+    for (m, n) in [(4, 2), (2, 4), (3, 3)] {
+        let batch = 2;
+        let k = m.min(n);
+        let a = values(&mut rng, batch * m * n, -1.0, 1.0);
+        let at = t64(a.clone(), &[batch, m, n]);
+        let (u, s, vh) = linalg::svd_full(&at).unwrap();
+        assert_eq!(
+            (u.shape(), s.shape(), vh.shape()),
+            (&[batch, m, m][..], &[batch, k][..], &[batch, n, n][..])
+        );
+        let (ur, sr, vhr) = linalg::svd(&at).unwrap();
+        assert_close("S", &read(&s), &read(&sr), 0.0);
+        let (q, r) = linalg::qr_mode(&at, linalg::QrMode::Complete).unwrap();
+        assert_eq!(
+            (q.shape(), r.shape()),
+            (&[batch, m, m][..], &[batch, m, n][..])
+        );
+        let (qr_, rr) = linalg::qr(&at).unwrap();
+        let (u, vh, ur, vhr, q, r, qr_, rr) = (
+            read(&u),
+            read(&vh),
+            read(&ur),
+            read(&vhr),
+            read(&q),
+            read(&r),
+            read(&qr_),
+            read(&rr),
+        );
+        for b in 0..batch {
+            let what = format!("{m}x{n} batch {b}");
+            let ub = &u[b * m * m..(b + 1) * m * m];
+            let vb = &vh[b * n * n..(b + 1) * n * n];
+            assert_orthogonal(&format!("U {what}"), ub, m);
+            assert_orthogonal(&format!("Vh {what}"), &tr(vb, n, n), n);
+            // The leading columns / rows are the reduced factors.
+            for i in 0..m {
+                for j in 0..k {
+                    assert_eq!(ub[i * m + j], ur[b * m * k + i * k + j], "U lead {what}");
+                }
+            }
+            assert_eq!(
+                &vb[..k * n],
+                &vhr[b * k * n..(b + 1) * k * n],
+                "Vh lead {what}"
+            );
+            let qb = &q[b * m * m..(b + 1) * m * m];
+            let rb = &r[b * m * n..(b + 1) * m * n];
+            assert_orthogonal(&format!("Q {what}"), qb, m);
+            assert_close(
+                &format!("Q·R {what}"),
+                &mm(qb, rb, m, m, n),
+                &a[b * m * n..(b + 1) * m * n],
+                1e-12,
+            );
+            for i in 0..m {
+                for j in 0..n {
+                    if j < i {
+                        assert_eq!(rb[i * n + j], 0.0, "R lower {what}");
+                    }
+                }
+                for j in 0..k {
+                    assert_eq!(qb[i * m + j], qr_[b * m * k + i * k + j], "Q lead {what}");
+                }
+            }
+            assert_eq!(
+                &rb[..k * n],
+                &rr[b * k * n..(b + 1) * k * n],
+                "R lead {what}"
+            );
+        }
+    }
+    // LAPACK's reflector for [3, 4, 0]ᵀ: Q = H = I - τ·v·vᵀ, τ = 1.6, v = [1, 0.5, 0].
+    let (q, r) =
+        linalg::qr_mode(&t64(vec![3.0, 4.0, 0.0], &[3, 1]), linalg::QrMode::Complete).unwrap();
+    assert_close(
+        "hand Q",
+        &read(&q),
+        &[-0.6, -0.8, 0.0, -0.8, 0.6, 0.0, 0.0, 0.0, 1.0],
+        1e-15,
+    );
+    assert_close("hand R", &read(&r), &[-5.0, 0.0, 0.0], 1e-15);
+    // Mode 'r': R alone, Q empty.
+    let at = t64(values(&mut rng, 6, -1.0, 1.0), &[3, 2]);
+    let (q, r) = linalg::qr_mode(&at, linalg::QrMode::R).unwrap();
+    assert_eq!(q.shape(), &[0]);
+    assert_eq!(read(&r), read(&linalg::qr(&at).unwrap().1));
+    // Empty matrices and batches; errors.
+    let (u, s, vh) = linalg::svd_full(&t64(vec![], &[2, 3, 0])).unwrap();
+    assert_eq!(
+        (u.shape(), s.shape(), vh.shape()),
+        (&[2, 3, 3][..], &[2, 0][..], &[2, 0, 0][..])
+    );
+    assert_eq!(read(&u), [eye(3), eye(3)].concat());
+    let (q, r) = linalg::qr_mode(&t64(vec![], &[0, 4, 2]), linalg::QrMode::Complete).unwrap();
+    assert_eq!((q.shape(), r.shape()), (&[0, 4, 4][..], &[0, 4, 2][..]));
+    let ints = Tensor::from_vec(vec![1i64, 0, 0, 1], [2, 2]);
+    assert!(matches!(
+        linalg::svd_full(&ints).unwrap_err(),
+        KilnError::UnsupportedDType {
+            op: "linalg.svd",
+            ..
+        }
+    ));
+    assert!(matches!(
+        linalg::qr_mode(&t64(vec![1.0; 3], &[3]), linalg::QrMode::R).unwrap_err(),
+        KilnError::InvalidArgument {
+            op: "linalg.qr",
+            ..
+        }
+    ));
+}
+
+#[test]
+fn matrix_rank_and_cond_match_their_definitions() {
+    let mut rng = Rng(0x82);
+    // Products of an m × r and an r × n matrix have rank r.
+    let (m, n) = (5, 4);
+    let mut data = Vec::new();
+    for r in [0, 1, 2, 4] {
+        let x = values(&mut rng, m * r, -1.0, 1.0);
+        let y = values(&mut rng, r * n, -1.0, 1.0);
+        data.extend(if r == 0 {
+            vec![0.0; m * n]
+        } else {
+            mm(&x, &y, m, r, n)
+        });
+    }
+    let at = t64(data, &[4, m, n]);
+    let rank = linalg::matrix_rank(&at, None, None, false).unwrap();
+    assert_eq!(rank.dtype(), DType::I64);
+    assert_eq!(rank.to_vec::<i64>().unwrap(), vec![0, 1, 2, 4]);
+    assert_eq!(
+        linalg::matrix_rank(&at.cast(DType::F32), None, None, false)
+            .unwrap()
+            .to_vec::<i64>()
+            .unwrap(),
+        vec![0, 1, 2, 4]
+    );
+    let d = t64(vec![1.0, 0.0, 0.0, 0.0, 1e-3, 0.0, 0.0, 0.0, 1e-9], &[3, 3]);
+    for (atol, rtol, want) in [
+        (None, None, 3),
+        (Some(1e-6), None, 2),
+        (None, Some(1e-2), 1),
+        (Some(0.5), Some(1e-6), 1),
+    ] {
+        let got = linalg::matrix_rank(&d, atol, rtol, false)
+            .unwrap()
+            .to_vec::<i64>()
+            .unwrap();
+        assert_eq!(got, vec![want], "atol {atol:?} rtol {rtol:?}");
+    }
+    // hermitian reads the lower triangle: [[1, ·], [1, 1]] is [[1, 1], [1, 1]], rank 1.
+    let h = t64(vec![1.0, 7.0, 1.0, 1.0], &[2, 2]);
+    assert_eq!(
+        linalg::matrix_rank(&h, None, None, true)
+            .unwrap()
+            .to_vec::<i64>()
+            .unwrap(),
+        vec![1]
+    );
+    assert_eq!(
+        linalg::matrix_rank(&h, None, None, false)
+            .unwrap()
+            .to_vec::<i64>()
+            .unwrap(),
+        vec![2]
+    );
+    assert_eq!(
+        linalg::matrix_rank(&t64(vec![], &[2, 0, 3]), None, None, false)
+            .unwrap()
+            .to_vec::<i64>()
+            .unwrap(),
+        vec![0, 0]
+    );
+    assert!(linalg::matrix_rank(&t64(vec![1.0; 6], &[2, 3]), None, None, true).is_err());
+    // cond against its definitions.
+    let n = 3;
+    let a = values(&mut rng, 2 * n * n, -1.0, 1.0);
+    let at = t64(a.clone(), &[2, n, n]);
+    let s = read(&linalg::svdvals(&at).unwrap());
+    let c2 = read(&linalg::cond(&at, None).unwrap());
+    assert_close("cond 2", &c2, &[s[0] / s[2], s[3] / s[5]], 1e-12);
+    let cm2 = read(&linalg::cond(&at, Some(NormOrd::P(-2.0))).unwrap());
+    assert_close("cond -2", &cm2, &[s[2] / s[0], s[5] / s[3]], 1e-12);
+    let fro = |x: &[f64]| x.iter().map(|v| v * v).sum::<f64>().sqrt();
+    let col1 = |x: &[f64]| {
+        (0..n)
+            .map(|j| (0..n).map(|i| x[i * n + j].abs()).sum::<f64>())
+            .fold(0.0, f64::max)
+    };
+    let row_inf = |x: &[f64]| {
+        (0..n)
+            .map(|i| (0..n).map(|j| x[i * n + j].abs()).sum::<f64>())
+            .fold(0.0, f64::max)
+    };
+    for (ord, f) in [
+        (NormOrd::Fro, &fro as &dyn Fn(&[f64]) -> f64),
+        (NormOrd::P(1.0), &col1),
+        (NormOrd::P(f64::INFINITY), &row_inf),
+    ] {
+        let got = read(&linalg::cond(&at, Some(ord)).unwrap());
+        let want: Vec<f64> = (0..2)
+            .map(|b| {
+                let ab = &a[b * n * n..(b + 1) * n * n];
+                f(ab) * f(&solve_ref(ab, &eye(n), n, n))
+            })
+            .collect();
+        assert_close(&format!("cond {ord:?}"), &got, &want, 1e-10);
+    }
+    // Non-square for p = 2; a singular matrix in a batch is infinite only there.
+    let rect = t64(vec![3.0, 0.0, 0.0, 0.0, 1.0, 0.0], &[2, 3]);
+    assert_close(
+        "rect",
+        &read(&linalg::cond(&rect, None).unwrap()),
+        &[3.0],
+        1e-15,
+    );
+    let mixed = t64(vec![2.0, 0.0, 0.0, 1.0, 1.0, 2.0, 2.0, 4.0], &[2, 2, 2]);
+    let got = read(&linalg::cond(&mixed, Some(NormOrd::P(1.0))).unwrap());
+    assert_eq!(got[0], 2.0);
+    assert!(got[1].is_infinite() && got[1] > 0.0);
+    assert!(read(&linalg::cond(&mixed, None).unwrap())[1] > 1e15);
+    assert!(matches!(
+        linalg::cond(&rect, Some(NormOrd::Fro)).unwrap_err(),
+        KilnError::InvalidArgument {
+            op: "linalg.cond",
+            ..
+        }
+    ));
+    assert!(linalg::cond(&at, Some(NormOrd::P(3.0))).is_err());
+    assert_eq!(
+        linalg::cond(&t64(vec![], &[2, 0, 0]), None)
+            .unwrap()
+            .shape(),
+        &[2]
+    );
+}
+
+#[test]
+fn complete_modes_and_cond_gradients_match_finite_differences() {
+    let mut rng = Rng(0x83);
+    let a = values(&mut rng, 2 * 3 * 3, -1.0, 1.0);
+    for ord in [
+        None,
+        Some(NormOrd::Fro),
+        Some(NormOrd::P(1.0)),
+        Some(NormOrd::P(-2.0)),
+    ] {
+        gradcheck(
+            &format!("cond {ord:?}"),
+            &a,
+            &[2, 3, 3],
+            &|t| weighted(&linalg::cond(t, ord).unwrap(), 15),
+            1e-5,
+        );
+    }
+    let w = values(&mut rng, 3 * 4, -1.0, 1.0);
+    gradcheck(
+        "svd_full S",
+        &w,
+        &[4, 3],
+        &|t| weighted(&linalg::svd_full(t).unwrap().1, 16),
+        1e-5,
+    );
+    gradcheck(
+        "qr 'r'",
+        &w,
+        &[4, 3],
+        &|t| weighted(&linalg::qr_mode(t, linalg::QrMode::R).unwrap().1, 17),
+        1e-5,
+    );
+    gradcheck(
+        "qr complete wide",
+        &w,
+        &[3, 4],
+        &|t| {
+            let (q, r) = linalg::qr_mode(t, linalg::QrMode::Complete).unwrap();
+            weighted(&q, 18).add(weighted(&r, 19))
+        },
+        1e-5,
+    );
 }

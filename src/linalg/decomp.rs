@@ -638,7 +638,7 @@ pub(super) fn svd_host(op: &'static str, a: &Tensor) -> Result<HostSvd> {
 /// `U` `[..., m, k]`, `S` `[..., k]` descending, `Vh` `[..., k, n]`, `k = min(m, n)`, by
 /// one-sided Jacobi rotations in f64. Each column of `V` has its entry of largest
 /// magnitude positive (the sign carried into `U`); where singular values are zero, `U`'s
-/// columns are completed to an orthonormal set. `full_matrices=True` is not provided.
+/// columns are completed to an orthonormal set. `full_matrices=True` is [`super::svd_full`].
 /// Gradient (PyTorch's formula): undefined where singular values repeat or (for `U`/`Vh`
 /// of a non-square matrix) are zero, when `U` or `Vh` are used; kiln takes those terms as
 /// 0 where the values are exactly equal or zero, so a loss of `S` alone has the right

@@ -202,6 +202,12 @@ pub(crate) fn lower_inverse(l: &[f64], n: usize) -> Vec<f64> {
 /// them (`H = I - τ·v·vᵀ`, `v[0] = 1`, `β = -sign(α)·‖x‖`), so `R`'s diagonal carries the
 /// signs PyTorch's results carry.
 pub(crate) fn qr(a: &[f64], m: usize, n: usize) -> (Vec<f64>, Vec<f64>) {
+    qr_columns(a, m, n, m.min(n))
+}
+
+/// [`qr`] with `Q`'s first `cols` columns (`min(m, n) ≤ cols ≤ m`): `cols = m` is the
+/// complete `Q` of LAPACK's `orgqr` applied to the whole identity.
+pub(crate) fn qr_columns(a: &[f64], m: usize, n: usize, cols: usize) -> (Vec<f64>, Vec<f64>) {
     let k = m.min(n);
     let mut r = a.to_vec();
     // Reflector j: v (length m - j, v[0] = 1) and τ.
@@ -239,20 +245,20 @@ pub(crate) fn qr(a: &[f64], m: usize, n: usize) -> (Vec<f64>, Vec<f64>) {
         }
         vs.push((v, tau));
     }
-    // Q = H_1 … H_k applied to the first k columns of the identity (backwards).
-    let mut q = vec![0.0; m * k];
-    for i in 0..k {
-        q[i * k + i] = 1.0;
+    // Q = H_1 … H_k applied to the first `cols` columns of the identity (backwards).
+    let mut q = vec![0.0; m * cols];
+    for i in 0..cols {
+        q[i * cols + i] = 1.0;
     }
     for (j, (v, tau)) in vs.iter().enumerate().rev() {
         if *tau == 0.0 {
             continue;
         }
-        for c in 0..k {
-            let dot: f64 = (j..m).map(|i| v[i - j] * q[i * k + c]).sum();
+        for c in 0..cols {
+            let dot: f64 = (j..m).map(|i| v[i - j] * q[i * cols + c]).sum();
             let f = tau * dot;
             for i in j..m {
-                q[i * k + c] -= f * v[i - j];
+                q[i * cols + c] -= f * v[i - j];
             }
         }
     }
@@ -563,4 +569,40 @@ pub(crate) fn triangular_solve(
         }
     }
     x
+}
+
+/// The `m × (m - k)` row-major columns that complete the `m × k` row-major `q`
+/// (orthonormal columns) to an orthogonal matrix: the standard basis vectors, in order,
+/// orthogonalized (twice) against the columns so far, those that keep a norm above 10⁻³.
+pub(crate) fn complete_columns(q: &[f64], m: usize, k: usize) -> Vec<f64> {
+    let mut cols: Vec<Vec<f64>> = (0..k)
+        .map(|c| (0..m).map(|r| q[r * k + c]).collect())
+        .collect();
+    for e in 0..m {
+        if cols.len() >= m {
+            break;
+        }
+        let mut v = vec![0.0; m];
+        v[e] = 1.0;
+        for _pass in 0..2 {
+            for c in &cols {
+                let d: f64 = c.iter().zip(&v).map(|(x, y)| x * y).sum();
+                for (vi, ci) in v.iter_mut().zip(c) {
+                    *vi -= d * ci;
+                }
+            }
+        }
+        let norm = v.iter().map(|x| x * x).sum::<f64>().sqrt();
+        if norm > 1e-3 {
+            cols.push(v.iter().map(|x| x / norm).collect());
+        }
+    }
+    let extra = m - k;
+    let mut out = vec![0.0; m * extra];
+    for (c, col) in cols[k..].iter().enumerate() {
+        for r in 0..m {
+            out[r * extra + c] = col[r];
+        }
+    }
+    out
 }
