@@ -12,22 +12,23 @@ use crate::shape::broadcast_shapes;
 use crate::tensor::Tensor;
 
 /// A batch of `m × n` matrices read back in f64.
-struct Matrices {
-    data: Vec<f64>,
-    count: usize,
-    m: usize,
-    n: usize,
+pub(super) struct Matrices {
+    pub(super) data: Vec<f64>,
+    pub(super) count: usize,
+    pub(super) m: usize,
+    pub(super) n: usize,
 }
 
 impl Matrices {
-    fn get(&self, b: usize) -> &[f64] {
+    pub(super) fn get(&self, b: usize) -> &[f64] {
         let size = self.m * self.n;
         &self.data[b * size..(b + 1) * size]
     }
 }
 
-/// Checks that `a` is a float32/float64 batch of matrices (square when asked) and reads it.
-fn read(op: &'static str, a: &Tensor, square: bool) -> Result<Matrices> {
+/// Checks that `a` is a float32/float64 batch of matrices (square when asked), without
+/// reading it; returns its matrices' `(m, n)`.
+pub(super) fn check(op: &'static str, a: &Tensor, square: bool) -> Result<(usize, usize)> {
     if !matches!(a.dtype(), DType::F32 | DType::F64) {
         return Err(KilnError::UnsupportedDType {
             op,
@@ -56,6 +57,31 @@ fn read(op: &'static str, a: &Tensor, square: bool) -> Result<Matrices> {
             ),
         });
     }
+    Ok((m, n))
+}
+
+/// Checks that the two operands `a` and `b` of `op` share a dtype and a device.
+pub(super) fn check_pair(op: &'static str, a: &Tensor, b: &Tensor) -> Result<()> {
+    if a.dtype() != b.dtype() {
+        return Err(KilnError::DTypeMismatch {
+            op,
+            lhs: a.dtype(),
+            rhs: b.dtype(),
+        });
+    }
+    if a.device() != b.device() {
+        return Err(KilnError::DeviceMismatch {
+            op,
+            lhs: a.device(),
+            rhs: b.device(),
+        });
+    }
+    Ok(())
+}
+
+/// Checks `a` as [`check`] does and reads it.
+pub(super) fn read(op: &'static str, a: &Tensor, square: bool) -> Result<Matrices> {
+    let (m, n) = check(op, a, square)?;
     let count = a.shape()[..a.ndim() - 2].iter().product();
     let data = if a.numel() == 0 {
         Vec::new()
@@ -66,7 +92,7 @@ fn read(op: &'static str, a: &Tensor, square: bool) -> Result<Matrices> {
 }
 
 /// A constant of `shape` holding `data`, with `like`'s dtype and device.
-fn constant(data: Vec<f64>, shape: &[usize], like: &Tensor) -> Result<Tensor> {
+pub(super) fn constant(data: Vec<f64>, shape: &[usize], like: &Tensor) -> Result<Tensor> {
     let t = match like.dtype() {
         DType::F64 => Tensor::try_from_vec(data, shape)?,
         _ => {
@@ -78,12 +104,12 @@ fn constant(data: Vec<f64>, shape: &[usize], like: &Tensor) -> Result<Tensor> {
 }
 
 /// Whether a result computed from `inputs` needs a backward rule.
-fn tracking(inputs: &[&Tensor]) -> bool {
+pub(super) fn tracking(inputs: &[&Tensor]) -> bool {
     is_grad_enabled() && inputs.iter().any(|t| t.requires_grad())
 }
 
 /// The typed error for batch element `b` of `a`.
-fn failure(op: &'static str, a: &Tensor, b: usize, f: Failure) -> KilnError {
+pub(super) fn failure(op: &'static str, a: &Tensor, b: usize, f: Failure) -> KilnError {
     let reason = match f {
         Failure::Singular(p) => format!(
             "The diagonal element {p} is zero, the inversion could not be completed because the input matrix is singular."
@@ -101,12 +127,12 @@ fn failure(op: &'static str, a: &Tensor, b: usize, f: Failure) -> KilnError {
 }
 
 /// The batched matrix transpose `Xᵀ` (PyTorch's `X.mT`).
-fn mt(x: &Tensor) -> Result<Tensor> {
+pub(super) fn mt(x: &Tensor) -> Result<Tensor> {
     x.try_transpose(-2, -1)
 }
 
 /// The shape `a` has with its last two sizes replaced by `tail`.
-fn with_tail(a: &Tensor, tail: &[usize]) -> Vec<usize> {
+pub(super) fn with_tail(a: &Tensor, tail: &[usize]) -> Vec<usize> {
     let mut s = a.shape()[..a.ndim() - 2].to_vec();
     s.extend_from_slice(tail);
     s
@@ -114,11 +140,12 @@ fn with_tail(a: &Tensor, tail: &[usize]) -> Vec<usize> {
 
 /// The vector–Jacobian product of several outputs: from the inputs and one gradient per
 /// output (zeros where unused), the inputs' gradients.
-type MultiRule = dyn Fn(&[Tensor], &[Tensor]) -> Result<Vec<Option<Tensor>>> + Send + Sync;
+pub(super) type MultiRule =
+    dyn Fn(&[Tensor], &[Tensor]) -> Result<Vec<Option<Tensor>>> + Send + Sync;
 
 /// Gives the constants `outputs` the backward `rule` when an input requires grad: they are
 /// packed into one flat tensor (one composite node), and each output is a view of it.
-fn with_rule<const N: usize>(
+pub(super) fn with_rule<const N: usize>(
     inputs: &[&Tensor],
     outputs: [Tensor; N],
     rule: Box<MultiRule>,
@@ -157,7 +184,7 @@ fn with_rule<const N: usize>(
 }
 
 /// `diag(v)` for the batch of vectors `v` (`[..., n]` → `[..., n, n]`).
-fn diag_embed(v: &Tensor) -> Result<Tensor> {
+pub(super) fn diag_embed(v: &Tensor) -> Result<Tensor> {
     let n = v.shape()[v.ndim() - 1];
     Tensor::try_eye(n, v.dtype())?
         .try_to(v.device())?
@@ -293,20 +320,7 @@ pub fn slogdet(a: &Tensor) -> Result<(Tensor, Tensor)> {
 /// ```
 pub fn solve(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     const OP: &str = "linalg.solve";
-    if a.dtype() != b.dtype() {
-        return Err(KilnError::DTypeMismatch {
-            op: OP,
-            lhs: a.dtype(),
-            rhs: b.dtype(),
-        });
-    }
-    if a.device() != b.device() {
-        return Err(KilnError::DeviceMismatch {
-            op: OP,
-            lhs: a.device(),
-            rhs: b.device(),
-        });
-    }
+    check_pair(OP, a, b)?;
     // Validates A (dtype, rank, square) before B's shape is looked at.
     if a.ndim() < 2 || a.shape()[a.ndim() - 1] != a.shape()[a.ndim() - 2] {
         read(OP, &a.try_slice_dim(0, 0, 0, 1)?, true)?;
@@ -599,10 +613,10 @@ fn qr_square_backward(
 }
 
 /// The SVD of every matrix of a batch, flattened over it: `U`, `S`, `Vᵀ`, then `m`, `n`.
-type HostSvd = (Vec<f64>, Vec<f64>, Vec<f64>, usize, usize);
+pub(super) type HostSvd = (Vec<f64>, Vec<f64>, Vec<f64>, usize, usize);
 
 /// The host SVD of every matrix of `a`.
-fn svd_host(op: &'static str, a: &Tensor) -> Result<HostSvd> {
+pub(super) fn svd_host(op: &'static str, a: &Tensor) -> Result<HostSvd> {
     let mats = read(op, a, false)?;
     let (m, n) = (mats.m, mats.n);
     let k = m.min(n);
@@ -624,7 +638,7 @@ fn svd_host(op: &'static str, a: &Tensor) -> Result<HostSvd> {
 /// `U` `[..., m, k]`, `S` `[..., k]` descending, `Vh` `[..., k, n]`, `k = min(m, n)`, by
 /// one-sided Jacobi rotations in f64. Each column of `V` has its entry of largest
 /// magnitude positive (the sign carried into `U`); where singular values are zero, `U`'s
-/// columns are completed to an orthonormal set. `full_matrices=True` is not provided.
+/// columns are completed to an orthonormal set. `full_matrices=True` is [`super::svd_full`].
 /// Gradient (PyTorch's formula): undefined where singular values repeat or (for `U`/`Vh`
 /// of a non-square matrix) are zero, when `U` or `Vh` are used; kiln takes those terms as
 /// 0 where the values are exactly equal or zero, so a loss of `S` alone has the right

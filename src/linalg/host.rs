@@ -26,45 +26,17 @@ pub(crate) struct Lu {
 impl Lu {
     /// Factors the `n × n` matrix `a`.
     pub(crate) fn new(a: &[f64], n: usize) -> Lu {
-        let mut lu = a.to_vec();
-        let mut perm: Vec<usize> = (0..n).collect();
-        let mut sign = 1.0;
-        let mut zero_pivot = None;
-        for k in 0..n {
-            // The largest magnitude in column k at or below the diagonal (first on ties).
-            let mut p = k;
-            for i in k + 1..n {
-                if lu[i * n + k].abs() > lu[p * n + k].abs() {
-                    p = i;
-                }
-            }
-            if p != k {
-                for j in 0..n {
-                    lu.swap(k * n + j, p * n + j);
-                }
-                perm.swap(k, p);
-                sign = -sign;
-            }
-            let pivot = lu[k * n + k];
-            if pivot == 0.0 {
-                zero_pivot.get_or_insert(k + 1);
-                continue;
-            }
-            for i in k + 1..n {
-                let f = lu[i * n + k] / pivot;
-                lu[i * n + k] = f;
-                if f != 0.0 {
-                    for j in k + 1..n {
-                        lu[i * n + j] -= f * lu[k * n + j];
-                    }
-                }
-            }
-        }
+        let (lu, pivots, zero_pivot) = lu_rect(a, n, n);
+        let swaps = pivots
+            .iter()
+            .enumerate()
+            .filter(|&(j, &p)| p != j + 1)
+            .count();
         Lu {
             n,
             lu,
-            perm,
-            sign,
+            perm: pivots_to_perm(&pivots, n),
+            sign: if swaps % 2 == 0 { 1.0 } else { -1.0 },
             zero_pivot,
         }
     }
@@ -230,6 +202,12 @@ pub(crate) fn lower_inverse(l: &[f64], n: usize) -> Vec<f64> {
 /// them (`H = I - τ·v·vᵀ`, `v[0] = 1`, `β = -sign(α)·‖x‖`), so `R`'s diagonal carries the
 /// signs PyTorch's results carry.
 pub(crate) fn qr(a: &[f64], m: usize, n: usize) -> (Vec<f64>, Vec<f64>) {
+    qr_columns(a, m, n, m.min(n))
+}
+
+/// [`qr`] with `Q`'s first `cols` columns (`min(m, n) ≤ cols ≤ m`): `cols = m` is the
+/// complete `Q` of LAPACK's `orgqr` applied to the whole identity.
+pub(crate) fn qr_columns(a: &[f64], m: usize, n: usize, cols: usize) -> (Vec<f64>, Vec<f64>) {
     let k = m.min(n);
     let mut r = a.to_vec();
     // Reflector j: v (length m - j, v[0] = 1) and τ.
@@ -267,20 +245,20 @@ pub(crate) fn qr(a: &[f64], m: usize, n: usize) -> (Vec<f64>, Vec<f64>) {
         }
         vs.push((v, tau));
     }
-    // Q = H_1 … H_k applied to the first k columns of the identity (backwards).
-    let mut q = vec![0.0; m * k];
-    for i in 0..k {
-        q[i * k + i] = 1.0;
+    // Q = H_1 … H_k applied to the first `cols` columns of the identity (backwards).
+    let mut q = vec![0.0; m * cols];
+    for i in 0..cols {
+        q[i * cols + i] = 1.0;
     }
     for (j, (v, tau)) in vs.iter().enumerate().rev() {
         if *tau == 0.0 {
             continue;
         }
-        for c in 0..k {
-            let dot: f64 = (j..m).map(|i| v[i - j] * q[i * k + c]).sum();
+        for c in 0..cols {
+            let dot: f64 = (j..m).map(|i| v[i - j] * q[i * cols + c]).sum();
             let f = tau * dot;
             for i in j..m {
-                q[i * k + c] -= f * v[i - j];
+                q[i * cols + c] -= f * v[i - j];
             }
         }
     }
@@ -506,4 +484,125 @@ pub(crate) fn svd(a: &[f64], m: usize, n: usize) -> (Vec<f64>, Vec<f64>, Vec<f64
         }
     }
     (u, s, transpose(&vv, n, n))
+}
+
+/// The LU factorization with partial pivoting of the `m × n` matrix `a`, as LAPACK's
+/// `getrf` computes it: `(LU, pivots, info)` with `L` (unit diagonal implied) below the
+/// diagonal of `LU` and `U` on and above it, `pivots[j]` (1-based) the row swapped with
+/// row `j` at step `j` (`min(m, n)` of them), and `info` the first exactly-zero pivot
+/// (1-based), if any.
+pub(crate) fn lu_rect(a: &[f64], m: usize, n: usize) -> (Vec<f64>, Vec<usize>, Option<usize>) {
+    let k = m.min(n);
+    let mut lu = a.to_vec();
+    let mut pivots = Vec::with_capacity(k);
+    let mut info = None;
+    for j in 0..k {
+        let mut p = j;
+        for i in j + 1..m {
+            if lu[i * n + j].abs() > lu[p * n + j].abs() {
+                p = i;
+            }
+        }
+        pivots.push(p + 1);
+        if p != j {
+            for c in 0..n {
+                lu.swap(j * n + c, p * n + c);
+            }
+        }
+        let pivot = lu[j * n + j];
+        if pivot == 0.0 {
+            info.get_or_insert(j + 1);
+            continue;
+        }
+        for i in j + 1..m {
+            let f = lu[i * n + j] / pivot;
+            lu[i * n + j] = f;
+            if f != 0.0 {
+                for c in j + 1..n {
+                    lu[i * n + c] -= f * lu[j * n + c];
+                }
+            }
+        }
+    }
+    (lu, pivots, info)
+}
+
+/// The row permutation the 1-based LAPACK `pivots` (of an `m`-row matrix) describe:
+/// `perm[i]` is the row of `A` that is row `i` of `Pᵀ·A`.
+pub(crate) fn pivots_to_perm(pivots: &[usize], m: usize) -> Vec<usize> {
+    let mut perm: Vec<usize> = (0..m).collect();
+    for (j, &p) in pivots.iter().enumerate() {
+        perm.swap(j, p - 1);
+    }
+    perm
+}
+
+/// `T⁻¹·B` for the `n × n` triangular `T` that `a` holds (its upper or lower triangle;
+/// with `unit`, ones on the diagonal instead of `a`'s), `B` `n × k`, by substitution. A
+/// zero on the diagonal gives infinities or NaNs, as LAPACK's `trsm`.
+pub(crate) fn triangular_solve(
+    a: &[f64],
+    n: usize,
+    b: &[f64],
+    k: usize,
+    upper: bool,
+    unit: bool,
+) -> Vec<f64> {
+    let mut x = b.to_vec();
+    let rows: Vec<usize> = if upper {
+        (0..n).rev().collect()
+    } else {
+        (0..n).collect()
+    };
+    for &i in &rows {
+        let others: Vec<usize> = if upper {
+            (i + 1..n).collect()
+        } else {
+            (0..i).collect()
+        };
+        for c in 0..k {
+            let mut s = x[i * k + c];
+            for &j in &others {
+                s -= a[i * n + j] * x[j * k + c];
+            }
+            x[i * k + c] = if unit { s } else { s / a[i * n + i] };
+        }
+    }
+    x
+}
+
+/// The `m × (m - k)` row-major columns that complete the `m × k` row-major `q`
+/// (orthonormal columns) to an orthogonal matrix: the standard basis vectors, in order,
+/// orthogonalized (twice) against the columns so far, those that keep a norm above 10⁻³.
+pub(crate) fn complete_columns(q: &[f64], m: usize, k: usize) -> Vec<f64> {
+    let mut cols: Vec<Vec<f64>> = (0..k)
+        .map(|c| (0..m).map(|r| q[r * k + c]).collect())
+        .collect();
+    for e in 0..m {
+        if cols.len() >= m {
+            break;
+        }
+        let mut v = vec![0.0; m];
+        v[e] = 1.0;
+        for _pass in 0..2 {
+            for c in &cols {
+                let d: f64 = c.iter().zip(&v).map(|(x, y)| x * y).sum();
+                for (vi, ci) in v.iter_mut().zip(c) {
+                    *vi -= d * ci;
+                }
+            }
+        }
+        let norm = v.iter().map(|x| x * x).sum::<f64>().sqrt();
+        if norm > 1e-3 {
+            cols.push(v.iter().map(|x| x / norm).collect());
+        }
+    }
+    let extra = m - k;
+    let mut out = vec![0.0; m * extra];
+    for (c, col) in cols[k..].iter().enumerate() {
+        for r in 0..m {
+            out[r * extra + c] = col[r];
+        }
+    }
+    out
 }
