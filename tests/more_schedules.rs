@@ -154,6 +154,7 @@ fn cyclic_modes() {
                 step_size_up: up,
                 step_size_down: down,
                 mode,
+                ..CyclicLr::new(0.01, 0.1, up)
             };
             let want = walked_cycle(0.01, 0.1, up, down.unwrap_or(up), mode, 30);
             // The optimizer's own rate is replaced, as PyTorch's CyclicLR does.

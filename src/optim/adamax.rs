@@ -180,6 +180,8 @@ impl Optimizer for Adamax {
 
     super::group_lr_methods!();
 
+    super::group_beta1_methods!("Adamax");
+
     super::state::state_dict_methods!();
 
     fn set_realize_options(&mut self, options: RealizeOptions) {

@@ -300,6 +300,8 @@ impl Optimizer for AdamW {
 
     super::group_lr_methods!();
 
+    super::group_beta1_methods!("AdamW");
+
     super::state::state_dict_methods!();
 
     fn set_realize_options(&mut self, options: RealizeOptions) {
@@ -393,6 +395,14 @@ impl Optimizer for Adam {
 
     fn set_group_lrs(&mut self, lrs: &[f64]) {
         self.0.set_group_lrs(lrs);
+    }
+
+    fn group_momenta(&self) -> Option<Vec<f64>> {
+        self.0.group_momenta()
+    }
+
+    fn set_group_momenta(&mut self, momenta: &[f64]) -> Result<()> {
+        self.0.set_group_momenta(momenta)
     }
 
     fn set_realize_options(&mut self, options: RealizeOptions) {

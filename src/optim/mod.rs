@@ -90,6 +90,27 @@ pub trait Optimizer {
         }
     }
 
+    /// Every parameter group's momentum-like hyperparameter, in group order: `beta1` for
+    /// an optimizer with `betas` ([`AdamW`], [`Adam`], [`Adamax`], [`NAdam`]), `momentum`
+    /// for one with a momentum ([`Sgd`], [`RmsProp`]); `None` for an optimizer with
+    /// neither ([`Adagrad`]). Momentum-cycling schedules ([`CyclicLr`], [`OneCycleLr`])
+    /// read and set these as PyTorch's set each group's `momentum` or `betas[0]`.
+    fn group_momenta(&self) -> Option<Vec<f64>> {
+        None
+    }
+
+    /// Sets group `i`'s momentum-like hyperparameter (see
+    /// [`group_momenta`](Optimizer::group_momenta)) to `momenta[i]`; groups past the end of
+    /// `momenta` keep theirs. Refuses a value the optimizer's constructor refuses (a
+    /// negative or NaN momentum, a `beta1` outside `[0, 1)`), changing nothing. A group of
+    /// [`Sgd`] or [`RmsProp`] made without momentum gets zeroed momentum buffers when its
+    /// momentum is first set above 0 ([`Sgd`]'s buffer then starts at the next gradient,
+    /// as PyTorch's lazily created one does). Does nothing for an optimizer without one.
+    fn set_group_momenta(&mut self, momenta: &[f64]) -> Result<()> {
+        let _ = momenta;
+        Ok(())
+    }
+
     /// How steps are realized (`RealizeOptions::unfused()` to compare against fusion).
     fn set_realize_options(&mut self, options: RealizeOptions);
 
@@ -314,3 +335,79 @@ macro_rules! group_lr_methods {
     };
 }
 pub(crate) use group_lr_methods;
+
+/// The momentum methods of [`Optimizer`] (`group_momenta`, `set_group_momenta`) for an
+/// optimizer whose `groups` field holds each group's options with `betas`: `beta1` is the
+/// momentum, checked to lie in `[0, 1)` (`$op` names the optimizer in the error).
+macro_rules! group_beta1_methods {
+    ($op:expr) => {
+        fn group_momenta(&self) -> Option<Vec<f64>> {
+            Some(self.groups.iter().map(|g| g.betas.0).collect())
+        }
+
+        fn set_group_momenta(&mut self, momenta: &[f64]) -> crate::error::Result<()> {
+            for &m in momenta.iter().take(self.groups.len()) {
+                let unit = |v: f64| (0.0..1.0).contains(&v);
+                super::check_hyper($op, "beta1", m, unit, "in [0, 1)")?;
+            }
+            for (g, &m) in self.groups.iter_mut().zip(momenta) {
+                g.betas.0 = m;
+            }
+            Ok(())
+        }
+    };
+}
+pub(crate) use group_beta1_methods;
+
+/// The momentum methods of [`Optimizer`] (`group_momenta`, `set_group_momenta`) for an
+/// optimizer whose `groups` field holds each group's options with a `momentum`, and whose
+/// `params`, `group_of` and `buffers` fields give each parameter, its group and its optional
+/// momentum buffer (`$op` names the optimizer in errors).
+macro_rules! group_momentum_methods {
+    ($op:expr) => {
+        fn group_momenta(&self) -> Option<Vec<f64>> {
+            Some(self.groups.iter().map(|g| g.momentum).collect())
+        }
+
+        fn set_group_momenta(&mut self, momenta: &[f64]) -> crate::error::Result<()> {
+            let mut slots: Vec<&mut f64> =
+                self.groups.iter_mut().map(|g| &mut g.momentum).collect();
+            super::set_momenta_with_buffers(
+                $op,
+                momenta,
+                &mut slots,
+                &self.params,
+                &self.group_of,
+                &mut self.buffers,
+            )
+        }
+    };
+}
+pub(crate) use group_momentum_methods;
+
+/// Sets each group's `momentum` to `momenta[g]` for an optimizer whose parameters keep an
+/// optional momentum buffer each (`buffers[i]`, parameter `i` in group `group_of[i]`):
+/// refuses a negative or NaN momentum first, then gives every parameter of a group whose
+/// momentum becomes non-zero a zeroed buffer if it had none (`op` the optimizer).
+fn set_momenta_with_buffers(
+    op: &'static str,
+    momenta: &[f64],
+    group_momentum: &mut [&mut f64],
+    params: &[Tensor],
+    group_of: &[usize],
+    buffers: &mut [Option<Tensor>],
+) -> Result<()> {
+    let nonneg = |v: f64| v >= 0.0;
+    for &m in momenta.iter().take(group_momentum.len()) {
+        check_hyper(op, "momentum", m, nonneg, "at least 0")?;
+    }
+    for (i, (p, &g)) in params.iter().zip(group_of).enumerate() {
+        if momenta.get(g).is_some_and(|&m| m != 0.0) && buffers[i].is_none() {
+            buffers[i] = Some(zeros_like(p)?);
+        }
+    }
+    for (slot, &m) in group_momentum.iter_mut().zip(momenta) {
+        **slot = m;
+    }
+    Ok(())
+}

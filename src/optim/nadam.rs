@@ -223,6 +223,8 @@ impl Optimizer for NAdam {
 
     super::group_lr_methods!();
 
+    super::group_beta1_methods!("NAdam");
+
     super::state::state_dict_methods!();
 
     fn set_realize_options(&mut self, options: RealizeOptions) {

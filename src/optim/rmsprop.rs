@@ -72,7 +72,8 @@ pub struct RmsPropOptions {
     pub eps: f64,
     /// L2 penalty added to the gradient, `g ← g + wd·p`.
     pub weight_decay: f64,
-    /// The momentum factor `μ` (0: no momentum buffer).
+    /// The momentum factor `μ` (0: no momentum buffer, until a momentum-cycling schedule
+    /// sets one above 0, see [`Optimizer::set_group_momenta`]).
     pub momentum: f64,
     /// Divides by an estimate of the gradient's variance (`v - ḡ²`) instead of its second
     /// moment.
@@ -226,6 +227,8 @@ impl Optimizer for RmsProp {
     }
 
     super::group_lr_methods!();
+
+    super::group_momentum_methods!("RmsProp");
 
     super::state::state_dict_methods!();
 

@@ -48,6 +48,16 @@ pub trait LrSchedule {
     fn last_step(&self) -> Option<u64> {
         None
     }
+
+    /// The momentum at `step` for a schedule that cycles it (PyTorch's
+    /// `cycle_momentum=True`: [`OneCycleLr`], [`CyclicLr`](super::CyclicLr)); an
+    /// [`LrScheduler`] sets it as every group's momentum (`beta1` for an optimizer with
+    /// `betas`, see [`Optimizer::group_momenta`]). `None` (the default) leaves the momentum
+    /// alone.
+    fn momentum_at(&self, step: u64) -> Option<f64> {
+        let _ = step;
+        None
+    }
 }
 
 /// A refused schedule argument.
@@ -57,6 +67,16 @@ pub(super) fn bad(op: &'static str, reason: String) -> KilnError {
         shape: vec![],
         reason,
     }
+}
+
+/// The error for a momentum-cycling schedule over an optimizer without a momentum.
+fn no_momentum(op: &'static str) -> KilnError {
+    bad(
+        op,
+        "the schedule cycles the momentum (cycle_momentum is on) but the optimizer has \
+         neither a momentum nor betas; turn cycle_momentum off"
+            .into(),
+    )
 }
 
 /// Refuses `value` unless `ok` (NaN is never ok).
@@ -82,8 +102,17 @@ pub struct LrScheduler<S> {
 impl<S: LrSchedule> LrScheduler<S> {
     /// A scheduler over `opt`'s groups; sets their rates for step 0. Refuses a schedule
     /// with arguments PyTorch refuses.
+    ///
+    /// A schedule that cycles the momentum (see [`LrSchedule::momentum_at`]) also sets
+    /// every group's momentum for step 0, and is refused over an optimizer with neither a
+    /// momentum nor `betas` ([`Adagrad`](super::Adagrad)), as PyTorch raises `ValueError`
+    /// (a [`SequentialLr`](super::SequentialLr) whose cycling schedule starts later is
+    /// refused by the [`step`](LrScheduler::step) that reaches it).
     pub fn new<O: Optimizer + ?Sized>(opt: &mut O, schedule: S) -> Result<LrScheduler<S>> {
         schedule.check()?;
+        if schedule.momentum_at(0).is_some() && opt.group_momenta().is_none() {
+            return Err(no_momentum("LrScheduler::new"));
+        }
         let base_lrs = opt.group_lrs();
         let mut s = LrScheduler {
             schedule,
@@ -91,12 +120,13 @@ impl<S: LrSchedule> LrScheduler<S> {
             base_lrs,
             step: 0,
         };
-        s.apply(opt);
+        s.apply(opt)?;
         Ok(s)
     }
 
-    /// Advances one step and sets every group's rate; past the schedule's last step (see
-    /// [`LrSchedule::last_step`]) it is an error and nothing changes.
+    /// Advances one step and sets every group's rate (and momentum, for a schedule that
+    /// cycles it); past the schedule's last step (see [`LrSchedule::last_step`]) it is an
+    /// error and nothing changes, as when the optimizer refuses the momentum.
     pub fn step<O: Optimizer + ?Sized>(&mut self, opt: &mut O) -> Result<()> {
         let next = self.step + 1;
         if let Some(last) = self.schedule.last_step()
@@ -107,14 +137,27 @@ impl<S: LrSchedule> LrScheduler<S> {
                 format!("stepped {next} times, past the schedule's {last} steps"),
             ));
         }
+        let saved = self.step;
         self.step = next;
-        self.apply(opt);
+        if let Err(e) = self.apply(opt) {
+            self.step = saved;
+            return Err(e);
+        }
         Ok(())
     }
 
-    fn apply<O: Optimizer + ?Sized>(&mut self, opt: &mut O) {
+    /// Sets the current step's momentum (when the schedule cycles it; first, since the
+    /// optimizer may refuse it) and rates.
+    fn apply<O: Optimizer + ?Sized>(&mut self, opt: &mut O) -> Result<()> {
+        if let Some(m) = self.schedule.momentum_at(self.step) {
+            let Some(groups) = opt.group_momenta() else {
+                return Err(no_momentum("LrScheduler::step"));
+            };
+            opt.set_group_momenta(&vec![m; groups.len()])?;
+        }
         self.last_lrs = self.lrs_at(self.step);
         opt.set_group_lrs(&self.last_lrs);
+        Ok(())
     }
 
     /// The scheduler's position as named 0-d f64 tensors (PyTorch's
@@ -419,7 +462,14 @@ pub enum OneCycleAnneal {
 /// step `total_steps - 1` (with `three_phase`, back down to the start rate by twice the
 /// warm-up, then down to the floor). Phase `k` ends at PyTorch's float step
 /// (`pct_start·total - 1`, `2·pct_start·total - 2`, `total - 1`). The optimizer's own rate
-/// is ignored (every group follows `max_lr`), and momentum is not cycled.
+/// is ignored (every group follows `max_lr`).
+///
+/// With `cycle_momentum` (the default, as PyTorch's) the momentum moves inversely to the
+/// rate over the same phases and with the same annealing: from `max_momentum` down to
+/// `base_momentum` while the rate rises, then back up to `max_momentum` (three phases: up
+/// again over the second phase, then flat at `max_momentum`). An [`LrScheduler`] sets it
+/// as every group's `momentum` or `beta1` (see [`Optimizer::group_momenta`]) and refuses
+/// an optimizer with neither.
 ///
 /// ```
 /// use kiln::optim::{LrSchedule, OneCycleLr};
@@ -444,12 +494,18 @@ pub struct OneCycleLr {
     pub final_div_factor: f64,
     /// Three phases (up, back down to the start rate, down to the floor) instead of two.
     pub three_phase: bool,
+    /// Whether the momentum is cycled inversely to the rate (PyTorch's default: on).
+    pub cycle_momentum: bool,
+    /// The momentum at the rate's peak (PyTorch's default 0.85).
+    pub base_momentum: f64,
+    /// The momentum at the rate's ends (PyTorch's default 0.95).
+    pub max_momentum: f64,
 }
 
 impl OneCycleLr {
     /// The schedule peaking at `max_lr` over `total_steps`, with PyTorch's defaults
     /// (`pct_start = 0.3`, cosine, `div_factor = 25`, `final_div_factor = 1e4`, two
-    /// phases).
+    /// phases, momentum cycled between 0.85 and 0.95).
     pub fn new(max_lr: f64, total_steps: u64) -> OneCycleLr {
         OneCycleLr {
             max_lr,
@@ -459,7 +515,44 @@ impl OneCycleLr {
             div_factor: 25.0,
             final_div_factor: 1e4,
             three_phase: false,
+            cycle_momentum: true,
+            base_momentum: 0.85,
+            max_momentum: 0.95,
         }
+    }
+
+    /// Each phase's end step and its start and end momenta (the rate's mirror image).
+    fn momentum_phases(&self) -> Vec<(f64, f64, f64)> {
+        let (lo, hi) = (self.base_momentum, self.max_momentum);
+        let total = self.total_steps as f64;
+        let rise = self.pct_start * total - 1.0;
+        if self.three_phase {
+            vec![
+                (rise, hi, lo),
+                (2.0 * self.pct_start * total - 2.0, lo, hi),
+                (total - 1.0, hi, hi),
+            ]
+        } else {
+            vec![(rise, hi, lo), (total - 1.0, lo, hi)]
+        }
+    }
+
+    /// The value at `step` of a piecewise schedule through `phases` (each phase's end step,
+    /// start and end value), annealed per `self.anneal`.
+    fn walk(&self, phases: &[(f64, f64, f64)], step: u64) -> f64 {
+        let t = step as f64;
+        let mut start = 0.0;
+        for (i, &(end, from, to)) in phases.iter().enumerate() {
+            if t <= end || i + 1 == phases.len() {
+                let pct = (t - start) / (end - start);
+                return match self.anneal {
+                    OneCycleAnneal::Cos => to + (from - to) / 2.0 * ((PI * pct).cos() + 1.0),
+                    OneCycleAnneal::Linear => (to - from) * pct + from,
+                };
+            }
+            start = end;
+        }
+        f64::NAN
     }
 
     /// Each phase's end step and its start and end rates.
@@ -486,20 +579,13 @@ impl OneCycleLr {
 impl LrSchedule for OneCycleLr {
     /// The rate at `step` (`base_lr` is ignored: the cycle is set by `max_lr`).
     fn lr_at(&self, _base_lr: f64, step: u64) -> f64 {
-        let t = step as f64;
-        let phases = self.phases();
-        let mut start = 0.0;
-        for (i, &(end, from, to)) in phases.iter().enumerate() {
-            if t <= end || i + 1 == phases.len() {
-                let pct = (t - start) / (end - start);
-                return match self.anneal {
-                    OneCycleAnneal::Cos => to + (from - to) / 2.0 * ((PI * pct).cos() + 1.0),
-                    OneCycleAnneal::Linear => (to - from) * pct + from,
-                };
-            }
-            start = end;
-        }
-        f64::NAN
+        self.walk(&self.phases(), step)
+    }
+
+    /// The momentum at `step` when `cycle_momentum` is on.
+    fn momentum_at(&self, step: u64) -> Option<f64> {
+        self.cycle_momentum
+            .then(|| self.walk(&self.momentum_phases(), step))
     }
 
     fn check(&self) -> Result<()> {
@@ -513,7 +599,12 @@ impl LrSchedule for OneCycleLr {
         let d = self.div_factor;
         check(OP, "div_factor", d, d > 0.0, "above 0")?;
         let f = self.final_div_factor;
-        check(OP, "final_div_factor", f, f > 0.0, "above 0")
+        check(OP, "final_div_factor", f, f > 0.0, "above 0")?;
+        if self.cycle_momentum {
+            check(OP, "base_momentum", self.base_momentum, true, "a number")?;
+            check(OP, "max_momentum", self.max_momentum, true, "a number")?;
+        }
+        Ok(())
     }
 
     fn last_step(&self) -> Option<u64> {

@@ -116,9 +116,15 @@ pub enum CyclicMode {
 /// rate climbs linearly from `base_lr` to `max_lr` over `step_size_up` steps, falls back
 /// over `step_size_down` (`None`: as many), and repeats, the amplitude scaled per
 /// [`CyclicMode`]. As PyTorch's, it replaces the optimizer's rate (the group's base is
-/// ignored); one `base_lr`/`max_lr` for every group; stepped per batch. Momentum is not
-/// cycled (PyTorch's `cycle_momentum=True` default is not followed), and custom
-/// `scale_fn`s are not taken.
+/// ignored); one `base_lr`/`max_lr` for every group; stepped per batch. Custom `scale_fn`s
+/// are not taken.
+///
+/// With `cycle_momentum` (the default, as PyTorch's) the momentum cycles inversely to the
+/// rate: `max_momentum - (max_momentum - base_momentum)·x·scale` with the rate's position
+/// `x` in the cycle and amplitude `scale`, so `max_momentum` at step 0. An
+/// [`LrScheduler`](super::LrScheduler) sets it as every group's `momentum` or `beta1`
+/// (see [`Optimizer::group_momenta`](super::Optimizer::group_momenta)) and refuses an
+/// optimizer with neither.
 ///
 /// ```
 /// use kiln::optim::{CyclicLr, CyclicMode, LrSchedule};
@@ -140,10 +146,17 @@ pub struct CyclicLr {
     pub step_size_down: Option<u64>,
     /// The amplitude policy.
     pub mode: CyclicMode,
+    /// Whether the momentum is cycled inversely to the rate (PyTorch's default: on).
+    pub cycle_momentum: bool,
+    /// The momentum at the rate's peak (PyTorch's default 0.8).
+    pub base_momentum: f64,
+    /// The momentum at the rate's low (PyTorch's default 0.9).
+    pub max_momentum: f64,
 }
 
 impl CyclicLr {
-    /// `CyclicLR(base_lr, max_lr, step_size_up)`, triangular, as long down as up.
+    /// `CyclicLR(base_lr, max_lr, step_size_up)`, triangular, as long down as up, momentum
+    /// cycled between 0.8 and 0.9 (PyTorch's defaults).
     pub fn new(base_lr: f64, max_lr: f64, step_size_up: u64) -> CyclicLr {
         CyclicLr {
             base_lr,
@@ -151,12 +164,15 @@ impl CyclicLr {
             step_size_up,
             step_size_down: None,
             mode: CyclicMode::Triangular,
+            cycle_momentum: true,
+            base_momentum: 0.8,
+            max_momentum: 0.9,
         }
     }
-}
 
-impl LrSchedule for CyclicLr {
-    fn lr_at(&self, _base_lr: f64, step: u64) -> f64 {
+    /// The position in the cycle scaled to `[0, 1]` (0 at the low, 1 at the peak) and the
+    /// amplitude at `step`.
+    fn position(&self, step: u64) -> (f64, f64) {
         let up = self.step_size_up as f64;
         let down = self.step_size_down.unwrap_or(self.step_size_up) as f64;
         let total = up + down;
@@ -169,13 +185,27 @@ impl LrSchedule for CyclicLr {
         } else {
             (x - 1.0) / (ratio - 1.0)
         };
-        let height = (self.max_lr - self.base_lr) * scale;
         let amplitude = match self.mode {
             CyclicMode::Triangular => 1.0,
             CyclicMode::Triangular2 => 1.0 / 2f64.powf(cycle - 1.0),
             CyclicMode::ExpRange { gamma } => gamma.powf(t),
         };
-        self.base_lr + height * amplitude
+        (scale, amplitude)
+    }
+}
+
+impl LrSchedule for CyclicLr {
+    fn lr_at(&self, _base_lr: f64, step: u64) -> f64 {
+        let (scale, amplitude) = self.position(step);
+        self.base_lr + (self.max_lr - self.base_lr) * scale * amplitude
+    }
+
+    /// The momentum at `step` when `cycle_momentum` is on.
+    fn momentum_at(&self, step: u64) -> Option<f64> {
+        let (scale, amplitude) = self.position(step);
+        let height = (self.max_momentum - self.base_momentum) * scale;
+        self.cycle_momentum
+            .then_some(self.max_momentum - height * amplitude)
     }
 
     fn check(&self) -> Result<()> {
@@ -189,6 +219,22 @@ impl LrSchedule for CyclicLr {
         check("CyclicLr", "max_lr", self.max_lr, true, "a number")?;
         if let CyclicMode::ExpRange { gamma } = self.mode {
             check("CyclicLr", "gamma", gamma, true, "a number")?;
+        }
+        if self.cycle_momentum {
+            check(
+                "CyclicLr",
+                "base_momentum",
+                self.base_momentum,
+                true,
+                "a number",
+            )?;
+            check(
+                "CyclicLr",
+                "max_momentum",
+                self.max_momentum,
+                true,
+                "a number",
+            )?;
         }
         Ok(())
     }
@@ -249,6 +295,14 @@ impl LrSchedule for SequentialLr {
             Some(s) => s.lr_at(base_lr, step - start),
             None => base_lr,
         }
+    }
+
+    /// The momentum of the schedule running at `step`, at its own step (`None` while that
+    /// one does not cycle the momentum: the optimizer's stays as it was).
+    fn momentum_at(&self, step: u64) -> Option<f64> {
+        let i = self.milestones.partition_point(|&m| m <= step);
+        let start = if i == 0 { 0 } else { self.milestones[i - 1] };
+        self.schedules.get(i)?.momentum_at(step - start)
     }
 
     fn check(&self) -> Result<()> {
@@ -327,5 +381,14 @@ impl LrSchedule for ChainedScheduler {
 
     fn last_step(&self) -> Option<u64> {
         self.schedules.iter().filter_map(|s| s.last_step()).min()
+    }
+
+    /// The momentum of the last schedule that cycles it (PyTorch steps each in turn, so
+    /// the last one's momentum stays).
+    fn momentum_at(&self, step: u64) -> Option<f64> {
+        self.schedules
+            .iter()
+            .rev()
+            .find_map(|s| s.momentum_at(step))
     }
 }

@@ -43,7 +43,8 @@ pub struct Sgd {
 pub struct SgdOptions {
     /// The learning rate.
     pub lr: f64,
-    /// The momentum factor `μ` (0: no momentum buffer).
+    /// The momentum factor `μ` (0: no momentum buffer, until a momentum-cycling schedule
+    /// sets one above 0, see [`Optimizer::set_group_momenta`]).
     pub momentum: f64,
     /// Dampening of the gradient's share of the momentum, `b ← μb + (1 - dampening)·g`.
     pub dampening: f64,
@@ -201,6 +202,8 @@ impl Optimizer for Sgd {
     }
 
     super::group_lr_methods!();
+
+    super::group_momentum_methods!("Sgd");
 
     super::state::state_dict_methods!();
 
