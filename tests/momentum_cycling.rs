@@ -207,7 +207,13 @@ fn one_cycle_momentum_follows_pytorchs_phases_and_sets_beta1() {
 #[test]
 fn sgd_run_with_cycled_momentum_matches_a_reference_loop() {
     let mut rng = Lcg(3);
-    for (start_momentum, dampening, wd) in [(0.0, 0.0, 0.0), (0.5, 0.1, 0.01)] {
+    // The last case cycles through momentum 0, where PyTorch's SGD skips the buffer (left
+    // as it was for the next step with momentum).
+    for (start_momentum, dampening, wd, low) in [
+        (0.0, 0.0, 0.0, 0.3),
+        (0.5, 0.1, 0.01, 0.3),
+        (0.0, 0.0, 0.01, 0.0),
+    ] {
         let n = 6;
         let w0: Vec<f64> = (0..n).map(|_| rng.next()).collect();
         let c: Vec<f64> = (0..n).map(|_| rng.next() + 1.5).collect();
@@ -223,7 +229,7 @@ fn sgd_run_with_cycled_momentum_matches_a_reference_loop() {
         };
         let mut opt = Sgd::with_options(vec![w.clone()], opts).unwrap();
         let s = CyclicLr {
-            base_momentum: 0.3,
+            base_momentum: low,
             max_momentum: 0.9,
             ..CyclicLr::new(0.02, 0.2, 2)
         };
@@ -238,7 +244,8 @@ fn sgd_run_with_cycled_momentum_matches_a_reference_loop() {
             sched.step(&mut opt).unwrap();
         }
         // The momentum changed each step (0.9, 0.6, 0.3, 0.6, 0.9).
-        close("momenta", &seen, &[0.9, 0.6, 0.3, 0.6, 0.9], 1e-12);
+        let mid = (0.9 + low) / 2.0;
+        close("momenta", &seen, &[0.9, mid, low, mid, 0.9], 1e-12);
 
         // PyTorch's SGD in f64 with that momentum and rate sequence.
         let mut p = w0.clone();
@@ -247,6 +254,12 @@ fn sgd_run_with_cycled_momentum_matches_a_reference_loop() {
             let lr = s.lr_at(0.1, t);
             let mu = s.momentum_at(t).unwrap();
             let g: Vec<f64> = (0..n).map(|i| 2.0 * c[i] * p[i] + wd * p[i]).collect();
+            if mu == 0.0 {
+                for i in 0..n {
+                    p[i] -= lr * g[i];
+                }
+                continue;
+            }
             let b = match buf {
                 None => g.clone(),
                 Some(b) => (0..n)

@@ -207,12 +207,14 @@ impl Optimizer for RmsProp {
                     v = v.try_sub(&mean.try_mul(&mean)?)?;
                 }
                 let denom = v.try_sqrt()?.try_add(h.eps)?;
+                // As PyTorch's, a momentum of 0 leaves the buffer alone (it has one when a
+                // schedule cycles the momentum through 0).
                 let direction = match &self.buffers[i] {
-                    Some(b) => {
+                    Some(b) if h.momentum > 0.0 => {
                         b.try_copy_(&b.try_mul(h.momentum)?.try_add(&g.try_div(&denom)?)?)?;
                         b.clone()
                     }
-                    None => g.try_div(&denom)?,
+                    _ => g.try_div(&denom)?,
                 };
                 p.try_copy_(&p.try_sub(&direction.try_mul(h.lr)?)?)?;
             }

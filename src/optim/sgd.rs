@@ -13,7 +13,9 @@ use crate::tensor::{RealizeReport, Tensor};
 /// SGD as PyTorch's `torch.optim.SGD`: `g ← -g` when maximizing, `g ← g + wd·p`; with
 /// momentum `μ`, `b ← μb + (1 - dampening)·g` (a parameter's first update with a gradient
 /// takes `b = g`), then
-/// `p ← p - lr·b` (Nesterov: `p ← p - lr·(g + μb)`).
+/// `p ← p - lr·b` (Nesterov: `p ← p - lr·(g + μb)`). A step with `μ = 0` updates
+/// `p ← p - lr·g` and leaves the buffer as it was, as PyTorch's does (a momentum-cycling
+/// schedule can pass through 0).
 #[derive(Debug)]
 pub struct Sgd {
     params: Vec<Tensor>,
@@ -170,8 +172,10 @@ impl Optimizer for Sgd {
                 if wd != 0.0 {
                     g = g.try_add(&p.try_mul(wd)?)?;
                 }
+                // As PyTorch's, a momentum of 0 leaves the buffer alone (it has one when a
+                // schedule cycles the momentum through 0).
                 let direction = match self.buffers.get(i) {
-                    Some(Some(b)) => {
+                    Some(Some(b)) if mu != 0.0 => {
                         // PyTorch starts the buffer at the first gradient.
                         let nb = if !std::mem::replace(&mut self.started[i], true) {
                             g.clone()
