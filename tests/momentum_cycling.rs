@@ -5,9 +5,9 @@
 
 use kiln::Tensor;
 use kiln::optim::{
-    Adagrad, AdamW, ChainedScheduler, ConstantLr, CyclicLr, CyclicMode, ExponentialLr, LrSchedule,
-    LrScheduler, NAdam, OneCycleAnneal, OneCycleLr, Optimizer, ParamGroup, RmsProp, RmsPropOptions,
-    SequentialLr, Sgd, SgdOptions,
+    Adagrad, Adam, AdamW, ChainedScheduler, ConstantLr, CyclicLr, CyclicMode, ExponentialLr,
+    LrSchedule, LrScheduler, NAdam, OneCycleAnneal, OneCycleLr, Optimizer, ParamGroup, RmsProp,
+    RmsPropOptions, SequentialLr, Sgd, SgdOptions,
 };
 
 /// A small deterministic generator of values in `[-1, 1)`.
@@ -347,7 +347,15 @@ fn every_momentum_optimizer_is_cycled_and_adagrad_is_refused() {
         ..OneCycleLr::new(0.1, 10)
     };
     let e = LrScheduler::new(&mut adam, s).unwrap_err().to_string();
-    assert!(e.contains("beta1"), "{e}");
+    assert!(e.contains("beta1") && e.contains("AdamW"), "{e}");
+    // Adam (AdamW's update with an L2 term) is named Adam in the same error.
+    let mut plain = Adam::new(vec![param(2, &mut rng)], 0.1, (0.9, 0.999), 1e-8, 0.0).unwrap();
+    let e = plain.set_group_momenta(&[1.0]).unwrap_err().to_string();
+    assert!(
+        e.contains("beta1") && e.contains("Adam") && !e.contains("AdamW"),
+        "{e}"
+    );
+    assert_eq!(plain.group_momenta(), Some(vec![0.9]));
     let mut sgd = Sgd::new(vec![param(2, &mut rng)], 0.1).unwrap();
     let s = CyclicLr {
         base_momentum: -0.5,

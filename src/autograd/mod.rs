@@ -29,11 +29,6 @@ pub(crate) use crate::tensor::custom_grad::{CustomRule, composite};
 pub use crate::tensor::custom_grad::{NoGradGuard, is_grad_enabled, no_grad};
 
 impl Tensor {
-    /// True when gradients flow to (or through) this tensor.
-    pub fn requires_grad(&self) -> bool {
-        graph::with_graph(|g| g.node(self.node_key()).is_ok_and(|n| n.autograd.is_some()))
-    }
-
     /// True for a tensor that was not computed from tensors requiring grad (a parameter or
     /// an input): gradients accumulate in its [`Tensor::grad`].
     pub fn is_leaf(&self) -> bool {

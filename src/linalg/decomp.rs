@@ -60,25 +60,6 @@ pub(super) fn check(op: &'static str, a: &Tensor, square: bool) -> Result<(usize
     Ok((m, n))
 }
 
-/// Checks that the two operands `a` and `b` of `op` share a dtype and a device.
-pub(super) fn check_pair(op: &'static str, a: &Tensor, b: &Tensor) -> Result<()> {
-    if a.dtype() != b.dtype() {
-        return Err(KilnError::DTypeMismatch {
-            op,
-            lhs: a.dtype(),
-            rhs: b.dtype(),
-        });
-    }
-    if a.device() != b.device() {
-        return Err(KilnError::DeviceMismatch {
-            op,
-            lhs: a.device(),
-            rhs: b.device(),
-        });
-    }
-    Ok(())
-}
-
 /// Checks `a` as [`check`] does and reads it.
 pub(super) fn read(op: &'static str, a: &Tensor, square: bool) -> Result<Matrices> {
     let (m, n) = check(op, a, square)?;
@@ -320,7 +301,7 @@ pub fn slogdet(a: &Tensor) -> Result<(Tensor, Tensor)> {
 /// ```
 pub fn solve(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     const OP: &str = "linalg.solve";
-    check_pair(OP, a, b)?;
+    a.require_same_dtype_and_device(OP, b)?;
     // Validates A (dtype, rank, square) before B's shape is looked at.
     if a.ndim() < 2 || a.shape()[a.ndim() - 1] != a.shape()[a.ndim() - 2] {
         read(OP, &a.try_slice_dim(0, 0, 0, 1)?, true)?;

@@ -2,7 +2,7 @@
 //! rule (defined wherever the rank is locally constant, repeated singular values included),
 //! and [`lstsq`] composed as `pinv(A)·B`, so its gradients are those of its parts.
 
-use super::decomp::{check, check_pair, constant, mt, svd_host, tracking, with_tail};
+use super::decomp::{check, constant, mt, svd_host, tracking, with_tail};
 use crate::autograd::composite;
 use crate::dtype::DType;
 use crate::error::{KilnError, Result};
@@ -205,7 +205,7 @@ pub fn lstsq(
 ) -> Result<Lstsq> {
     const OP: &str = "linalg.lstsq";
     let driver = driver.unwrap_or(LstsqDriver::Gelsy);
-    check_pair(OP, a, b)?;
+    a.require_same_dtype_and_device(OP, b)?;
     let (m, n) = check(OP, a, false)?;
     let vector = b.ndim() == 1 || (b.ndim() + 1 == a.ndim() && b.shape() == &a.shape()[..b.ndim()]);
     let b2 = if vector {

@@ -3,7 +3,7 @@
 //! host; [`lu_solve`] is composed of row gathers and two [`solve_triangular`]s, so its
 //! gradients are theirs. Each host result carries its backward rule.
 
-use super::decomp::{check, check_pair, constant, mt, read, tracking, with_rule, with_tail};
+use super::decomp::{check, constant, mt, read, tracking, with_rule, with_tail};
 use super::host::{self, identity, lu_rect, pivots_to_perm, triangular_solve};
 use crate::autograd::composite;
 use crate::dtype::DType;
@@ -254,7 +254,7 @@ pub fn lu(a: &Tensor) -> Result<(Tensor, Tensor, Tensor)> {
 /// Checks `b` against the `n × n` matrices of `a` for a triangular solve (`B`'s rows on the
 /// left, its columns on the right) and broadcasts the two batches.
 fn broadcast_rhs(op: &'static str, a: &Tensor, b: &Tensor, left: bool) -> Result<(Tensor, Tensor)> {
-    check_pair(op, a, b)?;
+    a.require_same_dtype_and_device(op, b)?;
     let (n, _) = check(op, a, true)?;
     let ok = b.ndim() >= 2 && b.shape()[b.ndim() - if left { 2 } else { 1 }] == n;
     if !ok {

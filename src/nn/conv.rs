@@ -146,25 +146,6 @@ pub(super) fn require_float(op: &'static str, x: &Tensor) -> Result<()> {
     }
 }
 
-/// `other` (a weight, a bias, fractional pooling's samples) has `x`'s dtype and device.
-pub(super) fn same_dtype_and_device(op: &'static str, x: &Tensor, other: &Tensor) -> Result<()> {
-    if other.dtype() != x.dtype() {
-        return Err(KilnError::DTypeMismatch {
-            op,
-            lhs: x.dtype(),
-            rhs: other.dtype(),
-        });
-    }
-    if other.device() != x.device() {
-        return Err(KilnError::DeviceMismatch {
-            op,
-            lhs: x.device(),
-            rhs: other.device(),
-        });
-    }
-    Ok(())
-}
-
 pub(super) fn require_positive<const N: usize>(
     op: &'static str,
     shape: &[usize],
@@ -309,7 +290,7 @@ pub(crate) fn conv_nd<const N: usize>(
             ),
         ));
     }
-    same_dtype_and_device(op, &x, weight)?;
+    x.require_same_dtype_and_device(op, weight)?;
     let (cin, oc) = (x.shape()[1], weight.shape()[0]);
     if groups == 0 || !oc.is_multiple_of(groups) || weight.shape()[1] * groups != cin {
         return Err(KilnError::ShapeMismatch {
@@ -335,7 +316,7 @@ pub(crate) fn conv_nd<const N: usize>(
                 detail: format!(": the bias must be [{oc}], one per output channel"),
             });
         }
-        same_dtype_and_device(op, &x, b)?;
+        x.require_same_dtype_and_device(op, b)?;
     }
     let eff: [usize; N] = std::array::from_fn(|i| dilation.0[i] * (kernel[i] - 1) + 1);
     let pads: [(usize, usize); N] = match padding {
@@ -494,7 +475,7 @@ pub(crate) fn conv_transpose_nd<const N: usize>(
             ),
         ));
     }
-    same_dtype_and_device(op, &x, weight)?;
+    x.require_same_dtype_and_device(op, weight)?;
     let cin = x.shape()[1];
     if groups == 0 || weight.shape()[0] != cin || !cin.is_multiple_of(groups) {
         return Err(KilnError::ShapeMismatch {
@@ -521,7 +502,7 @@ pub(crate) fn conv_transpose_nd<const N: usize>(
                 detail: format!(": the bias must be [{cout}], one per output channel"),
             });
         }
-        same_dtype_and_device(op, &x, b)?;
+        x.require_same_dtype_and_device(op, b)?;
     }
     let mut z = x.clone();
     for (i, &k) in kernel.iter().enumerate() {
@@ -862,13 +843,7 @@ pub(crate) fn max_unpool_nd<const N: usize>(
             detail: ": the indices must be i64, as PyTorch requires".into(),
         });
     }
-    if indices.device() != input.device() {
-        return Err(KilnError::DeviceMismatch {
-            op,
-            lhs: input.device(),
-            rhs: indices.device(),
-        });
-    }
+    input.require_same_device(op, indices)?;
     require_positive(op, x.shape(), "kernel_size", kernel)?;
     require_positive(op, x.shape(), "stride", stride)?;
     let mut out = [0usize; N];

@@ -24,7 +24,7 @@ use std::cell::Cell;
 use super::Module;
 use super::conv::{
     Spatial, batched, invalid, plane_positions, pooled_pick, require_float, require_positive,
-    same_dtype_and_device, unbatch,
+    unbatch,
 };
 use crate::dtype::DType;
 use crate::error::{KilnError, Result};
@@ -116,7 +116,7 @@ fn given_samples(
     dims: usize,
     samples: &Tensor,
 ) -> Result<Tensor> {
-    same_dtype_and_device(op, x, samples)?;
+    x.require_same_dtype_and_device(op, samples)?;
     let (n, c) = (x.shape()[0], x.shape()[1]);
     let s = samples.shape();
     if s.len() != 3 || s[0] < n || s[1] != c || s[2] != dims {

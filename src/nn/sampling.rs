@@ -547,20 +547,7 @@ pub fn grid_sample(
 ) -> Result<Tensor> {
     const OP: &str = "grid_sample";
     require_float(OP, input)?;
-    if grid.dtype() != input.dtype() {
-        return Err(KilnError::DTypeMismatch {
-            op: OP,
-            lhs: input.dtype(),
-            rhs: grid.dtype(),
-        });
-    }
-    if grid.device() != input.device() {
-        return Err(KilnError::DeviceMismatch {
-            op: OP,
-            lhs: input.device(),
-            rhs: grid.device(),
-        });
-    }
+    input.require_same_dtype_and_device(OP, grid)?;
     let nd = input.ndim();
     if !(nd == 4 || nd == 5) {
         return Err(invalid(

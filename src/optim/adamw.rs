@@ -300,7 +300,7 @@ impl Optimizer for AdamW {
 
     super::group_lr_methods!();
 
-    super::group_beta1_methods!("AdamW");
+    super::group_beta1_methods!(|s| if s.decoupled { "AdamW" } else { "Adam" });
 
     super::state::state_dict_methods!();
 

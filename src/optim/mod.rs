@@ -338,17 +338,25 @@ pub(crate) use group_lr_methods;
 
 /// The momentum methods of [`Optimizer`] (`group_momenta`, `set_group_momenta`) for an
 /// optimizer whose `groups` field holds each group's options with `betas`: `beta1` is the
-/// momentum, checked to lie in `[0, 1)` (`$op` names the optimizer in the error).
+/// momentum, checked to lie in `[0, 1)`. The error names the optimizer: `$op`, or
+/// `|s| name` computed from the optimizer `s` (AdamW also serves as Adam).
 macro_rules! group_beta1_methods {
-    ($op:expr) => {
+    ($op:literal) => {
+        super::group_beta1_methods!(|_s| $op);
+    };
+    (|$s:ident| $op:expr) => {
         fn group_momenta(&self) -> Option<Vec<f64>> {
             Some(self.groups.iter().map(|g| g.betas.0).collect())
         }
 
         fn set_group_momenta(&mut self, momenta: &[f64]) -> crate::error::Result<()> {
+            let op: &'static str = {
+                let $s = &*self;
+                $op
+            };
             for &m in momenta.iter().take(self.groups.len()) {
                 let unit = |v: f64| (0.0..1.0).contains(&v);
-                super::check_hyper($op, "beta1", m, unit, "in [0, 1)")?;
+                super::check_hyper(op, "beta1", m, unit, "in [0, 1)")?;
             }
             for (g, &m) in self.groups.iter_mut().zip(momenta) {
                 g.betas.0 = m;

@@ -464,13 +464,7 @@ impl Tensor {
     /// Fallible [`Tensor::prelu`].
     pub fn try_prelu(&self, weight: &Tensor) -> Result<Tensor> {
         self.require_float("prelu")?;
-        if weight.device != self.device {
-            return Err(KilnError::DeviceMismatch {
-                op: "prelu",
-                lhs: self.device,
-                rhs: weight.device,
-            });
-        }
+        self.require_same_device("prelu", weight)?;
         if weight.dtype != self.dtype {
             return Err(KilnError::DTypeMismatch {
                 op: "prelu",

@@ -48,13 +48,7 @@ impl Tensor {
                     detail: format!(": shapes must match except in dimension {axis}"),
                 });
             }
-            if t.device() != first.device() {
-                return Err(KilnError::DeviceMismatch {
-                    op: "cat",
-                    lhs: first.device(),
-                    rhs: t.device(),
-                });
-            }
+            first.require_same_device("cat", t)?;
             dtype = DType::promote(dtype, t.dtype());
             total =
                 total

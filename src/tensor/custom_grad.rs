@@ -18,6 +18,20 @@ pub(crate) type VjpFn =
 /// A composite's backward rule, as stored in the graph.
 pub(crate) struct CustomRule(pub(crate) Box<VjpFn>);
 
+impl Tensor {
+    /// True when gradients flow to (or through) this tensor.
+    ///
+    /// ```
+    /// use kiln::Tensor;
+    /// let w = Tensor::from_vec(vec![1.0f32], &[1]).requires_grad_(true);
+    /// assert!(w.requires_grad() && (&w * 2.0).requires_grad());
+    /// assert!(!w.detach().requires_grad());
+    /// ```
+    pub fn requires_grad(&self) -> bool {
+        graph::with_graph(|g| g.node(self.node_key()).is_ok_and(|n| n.autograd.is_some()))
+    }
+}
+
 /// Computes `forward()` (over `inputs`) without recording history and, when gradients are
 /// enabled and an input requires grad, gives the result the single backward `rule` instead
 /// (so a composite like cross entropy has one fused backward kernel rather than the
@@ -27,12 +41,7 @@ pub(crate) fn composite(
     forward: impl FnOnce() -> Result<Tensor>,
     rule: impl Fn(&[Tensor], &Tensor, &Tensor) -> Result<Vec<Option<Tensor>>> + Send + Sync + 'static,
 ) -> Result<Tensor> {
-    let track = is_grad_enabled()
-        && graph::with_graph(|g| {
-            inputs
-                .iter()
-                .any(|t| g.node(t.node_key()).is_ok_and(|n| n.autograd.is_some()))
-        });
+    let track = is_grad_enabled() && inputs.iter().any(|t| t.requires_grad());
     let out = no_grad(forward)?;
     if !track {
         return Ok(out);

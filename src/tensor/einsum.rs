@@ -45,12 +45,10 @@ impl Tensor {
             reason: format!("{reason} (equation {equation:?}, operand shapes {shapes:?})"),
         };
         let spec = parse(equation, &shapes).map_err(fail)?;
-        if let Some(t) = operands.iter().find(|t| t.device() != operands[0].device()) {
-            return Err(KilnError::DeviceMismatch {
-                op: "einsum",
-                lhs: operands[0].device(),
-                rhs: t.device(),
-            });
+        if let Some(first) = operands.first() {
+            for t in operands {
+                first.require_same_device("einsum", t)?;
+            }
         }
         // Each label's size: equal where given, or 1 (broadcast).
         let mut size: std::collections::HashMap<Label, usize> = Default::default();

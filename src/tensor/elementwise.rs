@@ -74,13 +74,7 @@ fn align<'o>(op: &'static str, a: &'o Operand<'_>, b: &'o Operand<'_>) -> Result
     let (ta, tb) = (a.tensor(), b.tensor());
     let (dtype, shape, device) = match (ta, tb) {
         (Some(x), Some(y)) => {
-            if x.device != y.device {
-                return Err(KilnError::DeviceMismatch {
-                    op,
-                    lhs: x.device,
-                    rhs: y.device,
-                });
-            }
+            x.require_same_device(op, y)?;
             (
                 DType::promote(x.dtype, y.dtype),
                 broadcast_shapes(op, &x.shape, &y.shape)?,
@@ -279,13 +273,7 @@ impl Tensor {
         } else {
             align("where", &a, &b)?
         };
-        if c.device != x.device {
-            return Err(KilnError::DeviceMismatch {
-                op: "where",
-                lhs: c.device,
-                rhs: x.device,
-            });
-        }
+        c.require_same_device("where", &x)?;
         let shape = broadcast_shapes("where", &c.shape, &shape)?;
         let (c, x, y) = (
             c.expand_view(&shape)?,
@@ -371,13 +359,7 @@ impl Tensor {
         // Devices and shapes are checked under this op's name first.
         let mut shape = self.shape.clone();
         for t in [lo.tensor(), hi.tensor()].into_iter().flatten() {
-            if t.device != self.device {
-                return Err(KilnError::DeviceMismatch {
-                    op: "clamp",
-                    lhs: self.device,
-                    rhs: t.device,
-                });
-            }
+            self.require_same_device("clamp", t)?;
             shape = broadcast_shapes("clamp", &shape, &t.shape)?;
         }
         crate::shape::check_shape("clamp", &shape, self.dtype)?;

@@ -70,13 +70,7 @@ impl Tensor {
                         detail: ": weights must be 1-d and as long as the input".into(),
                     });
                 }
-                if w.device() != self.device() {
-                    return Err(KilnError::DeviceMismatch {
-                        op: OP,
-                        lhs: self.device(),
-                        rhs: w.device(),
-                    });
-                }
+                self.require_same_device(OP, w)?;
                 if w.dtype() == DType::F32 {
                     DType::F32
                 } else {
@@ -467,14 +461,10 @@ impl Tensor {
                     detail: ": weight must have the input's shape (without the points' last dimension for histogramdd)".into(),
                 });
             }
-            Some(w) if w.device() != self.device() => {
-                return Err(KilnError::DeviceMismatch {
-                    op,
-                    lhs: self.device(),
-                    rhs: w.device(),
-                });
+            Some(w) => {
+                self.require_same_device(op, w)?;
+                Some(w.try_reshape([-1])?.try_cast(c)?)
             }
-            Some(w) => Some(w.try_reshape([-1])?.try_cast(c)?),
         };
         let columns = (0..binnings.len())
             .map(|dim| {
@@ -559,20 +549,7 @@ impl Binning {
             shape: edges.shape().to_vec(),
             reason: format!("bin edges for dimension {dim}: {reason}"),
         };
-        if edges.dtype() != x.dtype() {
-            return Err(KilnError::DTypeMismatch {
-                op,
-                lhs: x.dtype(),
-                rhs: edges.dtype(),
-            });
-        }
-        if edges.device() != x.device() {
-            return Err(KilnError::DeviceMismatch {
-                op,
-                lhs: x.device(),
-                rhs: edges.device(),
-            });
-        }
+        x.require_same_dtype_and_device(op, edges)?;
         if edges.ndim() != 1 || edges.numel() < 2 {
             return Err(refuse("must be 1-D with at least two edges".into()));
         }

@@ -19,13 +19,7 @@ impl Tensor {
                 detail: ": indices must be an integer tensor".into(),
             });
         }
-        if index.device() != self.device() {
-            return Err(KilnError::DeviceMismatch {
-                op,
-                lhs: self.device(),
-                rhs: index.device(),
-            });
-        }
+        self.require_same_device(op, index)?;
         index.try_cast(DType::I64)
     }
 
@@ -179,13 +173,7 @@ impl Tensor {
     /// `src` cut to `index`'s shape (PyTorch reads only that corner of a larger `src`) and
     /// cast to this tensor's dtype. `src` must have the index's rank and be no smaller.
     fn scatter_source(&self, op: &'static str, index: &Tensor, src: &Tensor) -> Result<Tensor> {
-        if src.device() != self.device() {
-            return Err(KilnError::DeviceMismatch {
-                op,
-                lhs: self.device(),
-                rhs: src.device(),
-            });
-        }
+        self.require_same_device(op, src)?;
         let fits = src.ndim() == index.ndim()
             && src.shape().iter().zip(index.shape()).all(|(&s, &i)| i <= s);
         if !fits {

@@ -102,13 +102,7 @@ impl Tensor {
                 detail: ": an in-place result must keep the tensor's shape".into(),
             });
         }
-        if value.device != self.device {
-            return Err(KilnError::DeviceMismatch {
-                op,
-                lhs: self.device,
-                rhs: value.device,
-            });
-        }
+        self.require_same_device(op, &value)?;
         if !can_store(value.dtype, self.dtype) {
             return Err(KilnError::UnsupportedDType {
                 op,
@@ -434,13 +428,7 @@ impl Tensor {
     /// Fallible [`Tensor::copy_`].
     pub fn try_copy_(&self, src: &Tensor) -> Result<&Tensor> {
         self.update("copy_", |x| {
-            if src.device != x.device {
-                return Err(KilnError::DeviceMismatch {
-                    op: "copy_",
-                    lhs: x.device,
-                    rhs: src.device,
-                });
-            }
+            x.require_same_device("copy_", src)?;
             let value = src.try_cast(x.dtype)?.expand_view(&x.shape)?;
             if x.is_realized() {
                 return Ok(value);

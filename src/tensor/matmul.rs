@@ -24,13 +24,7 @@ impl Tensor {
 
     /// Fallible [`Tensor::matmul`].
     pub fn try_matmul(&self, rhs: &Tensor) -> Result<Tensor> {
-        if self.device != rhs.device {
-            return Err(KilnError::DeviceMismatch {
-                op: "matmul",
-                lhs: self.device,
-                rhs: rhs.device,
-            });
-        }
+        self.require_same_device("matmul", rhs)?;
         if self.ndim() == 0 || rhs.ndim() == 0 {
             return Err(KilnError::ShapeMismatch {
                 op: "matmul",

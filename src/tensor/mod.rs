@@ -101,6 +101,36 @@ impl Tensor {
         Ok(Tensor::from_node(key, shape, dtype, device))
     }
 
+    /// `other` (a second operand, an index, a weight) lives on this tensor's device; else a
+    /// `DeviceMismatch` for `op` naming this device first.
+    pub(crate) fn require_same_device(&self, op: &'static str, other: &Tensor) -> Result<()> {
+        if other.device != self.device {
+            return Err(KilnError::DeviceMismatch {
+                op,
+                lhs: self.device,
+                rhs: other.device,
+            });
+        }
+        Ok(())
+    }
+
+    /// `other` has this tensor's dtype (checked first) and device; else a `DTypeMismatch`
+    /// or `DeviceMismatch` for `op` naming this tensor's first.
+    pub(crate) fn require_same_dtype_and_device(
+        &self,
+        op: &'static str,
+        other: &Tensor,
+    ) -> Result<()> {
+        if other.dtype != self.dtype {
+            return Err(KilnError::DTypeMismatch {
+                op,
+                lhs: self.dtype,
+                rhs: other.dtype,
+            });
+        }
+        self.require_same_device(op, other)
+    }
+
     /// The graph node this tensor refers to.
     pub fn node_key(&self) -> NodeKey {
         self.key

@@ -218,13 +218,7 @@ impl Tensor {
 
     /// `self` and `other` for a float op named `op`: both float, or promoted together.
     fn float_pair(&self, op: &'static str, other: &Tensor) -> Result<(Tensor, Tensor)> {
-        if other.device() != self.device() {
-            return Err(KilnError::DeviceMismatch {
-                op,
-                lhs: self.device(),
-                rhs: other.device(),
-            });
-        }
+        self.require_same_device(op, other)?;
         let dtype = DType::promote(self.dtype(), other.dtype());
         let dtype = if dtype.is_float() { dtype } else { DType::F32 };
         Ok((self.try_cast(dtype)?, other.try_cast(dtype)?))
