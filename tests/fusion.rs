@@ -48,6 +48,41 @@ fn prologue_fuses_into_reduction() {
 }
 
 #[test]
+fn a_long_join_is_stored_before_a_reduction() {
+    // A reduction over a `stack` of many tensors would evaluate the stack's whole `where`
+    // chain at every point; the join is stored instead (an elementwise kernel, which the
+    // CPU splits between its inputs), and the reduction reads it plainly. A short join
+    // stays fused.
+    for (steps, want_kernels) in [(32, 2), (4, 1)] {
+        let parts: Vec<Tensor> = (0..steps).map(|i| input(&[16, 64], 40 + i)).collect();
+        let y = Tensor::stack(&parts.iter().collect::<Vec<_>>(), 0);
+        let t = (&y * &y).sum(..);
+        let plan = t.plan(&RealizeOptions::default()).unwrap();
+        assert_eq!(plan.kernel_count(), want_kernels, "{}", plan.dump_text());
+        for k in plan.kernels() {
+            let k = k.kernel();
+            let wheres = k.fused_ops.iter().filter(|o| o.contains("where")).count();
+            if !k.reduce_axes.is_empty() && steps > 8 {
+                assert_eq!(wheres, 0, "{}: {:?}", k.name, k.fused_ops);
+            }
+        }
+        check(&t);
+        // The same rule for a sum of many padded slices (a slice's gradient over steps).
+        let x = input(&[steps as usize, 16, 64], 7);
+        let mut acc = x
+            .slice_dim(0, 0, 1, 1)
+            .pad(&[(0, steps as usize - 1), (0, 0), (0, 0)], 0.0);
+        for i in 1..steps as usize {
+            let p = x.slice_dim(0, i as isize, i as isize + 1, 1);
+            acc = &acc + &p.pad(&[(i, steps as usize - 1 - i), (0, 0), (0, 0)], 0.0);
+        }
+        let t = acc.max(..);
+        assert_eq!(kernels(&t), want_kernels);
+        check(&t);
+    }
+}
+
+#[test]
 fn epilogue_fuses_after_reduction() {
     let x = input(&[64, 64], 5);
     let t = x.sum(1).relu() * 2.0;

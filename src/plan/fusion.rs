@@ -30,6 +30,14 @@
 //!   `BROADCAST_FOLD` times its own size, and has at least `MIN_FOLD_NUMEL` elements, is
 //!   its own small kernel, loaded by the big one, instead of being recomputed per element
 //!   and per pass.
+//! * **Joins are stored before a reduction.** An elementwise value whose input cone reads
+//!   more than [`MAX_PADDED_READS_IN_REDUCTION`] padded views (a `cat` or `stack` of many
+//!   tensors is a `where` chain over padded inputs; a slice's gradient summed over many
+//!   steps is a sum of padded tensors) is not inlined into a reduction: every point of the
+//!   reduction would evaluate the whole chain. Stored, it is an elementwise kernel, which
+//!   the CPU backend splits between the masks' edges so that each block reads one input
+//!   (`y = stack(256 steps); (y * y).sum()`: 30 ms fused into the sum, 0.8 ms stored, on the
+//!   Intel Xeon test machine).
 //! * **Kernels are bounded.** Each kernel's inlined ops weigh 1 (`Cost::Cheap`) or 4
 //!   (`Cost::Polynomial`); a node that would take a kernel past [`MAX_KERNEL_WEIGHT`] is
 //!   stored instead and starts a kernel of its own. A 10,000-op chain becomes about 20
@@ -54,6 +62,11 @@ const CHEAP_LEAVES: usize = 6;
 const MAX_USES: usize = 8;
 /// Largest total op weight of one kernel (see the module documentation).
 pub const MAX_KERNEL_WEIGHT: usize = 512;
+/// Most padded views an elementwise value's input cone may read and still be inlined into
+/// a reduction (see the module documentation). A `cat` of `T` tensors reads `2T - 1`: up
+/// to eight inputs stay fused, where the chain costs less than storing (measured with
+/// `stack` of `[16, 64]` tensors and a sum: even at 8, 2.6× faster stored at 16).
+pub const MAX_PADDED_READS_IN_REDUCTION: usize = 16;
 
 fn weight(op: &PlanOp) -> usize {
     match op.cost() {
@@ -152,6 +165,7 @@ pub fn fuse(vg: &ViewGraph, fuse: bool, forced: &HashSet<NodeId>) -> FusionPlan 
     // Total op weight inlined into each kernel so far.
     let mut size: Vec<usize> = vec![];
     let generated = generator_only(vg);
+    let padded = padded_reads(vg);
     for v in (0..n).rev() {
         super::tick(1);
         let node = &vg.nodes[v];
@@ -193,8 +207,18 @@ pub fn fuse(vg: &ViewGraph, fuse: bool, forced: &HashSet<NodeId>) -> FusionPlan 
             && u.iter().any(|x| {
                 kernel_numel(vg, &plan.groups[x.group]) >= BROADCAST_FOLD * numel(&node.shape)
             });
+        // A long join read point by point by a reduction (see the module documentation).
+        let join_in_reduction =
+            padded[v] > MAX_PADDED_READS_IN_REDUCTION && u.iter().any(|x| x.frame == Frame::Space);
         let inlined = match &node.op {
-            _ if u.is_empty() || u.len() > MAX_USES || too_big || fold_constant => false,
+            _ if u.is_empty()
+                || u.len() > MAX_USES
+                || too_big
+                || fold_constant
+                || join_in_reduction =>
+            {
+                false
+            }
             op if op.is_elementwise() => u.len() == 1 || is_cheap(vg, forced, v),
             PlanOp::Op(Op::Reduce { .. }) => try_inline_reduce(vg, &mut plan, v, &u),
             PlanOp::Op(Op::Matmul) => try_inline_matmul(vg, &mut plan, v, &u),
@@ -223,6 +247,26 @@ const BROADCAST_FOLD: usize = 8;
 /// Generator-only values smaller than this (a scalar such as `1/n`) are recomputed: a load
 /// costs as much as their arithmetic, and storing them would cost a kernel.
 const MIN_FOLD_NUMEL: usize = 64;
+
+/// Per node: how many padded views its elementwise input cone reads (through any number of
+/// elementwise steps; a value read twice counts twice), saturating; 0 for other nodes.
+fn padded_reads(vg: &ViewGraph) -> Vec<usize> {
+    let mut padded = vec![0usize; vg.nodes.len()];
+    for (id, n) in vg.nodes.iter().enumerate() {
+        if !n.op.is_elementwise() {
+            continue;
+        }
+        padded[id] = n.inputs.iter().fold(0usize, |acc, e| {
+            let pads = e
+                .chain
+                .iter()
+                .filter(|m| matches!(m, Movement::Pad { .. }))
+                .count();
+            acc.saturating_add(pads).saturating_add(padded[e.src])
+        });
+    }
+    padded
+}
 
 /// Elementwise nodes computed from generators alone (no input buffer, no reduction).
 fn generator_only(vg: &ViewGraph) -> Vec<bool> {
