@@ -1,0 +1,1036 @@
+//! A hostile-input sweep over the op families added most recently (CTC loss, fractional
+//! max pooling, `linalg`, histograms, embedding bags, scatter/index reductions, quantiles,
+//! sorts and scans, einsum, grid sampling, interpolation, learning-rate schedules).
+//!
+//! Each family runs a table of hostile inputs — wrong ranks and dtypes, empty tensors and
+//! zero-size dimensions, 0-d tensors, size-1 dimensions, NaN and infinities, half and f64
+//! inputs, non-contiguous views (permuted, stepped, expanded, flipped), absurd sizes and
+//! arguments — each on a watchdog thread under `catch_unwind`. What must hold:
+//!
+//! * nothing panics or hangs;
+//! * a refusal is a `KilnError` whose text names the op;
+//! * an accepted result realizes (`to_vec`), with the shape and dtype PyTorch gives and, where
+//!   PyTorch documents the value or it is computable by hand, that value;
+//! * a view gives what the same call on its `.contiguous()` copy gives.
+//!
+//! A sweep collects every failing case and reports them all at once. The rows marked
+//! "used to" are regressions: inputs that crashed kiln or returned a wrong value.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use kiln::linalg::{self, LstsqDriver, NormOrd, QrMode};
+use kiln::{DType, KilnError, Tensor};
+
+/// One family's sweep: its failures, reported together by [`Sweep::finish`].
+struct Sweep {
+    family: &'static str,
+    failures: Vec<String>,
+    cases: usize,
+}
+
+fn panic_text(p: Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic without a message".into()
+    }
+}
+
+impl Sweep {
+    fn new(family: &'static str) -> Sweep {
+        Sweep {
+            family,
+            failures: Vec::new(),
+            cases: 0,
+        }
+    }
+
+    fn fail(&mut self, case: &str, what: impl std::fmt::Display) {
+        self.failures.push(format!("{case}: {what}"));
+    }
+
+    /// Runs `f` on its own thread under `catch_unwind`; a panic or a run past 30 s is a
+    /// failure (a hung thread is left behind).
+    fn run<T: Send + 'static>(
+        &mut self,
+        case: &str,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> Option<T> {
+        self.cases += 1;
+        if std::env::var_os("KILN_HOSTILE_TRACE").is_some() {
+            eprintln!("case {case}");
+        }
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let r = catch_unwind(AssertUnwindSafe(f));
+            let _ = tx.send(r);
+        });
+        match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(Ok(v)) => Some(v),
+            Ok(Err(p)) => {
+                self.fail(case, format!("panicked: {}", panic_text(p)));
+                None
+            }
+            Err(_) => {
+                self.fail(case, "hung (no answer in 30 s)");
+                None
+            }
+        }
+    }
+
+    /// Runs a call whose outputs are tensors; an error must name `op`. Returns each output's
+    /// shape, dtype and values (read as f64), or `None` for an error or a failure.
+    fn call(
+        &mut self,
+        case: &str,
+        op: &'static str,
+        f: impl FnOnce() -> kiln::Result<Vec<Tensor>> + Send + 'static,
+    ) -> Option<Vec<Out>> {
+        let r = self.run(case, move || -> Result<Vec<Out>, KilnError> {
+            let outs = f()?;
+            outs.iter().map(Out::read).collect()
+        })?;
+        match r {
+            Ok(v) => Some(v),
+            Err(e) => {
+                let text = e.to_string();
+                // Resource errors, and an index found out of range when realized (named
+                // by the kernel that reads it), are typed errors of their own.
+                let resource = matches!(
+                    e,
+                    KilnError::OutOfMemory { .. }
+                        | KilnError::TooLarge { .. }
+                        | KilnError::IndexOutOfRange { .. }
+                );
+                if !resource && !op.split('|').any(|o| text.contains(o)) {
+                    self.fail(case, format!("error does not name {op:?}: {text}"));
+                }
+                None
+            }
+        }
+    }
+
+    /// [`Sweep::call`] that must succeed.
+    fn ok(
+        &mut self,
+        case: &str,
+        op: &'static str,
+        f: impl FnOnce() -> kiln::Result<Vec<Tensor>> + Send + 'static,
+    ) -> Option<Vec<Out>> {
+        let (tx, rx) = mpsc::channel();
+        let r = self.call(case, op, move || {
+            let r = f();
+            if let Err(e) = &r {
+                let _ = tx.send(e.to_string());
+            }
+            r
+        });
+        if let Ok(e) = rx.try_recv() {
+            self.fail(case, format!("refused a legal input: {e}"));
+        }
+        r
+    }
+
+    /// [`Sweep::call`] that must fail with an error naming `op`.
+    fn err(
+        &mut self,
+        case: &str,
+        op: &'static str,
+        f: impl FnOnce() -> kiln::Result<Vec<Tensor>> + Send + 'static,
+    ) {
+        if let Some(outs) = self.call(case, op, f) {
+            let shapes: Vec<_> = outs.iter().map(|o| o.shape.clone()).collect();
+            self.fail(case, format!("accepted, giving shapes {shapes:?}"));
+        }
+    }
+
+    fn expect_shapes(&mut self, case: &str, outs: &Option<Vec<Out>>, want: &[&[usize]]) {
+        if let Some(outs) = outs {
+            let got: Vec<&[usize]> = outs.iter().map(|o| o.shape.as_slice()).collect();
+            if got != want {
+                self.fail(case, format!("shapes {got:?}, want {want:?}"));
+            }
+        }
+    }
+
+    fn expect_values(&mut self, case: &str, got: Option<&Out>, want: &[f64], tol: f64) {
+        let Some(got) = got else { return };
+        if !close(&got.values, want, tol) {
+            self.fail(case, format!("values {:?}, want {want:?}", got.values));
+        }
+    }
+
+    /// Both calls succeed with equal outputs, or both fail.
+    fn same(&mut self, case: &str, a: &Option<Vec<Out>>, b: &Option<Vec<Out>>, tol: f64) {
+        match (a, b) {
+            (Some(a), Some(b)) => {
+                if a.len() != b.len() {
+                    self.fail(case, "different numbers of outputs");
+                    return;
+                }
+                for (i, (x, y)) in a.iter().zip(b).enumerate() {
+                    if x.shape != y.shape || x.dtype != y.dtype || !close(&x.values, &y.values, tol)
+                    {
+                        self.fail(
+                            case,
+                            format!(
+                                "output {i} differs from the contiguous input's: {:?} {:?} {:?} vs {:?} {:?} {:?}",
+                                x.shape, x.dtype, x.values, y.shape, y.dtype, y.values
+                            ),
+                        );
+                    }
+                }
+            }
+            (None, None) => {}
+            _ => self.fail(case, "the view and its contiguous copy disagree on success"),
+        }
+    }
+
+    fn finish(self) {
+        assert!(self.cases > 0);
+        assert!(
+            self.failures.is_empty(),
+            "{}: {} of {} cases failed:\n{}",
+            self.family,
+            self.failures.len(),
+            self.cases,
+            self.failures.join("\n")
+        );
+    }
+}
+
+/// A realized output.
+#[derive(Clone, Debug)]
+struct Out {
+    shape: Vec<usize>,
+    dtype: DType,
+    values: Vec<f64>,
+}
+
+impl Out {
+    fn read(t: &Tensor) -> kiln::Result<Out> {
+        Ok(Out {
+            shape: t.shape().to_vec(),
+            dtype: t.dtype(),
+            values: t.to_vec::<f64>()?,
+        })
+    }
+}
+
+fn close(a: &[f64], b: &[f64], tol: f64) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(&x, &y)| {
+            (x.is_nan() && y.is_nan())
+                || x == y
+                || (x - y).abs() <= tol * (1.0 + x.abs().max(y.abs()))
+        })
+}
+
+fn f64s(data: &[f64], shape: &[usize]) -> Tensor {
+    Tensor::from_vec(data.to_vec(), shape)
+}
+
+fn randn(shape: &[usize], seed: u64, dtype: DType) -> Tensor {
+    Tensor::try_randn(shape, seed, dtype).unwrap()
+}
+
+fn empty(shape: &[usize], dtype: DType) -> Tensor {
+    Tensor::try_zeros_dtype(shape, dtype).unwrap()
+}
+
+/// Non-contiguous views of `[.., m, n]` data with the shape `shape`: permuted, flipped,
+/// stepped and expanded, each with a label.
+fn views(shape: &[usize], seed: u64, dtype: DType) -> Vec<(&'static str, Tensor)> {
+    let nd = shape.len();
+    let mut out = Vec::new();
+    // Transposed: the data of the transposed shape, transposed back.
+    let mut tshape = shape.to_vec();
+    tshape.swap(nd - 1, nd - 2);
+    out.push((
+        "transposed",
+        randn(&tshape, seed, dtype).try_transpose(-1, -2).unwrap(),
+    ));
+    out.push((
+        "flipped",
+        randn(shape, seed + 1, dtype).try_flip([-1, -2]).unwrap(),
+    ));
+    // Every other row of twice as many.
+    let mut wide = shape.to_vec();
+    wide[nd - 2] *= 2;
+    let ranges: Vec<(isize, isize, isize)> = wide
+        .iter()
+        .enumerate()
+        .map(|(i, &d)| (0, d as isize, if i == nd - 2 { 2 } else { 1 }))
+        .collect();
+    out.push((
+        "stepped",
+        randn(&wide, seed + 2, dtype).try_slice(&ranges).unwrap(),
+    ));
+    // One matrix expanded over the batch.
+    if nd >= 3 {
+        let mut one = shape.to_vec();
+        one[0] = 1;
+        out.push((
+            "expanded",
+            randn(&one, seed + 3, dtype)
+                .try_broadcast_to(shape)
+                .unwrap(),
+        ));
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------
+// linalg
+// ---------------------------------------------------------------------------------------
+
+type Unary = fn(&Tensor) -> kiln::Result<Vec<Tensor>>;
+
+/// Every one-matrix function of `kiln::linalg`, with the op name its errors carry.
+fn linalg_unary() -> Vec<(&'static str, &'static str, Unary)> {
+    vec![
+        ("det", "linalg.det", |a| Ok(vec![linalg::det(a)?])),
+        ("slogdet", "linalg.slogdet", |a| {
+            let (s, l) = linalg::slogdet(a)?;
+            Ok(vec![s, l])
+        }),
+        ("inv", "linalg.inv", |a| Ok(vec![linalg::inv(a)?])),
+        ("cholesky", "linalg.cholesky", |a| {
+            Ok(vec![linalg::cholesky(a)?])
+        }),
+        ("qr", "linalg.qr", |a| {
+            let (q, r) = linalg::qr(a)?;
+            Ok(vec![q, r])
+        }),
+        ("qr complete", "linalg.qr", |a| {
+            let (q, r) = linalg::qr_mode(a, QrMode::Complete)?;
+            Ok(vec![q, r])
+        }),
+        ("qr r", "linalg.qr", |a| {
+            let (q, r) = linalg::qr_mode(a, QrMode::R)?;
+            Ok(vec![q, r])
+        }),
+        ("eigh", "linalg.eigh", |a| {
+            let (l, v) = linalg::eigh(a)?;
+            Ok(vec![l, v])
+        }),
+        ("eigvalsh", "linalg.eigvalsh", |a| {
+            Ok(vec![linalg::eigvalsh(a)?])
+        }),
+        ("svd", "linalg.svd", |a| {
+            let (u, s, v) = linalg::svd(a)?;
+            Ok(vec![u, s, v])
+        }),
+        ("svd_full", "linalg.svd", |a| {
+            let (u, s, v) = linalg::svd_full(a)?;
+            Ok(vec![u, s, v])
+        }),
+        ("svdvals", "linalg.svdvals", |a| {
+            Ok(vec![linalg::svdvals(a)?])
+        }),
+        ("pinv", "linalg.pinv", |a| {
+            Ok(vec![linalg::pinv(a, None, None, false)?])
+        }),
+        ("pinv hermitian", "linalg.pinv", |a| {
+            Ok(vec![linalg::pinv(a, None, None, true)?])
+        }),
+        ("matrix_power 0", "linalg.matrix_power", |a| {
+            Ok(vec![linalg::matrix_power(a, 0)?])
+        }),
+        ("matrix_power 3", "linalg.matrix_power", |a| {
+            Ok(vec![linalg::matrix_power(a, 3)?])
+        }),
+        ("matrix_power -2", "linalg.matrix_power|linalg.inv", |a| {
+            Ok(vec![linalg::matrix_power(a, -2)?])
+        }),
+        ("matrix_exp", "linalg.matrix_exp", |a| {
+            Ok(vec![linalg::matrix_exp(a)?])
+        }),
+        ("lu_factor", "linalg.lu_factor", |a| {
+            let (lu, p) = linalg::lu_factor(a)?;
+            Ok(vec![lu, p])
+        }),
+        ("lu_factor_ex", "linalg.lu_factor_ex", |a| {
+            let (lu, p, i) = linalg::lu_factor_ex(a)?;
+            Ok(vec![lu, p, i])
+        }),
+        ("lu", "linalg.lu", |a| {
+            let (p, l, u) = linalg::lu(a)?;
+            Ok(vec![p, l, u])
+        }),
+        ("matrix_rank", "linalg.matrix_rank", |a| {
+            Ok(vec![linalg::matrix_rank(a, None, None, false)?])
+        }),
+        ("cond", "linalg.cond", |a| Ok(vec![linalg::cond(a, None)?])),
+        ("cond fro", "linalg.cond", |a| {
+            Ok(vec![linalg::cond(a, Some(NormOrd::Fro))?])
+        }),
+        ("cond 1", "linalg.cond", |a| {
+            Ok(vec![linalg::cond(a, Some(NormOrd::P(1.0)))?])
+        }),
+        ("matrix_norm fro", "linalg.matrix_norm", |a| {
+            Ok(vec![linalg::matrix_norm(a, NormOrd::Fro, [-2, -1], false)?])
+        }),
+        ("matrix_norm nuc", "linalg.matrix_norm", |a| {
+            Ok(vec![linalg::matrix_norm(a, NormOrd::Nuc, [-2, -1], false)?])
+        }),
+        ("matrix_norm inf", "linalg.matrix_norm", |a| {
+            Ok(vec![linalg::matrix_norm(
+                a,
+                NormOrd::P(f64::INFINITY),
+                [-2, -1],
+                false,
+            )?])
+        }),
+        ("matrix_norm -2", "linalg.matrix_norm", |a| {
+            Ok(vec![linalg::matrix_norm(
+                a,
+                NormOrd::P(-2.0),
+                [-2, -1],
+                false,
+            )?])
+        }),
+        ("norm", "linalg.norm", |a| {
+            Ok(vec![linalg::norm(a, None, None, false)?])
+        }),
+    ]
+}
+
+/// Inputs every one-matrix function must survive (errors allowed, naming the op).
+fn linalg_hostile() -> Vec<(&'static str, Tensor)> {
+    let nan = f64s(&[f64::NAN, 1.0, 2.0, 3.0], &[2, 2]);
+    let inf = f64s(&[f64::INFINITY, 1.0, 2.0, f64::NEG_INFINITY], &[2, 2]);
+    vec![
+        ("0-d", Tensor::from_vec(vec![2.0f64], ())),
+        ("1-d", f64s(&[1.0, 2.0], &[2])),
+        ("0x0", empty(&[0, 0], DType::F64)),
+        ("batch of 0x0", empty(&[2, 0, 0], DType::F64)),
+        ("empty batch", empty(&[0, 3, 3], DType::F64)),
+        ("0x3", empty(&[0, 3], DType::F64)),
+        ("3x0", empty(&[3, 0], DType::F64)),
+        ("1x1", f64s(&[4.0], &[1, 1])),
+        ("2x3", randn(&[2, 3], 1, DType::F64)),
+        ("3x2", randn(&[3, 2], 2, DType::F64)),
+        ("zeros", empty(&[3, 3], DType::F64)),
+        ("nan", nan),
+        ("all nan", f64s(&[f64::NAN; 4], &[2, 2])),
+        ("inf", inf),
+        ("huge", f64s(&[1e308, 1e308, -1e308, 1e308], &[2, 2])),
+        ("tiny", f64s(&[1e-320, 0.0, 0.0, 1e-320], &[2, 2])),
+        ("i64", Tensor::from_vec(vec![1i64, 2, 3, 4], [2, 2])),
+        (
+            "bool",
+            Tensor::from_vec(vec![true, false, false, true], [2, 2]),
+        ),
+        ("f16", randn(&[3, 3], 3, DType::F16)),
+        ("bf16", randn(&[3, 3], 4, DType::BF16)),
+        ("f32", randn(&[2, 3, 3], 5, DType::F32)),
+    ]
+}
+
+#[test]
+fn linalg_survives_hostile_matrices() {
+    let mut s = Sweep::new("linalg");
+    for (name, op, f) in linalg_unary() {
+        for (label, a) in linalg_hostile() {
+            let case = format!("{name}({label})");
+            s.call(&case, op, move || f(&a));
+        }
+    }
+    s.finish();
+}
+
+#[test]
+fn linalg_views_equal_their_contiguous_copies() {
+    let mut s = Sweep::new("linalg views");
+    for (name, op, f) in linalg_unary() {
+        for dtype in [DType::F64, DType::F32] {
+            let tol = if dtype == DType::F64 { 1e-9 } else { 1e-3 };
+            for (label, v) in views(&[2, 3, 3], 11, dtype) {
+                let case = format!("{name}({label} {dtype:?})");
+                let c = v.try_contiguous().unwrap();
+                // A symmetric positive-definite matrix for cholesky, from the view itself.
+                let (v, c) = if name == "cholesky" {
+                    let spd = |x: &Tensor| {
+                        x.try_matmul(&x.try_transpose(-1, -2)?)?
+                            .try_add(&Tensor::try_eye(3, dtype)?)
+                    };
+                    (spd(&v).unwrap(), spd(&c).unwrap())
+                } else {
+                    (v, c)
+                };
+                let a = s.call(&format!("{case} view"), op, move || f(&v));
+                let b = s.call(&format!("{case} copy"), op, move || f(&c));
+                s.same(&case, &a, &b, tol);
+            }
+        }
+    }
+    s.finish();
+}
+
+#[test]
+fn linalg_empty_and_edge_values_match_pytorch() {
+    let mut s = Sweep::new("linalg edges");
+    let e = |shape: &[usize]| empty(shape, DType::F64);
+    // det of a 0x0 matrix is 1; slogdet (1, 0).
+    let r = s.ok("det(0x0)", "linalg.det", {
+        let a = e(&[0, 0]);
+        move || Ok(vec![linalg::det(&a)?])
+    });
+    s.expect_shapes("det(0x0)", &r, &[&[]]);
+    s.expect_values("det(0x0)", r.as_ref().map(|o| &o[0]), &[1.0], 0.0);
+    let r = s.ok("det(2x0x0)", "linalg.det", {
+        let a = e(&[2, 0, 0]);
+        move || Ok(vec![linalg::det(&a)?])
+    });
+    s.expect_values("det(2x0x0)", r.as_ref().map(|o| &o[0]), &[1.0, 1.0], 0.0);
+    let r = s.ok("det(0x3x3)", "linalg.det", {
+        let a = e(&[0, 3, 3]);
+        move || Ok(vec![linalg::det(&a)?])
+    });
+    s.expect_shapes("det(0x3x3)", &r, &[&[0]]);
+    let r = s.ok("slogdet(0x0)", "linalg.slogdet", {
+        let a = e(&[0, 0]);
+        move || {
+            let (a, b) = linalg::slogdet(&a)?;
+            Ok(vec![a, b])
+        }
+    });
+    s.expect_values("slogdet(0x0) sign", r.as_ref().map(|o| &o[0]), &[1.0], 0.0);
+    s.expect_values("slogdet(0x0) log", r.as_ref().map(|o| &o[1]), &[0.0], 0.0);
+    // inv / cholesky / matrix_exp of 0x0 are 0x0.
+    for (name, op, f) in [
+        (
+            "inv",
+            "linalg.inv",
+            linalg::inv as fn(&Tensor) -> kiln::Result<Tensor>,
+        ),
+        ("cholesky", "linalg.cholesky", linalg::cholesky),
+        ("matrix_exp", "linalg.matrix_exp", linalg::matrix_exp),
+    ] {
+        for shape in [&[0usize, 0][..], &[2, 0, 0], &[0, 2, 2]] {
+            let case = format!("{name}({shape:?})");
+            let a = e(shape);
+            let r = s.ok(&case, op, move || Ok(vec![f(&a)?]));
+            s.expect_shapes(&case, &r, &[shape]);
+        }
+    }
+    // pinv of m x n is n x m, empty ones included.
+    for (shape, want) in [
+        (&[0usize, 3][..], &[3usize, 0][..]),
+        (&[3, 0], &[0, 3]),
+        (&[2, 0, 4], &[2, 4, 0]),
+        (&[0, 2, 3], &[0, 3, 2]),
+    ] {
+        let case = format!("pinv({shape:?})");
+        let a = e(shape);
+        let r = s.ok(&case, "linalg.pinv", move || {
+            Ok(vec![linalg::pinv(&a, None, None, false)?])
+        });
+        s.expect_shapes(&case, &r, &[want]);
+    }
+    // matrix_power(A, 0) is the identity, an empty batch stays empty, and n far from 0
+    // (i64::MIN cannot be negated) neither hangs nor panics.
+    let r = s.ok("matrix_power(0x2x2, 0)", "linalg.matrix_power", {
+        let a = e(&[0, 2, 2]);
+        move || Ok(vec![linalg::matrix_power(&a, 0)?])
+    });
+    s.expect_shapes("matrix_power(0x2x2, 0)", &r, &[&[0, 2, 2]]);
+    let r = s.ok("matrix_power(A, 0)", "linalg.matrix_power", {
+        let a = randn(&[2, 2], 3, DType::F64);
+        move || Ok(vec![linalg::matrix_power(&a, 0)?])
+    });
+    s.expect_values(
+        "matrix_power(A, 0)",
+        r.as_ref().map(|o| &o[0]),
+        &[1.0, 0.0, 0.0, 1.0],
+        0.0,
+    );
+    let r = s.ok("matrix_power(i64, 2)", "linalg.matrix_power", {
+        let a = Tensor::from_vec(vec![1i64, 1, 0, 1], [2, 2]);
+        move || Ok(vec![linalg::matrix_power(&a, 2)?])
+    });
+    s.expect_values(
+        "matrix_power(i64, 2)",
+        r.as_ref().map(|o| &o[0]),
+        &[1.0, 2.0, 0.0, 1.0],
+        0.0,
+    );
+    for n in [i64::MIN, i64::MIN + 1, i64::MAX, -1] {
+        let case = format!("matrix_power(I, {n})");
+        let r = s.call(&case, "linalg.matrix_power", move || {
+            Ok(vec![linalg::matrix_power(
+                &Tensor::try_eye(2, DType::F64)?,
+                n,
+            )?])
+        });
+        s.expect_values(&case, r.as_ref().map(|o| &o[0]), &[1.0, 0.0, 0.0, 1.0], 0.0);
+    }
+    // lstsq with zero rows: the least-norm solution is zero.
+    let r = s.ok("lstsq(0x3, 0x2)", "linalg.lstsq", {
+        let (a, b) = (e(&[0, 3]), e(&[0, 2]));
+        move || {
+            let l = linalg::lstsq(&a, &b, None, None)?;
+            Ok(vec![l.solution, l.rank])
+        }
+    });
+    s.expect_shapes("lstsq(0x3, 0x2)", &r, &[&[3, 2], &[]]);
+    s.expect_values("lstsq(0x3, 0x2)", r.as_ref().map(|o| &o[0]), &[0.0; 6], 0.0);
+    s.expect_values(
+        "lstsq(0x3, 0x2) rank",
+        r.as_ref().map(|o| &o[1]),
+        &[0.0],
+        0.0,
+    );
+    // Zero columns: a 0 x k solution.
+    let r = s.ok("lstsq(3x0, 3x2)", "linalg.lstsq", {
+        let (a, b) = (e(&[3, 0]), randn(&[3, 2], 1, DType::F64));
+        move || Ok(vec![linalg::lstsq(&a, &b, None, None)?.solution])
+    });
+    s.expect_shapes("lstsq(3x0, 3x2)", &r, &[&[0, 2]]);
+    for driver in [
+        LstsqDriver::Gels,
+        LstsqDriver::Gelsy,
+        LstsqDriver::Gelsd,
+        LstsqDriver::Gelss,
+    ] {
+        for (label, a, b) in [
+            ("0x3 0x2", e(&[0, 3]), e(&[0, 2])),
+            ("3x3 3x0", randn(&[3, 3], 2, DType::F64), e(&[3, 0])),
+            ("empty batch", e(&[0, 3, 2]), e(&[0, 3, 1])),
+            ("nan", f64s(&[f64::NAN, 1.0, 2.0, 3.0], &[2, 2]), e(&[2, 1])),
+            (
+                "f32 1-d b",
+                randn(&[3, 2], 3, DType::F32),
+                randn(&[3], 4, DType::F32),
+            ),
+            (
+                "f64 a f32 b",
+                randn(&[3, 2], 3, DType::F64),
+                randn(&[3], 4, DType::F32),
+            ),
+            (
+                "i64",
+                Tensor::from_vec(vec![1i64, 0, 0, 1], [2, 2]),
+                Tensor::from_vec(vec![1i64, 1], [2]),
+            ),
+            (
+                "wrong rows",
+                randn(&[3, 2], 3, DType::F64),
+                randn(&[2, 2], 4, DType::F64),
+            ),
+            (
+                "0-d b",
+                randn(&[3, 2], 3, DType::F64),
+                Tensor::from_vec(vec![1.0f64], ()),
+            ),
+        ] {
+            let case = format!("lstsq({label}, {driver:?})");
+            s.call(&case, "linalg.lstsq", move || {
+                let l = linalg::lstsq(&a, &b, None, Some(driver))?;
+                Ok(vec![l.solution, l.residuals, l.rank, l.singular_values])
+            });
+        }
+        for rcond in [f64::NAN, -1.0, f64::INFINITY, 0.0] {
+            let case = format!("lstsq(rcond {rcond}, {driver:?})");
+            s.call(&case, "linalg.lstsq", move || {
+                let l = linalg::lstsq(
+                    &randn(&[3, 2], 5, DType::F64),
+                    &randn(&[3, 1], 6, DType::F64),
+                    Some(rcond),
+                    Some(driver),
+                )?;
+                Ok(vec![l.solution, l.residuals, l.rank, l.singular_values])
+            });
+        }
+    }
+    // Tolerances that make no sense are refused or read as PyTorch reads them.
+    for (atol, rtol) in [
+        (Some(f64::NAN), None),
+        (None, Some(f64::NAN)),
+        (Some(-1.0), None),
+        (None, Some(-1.0)),
+        (Some(f64::INFINITY), None),
+        (None, Some(f64::INFINITY)),
+    ] {
+        let case = format!("pinv(atol {atol:?}, rtol {rtol:?})");
+        s.call(&case, "linalg.pinv", move || {
+            Ok(vec![linalg::pinv(
+                &randn(&[3, 3], 7, DType::F64),
+                atol,
+                rtol,
+                false,
+            )?])
+        });
+        let case = format!("matrix_rank(atol {atol:?}, rtol {rtol:?})");
+        s.call(&case, "linalg.matrix_rank", move || {
+            Ok(vec![linalg::matrix_rank(
+                &randn(&[3, 3], 7, DType::F64),
+                atol,
+                rtol,
+                false,
+            )?])
+        });
+    }
+    // svd / qr shapes of empty matrices.
+    let r = s.ok("svd(0x3)", "linalg.svd", {
+        let a = e(&[0, 3]);
+        move || {
+            let (u, s, v) = linalg::svd(&a)?;
+            Ok(vec![u, s, v])
+        }
+    });
+    s.expect_shapes("svd(0x3)", &r, &[&[0, 0], &[0], &[0, 3]]);
+    let r = s.ok("svd_full(0x3)", "linalg.svd", {
+        let a = e(&[0, 3]);
+        move || {
+            let (u, s, v) = linalg::svd_full(&a)?;
+            Ok(vec![u, s, v])
+        }
+    });
+    s.expect_shapes("svd_full(0x3)", &r, &[&[0, 0], &[0], &[3, 3]]);
+    let r = s.ok("qr(3x0)", "linalg.qr", {
+        let a = e(&[3, 0]);
+        move || {
+            let (q, r) = linalg::qr(&a)?;
+            Ok(vec![q, r])
+        }
+    });
+    s.expect_shapes("qr(3x0)", &r, &[&[3, 0], &[0, 0]]);
+    let r = s.ok("qr complete(3x0)", "linalg.qr", {
+        let a = e(&[3, 0]);
+        move || {
+            let (q, r) = linalg::qr_mode(&a, QrMode::Complete)?;
+            Ok(vec![q, r])
+        }
+    });
+    s.expect_shapes("qr complete(3x0)", &r, &[&[3, 3], &[3, 0]]);
+    let r = s.ok("eigh(0x0)", "linalg.eigh", {
+        let a = e(&[0, 0]);
+        move || {
+            let (l, v) = linalg::eigh(&a)?;
+            Ok(vec![l, v])
+        }
+    });
+    s.expect_shapes("eigh(0x0)", &r, &[&[0], &[0, 0]]);
+    let r = s.ok("lu(3x0)", "linalg.lu", {
+        let a = e(&[3, 0]);
+        move || {
+            let (p, l, u) = linalg::lu(&a)?;
+            Ok(vec![p, l, u])
+        }
+    });
+    s.expect_shapes("lu(3x0)", &r, &[&[3, 3], &[3, 0], &[0, 0]]);
+    let r = s.ok("lu_factor(0x0)", "linalg.lu_factor", {
+        let a = e(&[0, 0]);
+        move || {
+            let (lu, p) = linalg::lu_factor(&a)?;
+            Ok(vec![lu, p])
+        }
+    });
+    s.expect_shapes("lu_factor(0x0)", &r, &[&[0, 0], &[0]]);
+    if let Some(o) = &r {
+        assert_eq!(o[1].dtype, DType::I32);
+    }
+    // rank of an empty matrix is 0; PyTorch's cond of an empty matrix is 0.
+    let r = s.ok("matrix_rank(0x3)", "linalg.matrix_rank", {
+        let a = e(&[0, 3]);
+        move || Ok(vec![linalg::matrix_rank(&a, None, None, false)?])
+    });
+    s.expect_values("matrix_rank(0x3)", r.as_ref().map(|o| &o[0]), &[0.0], 0.0);
+    let r = s.call("cond(0x0)", "linalg.cond", {
+        let a = e(&[0, 0]);
+        move || Ok(vec![linalg::cond(&a, None)?])
+    });
+    s.expect_values("cond(0x0)", r.as_ref().map(|o| &o[0]), &[0.0], 0.0);
+    // NaN propagates through det, inv and matrix_exp, as LAPACK's does.
+    for (name, op, f) in [
+        (
+            "det",
+            "linalg.det",
+            linalg::det as fn(&Tensor) -> kiln::Result<Tensor>,
+        ),
+        ("inv", "linalg.inv", linalg::inv),
+        ("matrix_exp", "linalg.matrix_exp", linalg::matrix_exp),
+    ] {
+        let case = format!("{name}(nan)");
+        let r = s.call(&case, op, move || {
+            Ok(vec![f(&f64s(&[f64::NAN, 1.0, 2.0, 3.0], &[2, 2]))?])
+        });
+        if let Some(o) = &r
+            && !o[0].values.iter().any(|v| v.is_nan())
+        {
+            s.fail(&case, format!("NaN did not propagate: {:?}", o[0].values));
+        }
+    }
+    // Two-matrix functions with empty and broadcast operands.
+    for (label, a, b) in [
+        ("0x0 0x2", e(&[0, 0]), e(&[0, 2])),
+        (
+            "3x3 3x0",
+            Tensor::try_eye(3, DType::F64).unwrap(),
+            e(&[3, 0]),
+        ),
+        ("batch 0", e(&[0, 2, 2]), e(&[0, 2, 1])),
+        (
+            "broadcast",
+            Tensor::try_eye(2, DType::F64).unwrap(),
+            randn(&[4, 2, 3], 1, DType::F64),
+        ),
+        (
+            "1-d b",
+            Tensor::try_eye(2, DType::F64).unwrap(),
+            randn(&[2], 1, DType::F64),
+        ),
+        (
+            "0-d b",
+            Tensor::try_eye(2, DType::F64).unwrap(),
+            Tensor::from_vec(vec![1.0f64], ()),
+        ),
+        (
+            "mismatch",
+            Tensor::try_eye(2, DType::F64).unwrap(),
+            randn(&[3, 1], 1, DType::F64),
+        ),
+        (
+            "dtypes",
+            Tensor::try_eye(2, DType::F64).unwrap(),
+            randn(&[2, 1], 1, DType::F32),
+        ),
+        (
+            "i64",
+            Tensor::from_vec(vec![1i64, 0, 0, 1], [2, 2]),
+            Tensor::from_vec(vec![1i64, 1], [2, 1]),
+        ),
+        (
+            "nonsquare",
+            randn(&[2, 3], 1, DType::F64),
+            randn(&[2, 1], 1, DType::F64),
+        ),
+        ("singular", e(&[2, 2]), randn(&[2, 1], 1, DType::F64)),
+        (
+            "f16",
+            randn(&[2, 2], 1, DType::F16),
+            randn(&[2, 1], 1, DType::F16),
+        ),
+        (
+            "huge batch",
+            randn(&[1, 2, 2], 1, DType::F64)
+                .try_broadcast_to([1usize << 40, 2, 2])
+                .unwrap(),
+            randn(&[2, 1], 1, DType::F64),
+        ),
+    ] {
+        let (a2, b2, a3, b3, a4, b4) = (
+            a.clone(),
+            b.clone(),
+            a.clone(),
+            b.clone(),
+            a.clone(),
+            b.clone(),
+        );
+        s.call(&format!("solve({label})"), "linalg.solve", move || {
+            Ok(vec![linalg::solve(&a, &b)?])
+        });
+        for (upper, left, unit) in [(true, true, false), (false, false, true)] {
+            let (a, b) = (a2.clone(), b2.clone());
+            s.call(
+                &format!("solve_triangular({label}, {upper} {left} {unit})"),
+                "linalg.solve_triangular",
+                move || Ok(vec![linalg::solve_triangular(&a, &b, upper, left, unit)?]),
+            );
+        }
+        s.call(&format!("lu_solve({label})"), "linalg.lu", move || {
+            let (lu, piv, _) = linalg::lu_factor_ex(&a3)?;
+            Ok(vec![linalg::lu_solve(&lu, &piv, &b3, true, false)?])
+        });
+        if b4.ndim() >= 2 {
+            s.call(
+                &format!("lu_solve adjoint right({label})"),
+                "linalg.lu",
+                move || {
+                    let (lu, piv, _) = linalg::lu_factor_ex(&a4)?;
+                    Ok(vec![linalg::lu_solve(
+                        &lu,
+                        &piv,
+                        &b4.try_transpose(-1, -2)?,
+                        false,
+                        true,
+                    )?])
+                },
+            );
+        }
+    }
+    // Pivots that are not a permutation are refused, not read out of bounds.
+    for piv in [
+        vec![0i32, 2],
+        vec![3, 2],
+        vec![-1, 2],
+        vec![i32::MAX, i32::MIN],
+    ] {
+        let case = format!("lu_solve(pivots {piv:?})");
+        s.call(&case, "linalg.lu_solve", move || {
+            let lu = Tensor::try_eye(2, DType::F64)?;
+            let p = Tensor::from_vec(piv, [2]);
+            Ok(vec![linalg::lu_solve(
+                &lu,
+                &p,
+                &randn(&[2, 1], 1, DType::F64),
+                true,
+                false,
+            )?])
+        });
+    }
+    for piv in [
+        Tensor::from_vec(vec![1i64, 2], [2]),
+        Tensor::from_vec(vec![1.0f32, 2.0], [2]),
+        Tensor::from_vec(vec![1i32], [1]),
+        Tensor::from_vec(vec![1i32, 2, 3], [3]),
+    ] {
+        let case = format!("lu_solve(pivots {:?} {:?})", piv.dtype(), piv.shape());
+        s.call(&case, "linalg.lu_solve", move || {
+            let lu = Tensor::try_eye(2, DType::F64)?;
+            Ok(vec![linalg::lu_solve(
+                &lu,
+                &piv,
+                &randn(&[2, 1], 1, DType::F64),
+                true,
+                false,
+            )?])
+        });
+    }
+    // vector_norm orders and axes.
+    for ord in [
+        f64::NAN,
+        0.0,
+        -1.0,
+        0.5,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        1e300,
+    ] {
+        for (label, x) in [
+            ("empty", e(&[0, 3])),
+            ("0-d", Tensor::from_vec(vec![-2.0f64], ())),
+            ("nan", f64s(&[f64::NAN, 1.0], &[2])),
+            ("f16", randn(&[4], 1, DType::F16)),
+            ("i64", Tensor::from_vec(vec![1i64, 2], [2])),
+        ] {
+            let case = format!("vector_norm({label}, {ord})");
+            s.call(&case, "linalg.vector_norm", move || {
+                Ok(vec![linalg::vector_norm(&x, ord, .., false)?])
+            });
+        }
+    }
+    let r = s.ok("vector_norm(empty, 2)", "linalg.vector_norm", {
+        let x = e(&[0, 3]);
+        move || Ok(vec![linalg::vector_norm(&x, 2.0, .., false)?])
+    });
+    s.expect_values(
+        "vector_norm(empty, 2)",
+        r.as_ref().map(|o| &o[0]),
+        &[0.0],
+        0.0,
+    );
+    for dims in [vec![5isize], vec![0, 0], vec![-3]] {
+        let case = format!("vector_norm(dims {dims:?})");
+        s.err(&case, "linalg.vector_norm", move || {
+            Ok(vec![linalg::vector_norm(
+                &randn(&[2, 2], 1, DType::F64),
+                2.0,
+                dims.as_slice(),
+                false,
+            )?])
+        });
+    }
+    for ord in [NormOrd::P(3.0), NormOrd::P(f64::NAN), NormOrd::P(0.0)] {
+        let case = format!("matrix_norm({ord:?})");
+        s.err(&case, "linalg.matrix_norm", move || {
+            Ok(vec![linalg::matrix_norm(
+                &randn(&[2, 2], 1, DType::F64),
+                ord,
+                [-2, -1],
+                false,
+            )?])
+        });
+    }
+    for dims in [[0isize, 0], [0, 5], [-3, 1]] {
+        let case = format!("matrix_norm(dims {dims:?})");
+        s.err(&case, "linalg.matrix_norm", move || {
+            Ok(vec![linalg::matrix_norm(
+                &randn(&[2, 2], 1, DType::F64),
+                NormOrd::Fro,
+                dims,
+                false,
+            )?])
+        });
+    }
+    s.finish();
+}
+
+#[test]
+fn host_read_linalg_refuses_an_absurd_expanded_batch() {
+    // 2^40 matrices expanded from one: reading them onto the host must fail with a
+    // resource error at once, not allocate or hang.
+    let mut s = Sweep::new("linalg huge batch");
+    for (name, op, f) in [
+        (
+            "det",
+            "linalg.det",
+            linalg::det as fn(&Tensor) -> kiln::Result<Tensor>,
+        ),
+        ("inv", "linalg.inv", linalg::inv),
+        ("svdvals", "linalg.svdvals", linalg::svdvals),
+        ("matrix_exp", "linalg.matrix_exp", linalg::matrix_exp),
+    ] {
+        let a = randn(&[1, 2, 2], 6, DType::F64)
+            .try_broadcast_to([1usize << 40, 2, 2])
+            .unwrap();
+        s.err(name, op, move || Ok(vec![f(&a)?]));
+    }
+    s.finish();
+}
+
+#[test]
+fn matrix_norm_of_an_empty_matrix_names_the_op() {
+    // Used to fail inside the inner `max`/`min` reduction, whose error named `max`/`min`
+    // rather than `linalg.matrix_norm`. PyTorch refuses these too (its `amax` of nothing).
+    for (shape, ord) in [
+        (&[0usize, 0][..], NormOrd::P(f64::INFINITY)),
+        (&[0, 3], NormOrd::P(f64::INFINITY)),
+        (&[3, 0], NormOrd::P(1.0)),
+        (&[2, 0, 0], NormOrd::P(-2.0)),
+        (&[3, 0], NormOrd::P(2.0)),
+    ] {
+        let e = linalg::matrix_norm(&empty(shape, DType::F64), ord, [-2, -1], false)
+            .expect_err("an empty max/min");
+        assert!(
+            matches!(
+                e,
+                KilnError::InvalidArgument {
+                    op: "linalg.matrix_norm",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+    }
+    // The ones with something to pick from still work: a row-sum max over 3 empty rows
+    // is 0, as in PyTorch; Fro and Nuc of empty matrices are 0.
+    for (shape, ord) in [
+        (&[3usize, 0][..], NormOrd::P(f64::INFINITY)),
+        (&[0, 3], NormOrd::P(1.0)),
+        (&[0, 0], NormOrd::Fro),
+        (&[0, 3], NormOrd::Nuc),
+    ] {
+        let v = linalg::matrix_norm(&empty(shape, DType::F64), ord, [-2, -1], false)
+            .unwrap()
+            .to_vec::<f64>()
+            .unwrap();
+        assert_eq!(v, vec![0.0], "{shape:?} {ord:?}");
+    }
+}
