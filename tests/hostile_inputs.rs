@@ -1034,3 +1034,418 @@ fn matrix_norm_of_an_empty_matrix_names_the_op() {
         assert_eq!(v, vec![0.0], "{shape:?} {ord:?}");
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// histograms
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn histograms_survive_hostile_inputs() {
+    let mut s = Sweep::new("histograms");
+    let data = |v: &[f32]| Tensor::from_vec(v.to_vec(), [v.len()]);
+    let inputs = || -> Vec<(&'static str, Tensor)> {
+        vec![
+            ("empty", empty(&[0], DType::F32)),
+            ("empty 2-d", empty(&[3, 0], DType::F32)),
+            ("0-d", Tensor::from_vec(vec![0.5f32], ())),
+            ("nan", data(&[f32::NAN, 0.5, 0.25])),
+            ("all nan", data(&[f32::NAN, f32::NAN])),
+            ("inf", data(&[f32::INFINITY, 0.5, f32::NEG_INFINITY])),
+            ("one value", data(&[2.0, 2.0, 2.0])),
+            ("f16", randn(&[7], 1, DType::F16)),
+            ("bf16", randn(&[7], 2, DType::BF16)),
+            ("f64", randn(&[7], 3, DType::F64)),
+            ("i64", Tensor::from_vec(vec![1i64, 2, 3], [3])),
+            ("bool", Tensor::from_vec(vec![true, false], [2])),
+            (
+                "permuted",
+                randn(&[3, 4], 4, DType::F32).try_transpose(0, 1).unwrap(),
+            ),
+            ("flipped", randn(&[5], 5, DType::F32).try_flip([0]).unwrap()),
+            (
+                "expanded",
+                randn(&[1, 3], 6, DType::F32)
+                    .try_broadcast_to([4, 3])
+                    .unwrap(),
+            ),
+        ]
+    };
+    for (label, x) in inputs() {
+        for (bins, lo, hi) in [
+            (4, 0.0, 1.0),
+            (1, 0.0, 0.0),
+            (0, 0.0, 1.0),
+            (3, 1.0, 0.0),
+            (3, f64::NAN, 1.0),
+            (3, 0.0, f64::INFINITY),
+            (3, -1e300, 1e300),
+            (1usize << 40, 0.0, 1.0),
+            (usize::MAX, 0.0, 1.0),
+        ] {
+            let xc = x.clone();
+            let case = format!("histc({label}, {bins}, {lo}, {hi})");
+            s.call(&case, "histc", move || {
+                Ok(vec![xc.try_histc(bins, lo, hi)?])
+            });
+            let xc = x.clone();
+            let case = format!("histogram({label}, {bins}, {lo}, {hi})");
+            s.call(&case, "histogram", move || {
+                let (h, e) = xc.try_histogram(bins, Some((lo, hi)), None, true)?;
+                Ok(vec![h, e])
+            });
+        }
+        let xc = x.clone();
+        s.call(
+            &format!("histogram({label}, no range)"),
+            "histogram",
+            move || {
+                let (h, e) = xc.try_histogram(3, None, None, false)?;
+                Ok(vec![h, e])
+            },
+        );
+        let xc = x.clone();
+        s.call(
+            &format!("histogram({label}, weight)"),
+            "histogram",
+            move || {
+                let w = Tensor::try_full_on(xc.shape(), 1.0, xc.dtype(), xc.device())?;
+                let (h, e) = xc.try_histogram(3, Some((0.0, 1.0)), Some(&w), true)?;
+                Ok(vec![h, e])
+            },
+        );
+        let xc = x.clone();
+        s.call(
+            &format!("histogram_with_edges({label})"),
+            "histogram",
+            move || {
+                let edges = Tensor::from_vec(vec![0.0f32, 0.5, 1.0], [3]).try_cast(xc.dtype())?;
+                let (h, e) = xc.try_histogram_with_edges(&edges, None, false)?;
+                Ok(vec![h, e])
+            },
+        );
+        let xc = x.clone();
+        s.call(&format!("histogramdd({label})"), "histogramdd", move || {
+            let (h, mut e) = xc.try_histogramdd(&[2], None, None, false)?;
+            e.insert(0, h);
+            Ok(e)
+        });
+    }
+    // Edges that are not edges.
+    for (label, edges) in [
+        ("one edge", Tensor::from_vec(vec![0.0f32], [1])),
+        ("no edges", empty(&[0], DType::F32)),
+        ("decreasing", Tensor::from_vec(vec![1.0f32, 0.0], [2])),
+        (
+            "nan edge",
+            Tensor::from_vec(vec![0.0f32, f32::NAN, 1.0], [3]),
+        ),
+        ("2-d", Tensor::from_vec(vec![0.0f32, 1.0], [1, 2])),
+        ("f64 edges", Tensor::from_vec(vec![0.0f64, 1.0], [2])),
+        (
+            "inf edges",
+            Tensor::from_vec(vec![f32::NEG_INFINITY, 0.0, f32::INFINITY], [3]),
+        ),
+    ] {
+        let case = format!("histogram_with_edges({label})");
+        s.call(&case, "histogram", move || {
+            let (h, e) =
+                randn(&[6], 7, DType::F32).try_histogram_with_edges(&edges, None, false)?;
+            Ok(vec![h, e])
+        });
+    }
+    // histogramdd arguments.
+    let pts = || randn(&[5, 2], 8, DType::F32);
+    for (label, bins, range) in [
+        ("no bins", vec![], None),
+        ("too many bins", vec![2, 2, 2], None),
+        ("zero bins", vec![0, 2], None),
+        ("range count", vec![2, 2], Some(vec![(0.0, 1.0)])),
+        ("bad range", vec![2, 2], Some(vec![(1.0, 0.0), (0.0, 1.0)])),
+        (
+            "nan range",
+            vec![2, 2],
+            Some(vec![(f64::NAN, 1.0), (0.0, 1.0)]),
+        ),
+        ("huge bins", vec![1 << 30, 1 << 30], None),
+    ] {
+        let case = format!("histogramdd({label})");
+        s.call(&case, "histogramdd", move || {
+            let (h, mut e) = pts().try_histogramdd(&bins, range.as_deref(), None, false)?;
+            e.insert(0, h);
+            Ok(e)
+        });
+    }
+    for (label, x) in [
+        ("0-d points", Tensor::from_vec(vec![1.0f32], ())),
+        ("no dims", empty(&[4, 0], DType::F32)),
+        ("no points", empty(&[0, 2], DType::F32)),
+    ] {
+        let case = format!("histogramdd({label})");
+        s.call(&case, "histogramdd", move || {
+            let (h, mut e) = x.try_histogramdd(&[2], None, None, false)?;
+            e.insert(0, h);
+            Ok(e)
+        });
+    }
+    // bincount.
+    for (label, x, w, minlength) in [
+        ("empty", empty(&[0], DType::I64), None, 0usize),
+        ("empty minlength", empty(&[0], DType::I64), None, 3),
+        (
+            "empty weights",
+            empty(&[0], DType::I64),
+            Some(empty(&[0], DType::F32)),
+            2,
+        ),
+        ("negative", Tensor::from_vec(vec![1i64, -1], [2]), None, 0),
+        ("i64::MAX", Tensor::from_vec(vec![i64::MAX], [1]), None, 0),
+        (
+            "huge minlength",
+            Tensor::from_vec(vec![1i64], [1]),
+            None,
+            usize::MAX,
+        ),
+        (
+            "huge value",
+            Tensor::from_vec(vec![1i64 << 50], [1]),
+            None,
+            0,
+        ),
+        ("u8", Tensor::from_vec(vec![1u8, 255], [2]), None, 0),
+        ("i32", Tensor::from_vec(vec![3i32, 0], [2]), None, 0),
+        ("float", Tensor::from_vec(vec![1.0f32], [1]), None, 0),
+        ("bool", Tensor::from_vec(vec![true], [1]), None, 0),
+        ("2-d", Tensor::from_vec(vec![1i64, 2], [1, 2]), None, 0),
+        ("0-d", Tensor::from_vec(vec![1i64], ()), None, 0),
+        (
+            "weights short",
+            Tensor::from_vec(vec![1i64, 2], [2]),
+            Some(empty(&[1], DType::F32)),
+            0,
+        ),
+        (
+            "weights i64",
+            Tensor::from_vec(vec![1i64, 2], [2]),
+            Some(Tensor::from_vec(vec![5i64, 7], [2])),
+            0,
+        ),
+        (
+            "weights f16",
+            Tensor::from_vec(vec![1i64, 1], [2]),
+            Some(
+                Tensor::from_vec(vec![1.0f32, 2.0], [2])
+                    .try_cast(DType::F16)
+                    .unwrap(),
+            ),
+            0,
+        ),
+        (
+            "weights nan",
+            Tensor::from_vec(vec![1i64, 1], [2]),
+            Some(Tensor::from_vec(vec![f32::NAN, 2.0], [2])),
+            0,
+        ),
+        (
+            "stepped",
+            Tensor::from_vec(vec![0i64, 9, 2, 9, 2], [5])
+                .try_slice(&[(0, 5, 2)])
+                .unwrap(),
+            None,
+            0,
+        ),
+        (
+            "expanded",
+            Tensor::from_vec(vec![3i64], [1])
+                .try_broadcast_to([4])
+                .unwrap(),
+            None,
+            0,
+        ),
+    ] {
+        let case = format!("bincount({label})");
+        s.call(&case, "bincount", move || {
+            Ok(vec![x.try_bincount(w.as_ref(), minlength)?])
+        });
+    }
+    s.finish();
+}
+
+#[test]
+fn histogram_edge_values_match_pytorch() {
+    let mut s = Sweep::new("histogram edges");
+    // The histogram of nothing is all zeros, with the given range's edges.
+    let r = s.ok("histc(empty)", "histc", || {
+        Ok(vec![empty(&[0], DType::F32).try_histc(3, 0.0, 3.0)?])
+    });
+    s.expect_values("histc(empty)", r.as_ref().map(|o| &o[0]), &[0.0; 3], 0.0);
+    let r = s.ok("histogram(empty)", "histogram", || {
+        let (h, e) = empty(&[0], DType::F32).try_histogram(2, None, None, false)?;
+        Ok(vec![h, e])
+    });
+    s.expect_values(
+        "histogram(empty)",
+        r.as_ref().map(|o| &o[0]),
+        &[0.0; 2],
+        0.0,
+    );
+    s.expect_values(
+        "histogram(empty) edges",
+        r.as_ref().map(|o| &o[1]),
+        &[0.0, 0.5, 1.0],
+        0.0,
+    );
+    // Density of nothing: 0/0, NaN in PyTorch.
+    let r = s.ok("histogram(empty, density)", "histogram", || {
+        let (h, _) = empty(&[0], DType::F32).try_histogram(2, Some((0.0, 1.0)), None, true)?;
+        Ok(vec![h])
+    });
+    s.expect_values(
+        "histogram(empty, density)",
+        r.as_ref().map(|o| &o[0]),
+        &[f64::NAN; 2],
+        0.0,
+    );
+    let r = s.ok("bincount(empty, minlength 3)", "bincount", || {
+        Ok(vec![empty(&[0], DType::I64).try_bincount(None, 3)?])
+    });
+    s.expect_values(
+        "bincount(empty, minlength 3)",
+        r.as_ref().map(|o| &o[0]),
+        &[0.0; 3],
+        0.0,
+    );
+    let r = s.ok("bincount(stepped)", "bincount", || {
+        let x = Tensor::from_vec(vec![0i64, 9, 2, 9, 2], [5]).try_slice(&[(0, 5, 2)])?;
+        Ok(vec![x.try_bincount(None, 0)?])
+    });
+    s.expect_values(
+        "bincount(stepped)",
+        r.as_ref().map(|o| &o[0]),
+        &[1.0, 0.0, 2.0],
+        0.0,
+    );
+    // NaN and infinities are not counted; values outside the range neither.
+    let r = s.ok("histc(nan inf)", "histc", || {
+        let x = Tensor::from_vec(vec![f32::NAN, f32::INFINITY, 0.5, -7.0, 1.0], [5]);
+        Ok(vec![x.try_histc(2, 0.0, 1.0)?])
+    });
+    s.expect_values(
+        "histc(nan inf)",
+        r.as_ref().map(|o| &o[0]),
+        &[0.0, 2.0],
+        0.0,
+    );
+    // A view counts as its contiguous copy.
+    for (label, v) in [
+        (
+            "permuted",
+            randn(&[3, 4], 4, DType::F32).try_transpose(0, 1).unwrap(),
+        ),
+        ("flipped", randn(&[9], 5, DType::F32).try_flip([0]).unwrap()),
+        (
+            "expanded",
+            randn(&[1, 3], 6, DType::F32)
+                .try_broadcast_to([4, 3])
+                .unwrap(),
+        ),
+        (
+            "stepped",
+            randn(&[10], 6, DType::F64)
+                .try_slice(&[(1, 10, 3)])
+                .unwrap(),
+        ),
+    ] {
+        let c = v.try_contiguous().unwrap();
+        let f = |x: Tensor| {
+            move || {
+                let (h, e) = x.try_histogram(4, None, None, false)?;
+                Ok(vec![h, e, x.try_histc(3, -1.0, 1.0)?])
+            }
+        };
+        let a = s.ok(&format!("{label} view"), "histogram", f(v));
+        let b = s.ok(&format!("{label} copy"), "histogram", f(c));
+        s.same(label, &a, &b, 0.0);
+    }
+    s.finish();
+}
+
+// ---------------------------------------------------------------------------------------
+// Regressions: inputs that crashed kiln or gave a wrong value.
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn histograms_with_absurd_bin_counts_are_errors() {
+    // `bins = usize::MAX` used to wrap `bins + 1` to 0 edges and panic indexing them;
+    // histogramdd with [2^30, 2^30] bins read every edge back to the host and ran for
+    // minutes.
+    let x = randn(&[5], 1, DType::F32);
+    for bins in [usize::MAX, usize::MAX / 2, 1 << 62] {
+        let e = x.try_histc(bins, 0.0, 1.0).unwrap_err();
+        assert!(
+            matches!(e, KilnError::InvalidArgument { op: "histc", .. }),
+            "{e}"
+        );
+        let e = x
+            .try_histogram(bins, Some((0.0, 1.0)), None, false)
+            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                KilnError::InvalidArgument {
+                    op: "histogram",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+    }
+    let pts = randn(&[5, 2], 2, DType::F32);
+    let e = pts
+        .try_histogramdd(&[1 << 30, 1 << 30], None, None, false)
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            KilnError::InvalidArgument {
+                op: "histogramdd",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let e = pts
+        .try_histogramdd(&[1 << 40, 1 << 40], None, None, false)
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            KilnError::InvalidArgument {
+                op: "histogramdd",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    // Points without coordinates used to fail inside a reshape.
+    let e = empty(&[4, 0], DType::F32)
+        .try_histogramdd(&[2], None, None, false)
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            KilnError::InvalidArgument {
+                op: "histogramdd",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    // Many bins, recorded lazily, still count right where they are read.
+    let (h, edges) = Tensor::from_vec(vec![0.0f32, 0.5, 1.0], [3])
+        .try_histogram(1 << 16, Some((0.0, 1.0)), None, false)
+        .unwrap();
+    assert_eq!(edges.shape(), &[(1 << 16) + 1]);
+    let h = h.to_vec::<f32>().unwrap();
+    assert_eq!((h[0], h[1 << 15], h[(1 << 16) - 1]), (1.0, 1.0, 1.0));
+    assert_eq!(h.iter().sum::<f32>(), 3.0);
+}

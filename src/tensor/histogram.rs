@@ -140,6 +140,7 @@ impl Tensor {
         if bins == 0 {
             return Err(refuse("bins must be > 0".into()));
         }
+        check_bin_count(OP, self.shape(), &[bins])?;
         let (mut lo, mut hi) = (min, max);
         if lo == hi && self.numel() > 0 {
             let (a, b) = self.try_aminmax(.., false)?;
@@ -336,7 +337,15 @@ impl Tensor {
                 reason: "input tensor should have at least 2 dimensions".into(),
             });
         }
-        self.try_reshape([-1, self.shape()[self.ndim() - 1] as isize])
+        let d = self.shape()[self.ndim() - 1];
+        if d == 0 {
+            return Err(KilnError::InvalidArgument {
+                op,
+                shape: self.shape.to_vec(),
+                reason: "the points (the last dimension) need at least one coordinate".into(),
+            });
+        }
+        self.try_reshape([-1, d as isize])
     }
 
     /// `histogramdd` of `[N, D]` points with equal bins; `weight` must be shaped `lead`.
@@ -371,6 +380,7 @@ impl Tensor {
                 "bins must be > 0, but got 0 for dimension {dim}"
             )));
         }
+        check_bin_count(op, self.shape(), &bins)?;
         let mut outer = vec![(0.0, 1.0); d];
         match range {
             Some(r) if r.len() != d => {
@@ -524,6 +534,23 @@ struct Binning {
     linear: Option<bool>,
 }
 
+/// Refuses bin counts whose histogram (or edges) could not be a tensor: the product of
+/// `bins` (each plus one for its edges) must be a valid element count.
+fn check_bin_count(op: &'static str, shape: &[usize], bins: &[usize]) -> Result<()> {
+    let total = bins.iter().try_fold(1usize, |acc, &b| {
+        acc.checked_mul(b)?;
+        acc.checked_mul(b.checked_add(1)?)
+    });
+    match total.and_then(|t| t.checked_mul(8)) {
+        Some(bytes) if bytes <= crate::shape::MAX_TENSOR_BYTES => Ok(()),
+        _ => Err(KilnError::InvalidArgument {
+            op,
+            shape: shape.to_vec(),
+            reason: format!("bins {bins:?} make a histogram too large to hold"),
+        }),
+    }
+}
+
 impl Binning {
     /// `bins` equal bins: the edges are `linspace(lo, hi, bins + 1)` in `c`.
     fn linear(
@@ -535,12 +562,18 @@ impl Binning {
         local_search: bool,
     ) -> Result<Binning> {
         let edges = Tensor::try_linspace(lo, hi, bins + 1, c)?;
-        let values = edges.try_cast(DType::F64)?.to_vec::<f64>()?;
+        // Only the outer edges are read back (the callers bound `bins`).
+        let end = |at: usize| -> Result<f64> {
+            edges
+                .try_narrow(0, at as isize, 1)?
+                .try_cast(DType::F64)?
+                .item::<f64>()
+        };
         Ok(Binning {
+            left: end(0)?,
+            right: end(bins)?,
             edges: edges.try_to(device)?,
             bins,
-            left: values[0],
-            right: values[bins],
             linear: Some(local_search),
         })
     }
