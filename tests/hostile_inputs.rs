@@ -1370,6 +1370,319 @@ fn histogram_edge_values_match_pytorch() {
 }
 
 // ---------------------------------------------------------------------------------------
+// fractional max pooling
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn fractional_max_pool_survives_hostile_inputs() {
+    use kiln::nn::functional::{
+        fractional_max_pool2d, fractional_max_pool2d_with_samples, fractional_max_pool3d,
+        fractional_max_pool3d_with_samples,
+    };
+    use kiln::nn::{FractionalMaxPool2d, FractionalMaxPool3d, Module};
+    let mut s = Sweep::new("fractional_max_pool");
+    let x4 = || randn(&[2, 3, 7, 6], 1, DType::F32);
+    for (label, x, k, size, ratio) in [
+        ("ok", x4(), [2usize, 2], Some([3usize, 3]), None),
+        ("ratio", x4(), [2, 2], None, Some([0.5, 0.5])),
+        ("both", x4(), [2, 2], Some([3, 3]), Some([0.5, 0.5])),
+        ("neither", x4(), [2, 2], None, None),
+        ("ratio 0", x4(), [2, 2], None, Some([0.0, 0.5])),
+        ("ratio 1", x4(), [2, 2], None, Some([1.0, 0.5])),
+        ("ratio nan", x4(), [2, 2], None, Some([f64::NAN, 0.5])),
+        ("ratio tiny", x4(), [2, 2], None, Some([1e-300, 0.5])),
+        ("size 0", x4(), [2, 2], Some([0, 3]), None),
+        ("size 1", x4(), [2, 2], Some([1, 1]), None),
+        ("size = input", x4(), [1, 1], Some([7, 6]), None),
+        ("size too large", x4(), [2, 2], Some([7, 6]), None),
+        ("size huge", x4(), [1, 1], Some([usize::MAX, 3]), None),
+        ("kernel 0", x4(), [0, 2], Some([3, 3]), None),
+        ("kernel = input", x4(), [7, 6], Some([1, 1]), None),
+        ("kernel huge", x4(), [usize::MAX, 2], Some([1, 3]), None),
+        ("kernel huge 2", x4(), [usize::MAX, 2], Some([2, 3]), None),
+        (
+            "empty batch",
+            empty(&[0, 3, 7, 6], DType::F32),
+            [2, 2],
+            Some([3, 3]),
+            None,
+        ),
+        (
+            "empty channels",
+            empty(&[2, 0, 7, 6], DType::F32),
+            [2, 2],
+            Some([3, 3]),
+            None,
+        ),
+        (
+            "empty plane",
+            empty(&[2, 3, 0, 6], DType::F32),
+            [2, 2],
+            Some([3, 3]),
+            None,
+        ),
+        (
+            "unbatched",
+            randn(&[3, 7, 6], 1, DType::F32),
+            [2, 2],
+            Some([3, 3]),
+            None,
+        ),
+        (
+            "2-d",
+            randn(&[7, 6], 1, DType::F32),
+            [2, 2],
+            Some([3, 3]),
+            None,
+        ),
+        (
+            "5-d",
+            randn(&[1, 2, 3, 7, 6], 1, DType::F32),
+            [2, 2],
+            Some([3, 3]),
+            None,
+        ),
+        (
+            "i64",
+            Tensor::from_vec(vec![1i64; 36], [1, 1, 6, 6]),
+            [2, 2],
+            Some([3, 3]),
+            None,
+        ),
+        (
+            "f16",
+            randn(&[1, 2, 7, 6], 1, DType::F16),
+            [2, 2],
+            Some([3, 3]),
+            None,
+        ),
+        (
+            "bf16",
+            randn(&[1, 2, 7, 6], 1, DType::BF16),
+            [2, 2],
+            Some([3, 3]),
+            None,
+        ),
+        (
+            "f64",
+            randn(&[1, 2, 7, 6], 1, DType::F64),
+            [2, 2],
+            Some([3, 3]),
+            None,
+        ),
+        (
+            "nan",
+            Tensor::from_vec(vec![f32::NAN; 16], [1, 1, 4, 4]),
+            [2, 2],
+            Some([2, 2]),
+            None,
+        ),
+        (
+            "permuted",
+            randn(&[2, 6, 7, 3], 1, DType::F32)
+                .try_permute([0, 3, 2, 1])
+                .unwrap(),
+            [2, 2],
+            Some([3, 3]),
+            None,
+        ),
+    ] {
+        let case = format!("fractional_max_pool2d({label})");
+        s.call(&case, "fractional_max_pool2d", move || {
+            Ok(vec![fractional_max_pool2d(
+                &x,
+                k,
+                size.map(Into::into),
+                ratio,
+                7,
+            )?])
+        });
+    }
+    for (label, x, k, size) in [
+        (
+            "ok",
+            randn(&[1, 2, 5, 6, 7], 1, DType::F32),
+            [2usize, 2, 2],
+            [3usize, 3, 3],
+        ),
+        (
+            "strict",
+            randn(&[1, 2, 5, 6, 7], 1, DType::F32),
+            [2, 2, 2],
+            [4, 3, 3],
+        ),
+        (
+            "kernel huge",
+            randn(&[1, 2, 5, 6, 7], 1, DType::F32),
+            [usize::MAX, 2, 2],
+            [1, 3, 3],
+        ),
+        (
+            "size huge",
+            randn(&[1, 2, 5, 6, 7], 1, DType::F32),
+            [1, 1, 1],
+            [usize::MAX - 1, 3, 3],
+        ),
+        (
+            "unbatched",
+            randn(&[2, 5, 6, 7], 1, DType::F64),
+            [2, 2, 2],
+            [3, 3, 3],
+        ),
+        (
+            "4-d batched? no: 3-d",
+            randn(&[5, 6, 7], 1, DType::F32),
+            [2, 2, 2],
+            [3, 3, 3],
+        ),
+    ] {
+        let case = format!("fractional_max_pool3d({label})");
+        s.call(&case, "fractional_max_pool3d", move || {
+            Ok(vec![fractional_max_pool3d(
+                &x,
+                k,
+                Some(size.into()),
+                None,
+                7,
+            )?])
+        });
+    }
+    // Given samples: out of [0, 1), NaN, wrong shapes and dtypes.
+    for (label, u) in [
+        (
+            "ok",
+            Tensor::try_full_on([2, 3, 2], 0.5, DType::F32, kiln::Device::Cpu).unwrap(),
+        ),
+        (
+            "zero",
+            Tensor::try_full_on([2, 3, 2], 0.0, DType::F32, kiln::Device::Cpu).unwrap(),
+        ),
+        (
+            "one",
+            Tensor::try_full_on([2, 3, 2], 1.0, DType::F32, kiln::Device::Cpu).unwrap(),
+        ),
+        (
+            "negative",
+            Tensor::try_full_on([2, 3, 2], -3.0, DType::F32, kiln::Device::Cpu).unwrap(),
+        ),
+        (
+            "large",
+            Tensor::try_full_on([2, 3, 2], 1e30, DType::F32, kiln::Device::Cpu).unwrap(),
+        ),
+        (
+            "nan",
+            Tensor::try_full_on([2, 3, 2], f32::NAN, DType::F32, kiln::Device::Cpu).unwrap(),
+        ),
+        (
+            "inf",
+            Tensor::try_full_on([2, 3, 2], f32::INFINITY, DType::F32, kiln::Device::Cpu).unwrap(),
+        ),
+        (
+            "more rows",
+            Tensor::try_full_on([5, 3, 2], 0.5, DType::F32, kiln::Device::Cpu).unwrap(),
+        ),
+        (
+            "fewer rows",
+            Tensor::try_full_on([1, 3, 2], 0.5, DType::F32, kiln::Device::Cpu).unwrap(),
+        ),
+        (
+            "3 columns",
+            Tensor::try_full_on([2, 3, 3], 0.5, DType::F32, kiln::Device::Cpu).unwrap(),
+        ),
+        (
+            "f64",
+            Tensor::try_full_on([2, 3, 2], 0.5, DType::F64, kiln::Device::Cpu).unwrap(),
+        ),
+        (
+            "2-d",
+            Tensor::try_full_on([2, 6], 0.5, DType::F32, kiln::Device::Cpu).unwrap(),
+        ),
+        (
+            "expanded",
+            Tensor::try_full_on([1, 1, 2], 0.25, DType::F32, kiln::Device::Cpu)
+                .unwrap()
+                .try_broadcast_to([2, 3, 2])
+                .unwrap(),
+        ),
+    ] {
+        let u3 = u.clone();
+        let case = format!("fractional_max_pool2d_with_samples({label})");
+        s.call(&case, "fractional_max_pool2d", move || {
+            let (v, i) = fractional_max_pool2d_with_samples(&x4(), 2, Some(3.into()), None, &u)?;
+            Ok(vec![v, i])
+        });
+        let case = format!("fractional_max_pool3d_with_samples({label})");
+        s.call(&case, "fractional_max_pool3d", move || {
+            let x = randn(&[2, 3, 5, 6, 7], 1, DType::F32);
+            let (v, i) = fractional_max_pool3d_with_samples(&x, 2, Some(3.into()), None, &u3)?;
+            Ok(vec![v, i])
+        });
+    }
+    // Modules.
+    s.call(
+        "FractionalMaxPool2d::with_ratio(nan)",
+        "FractionalMaxPool2d",
+        || {
+            let p = FractionalMaxPool2d::with_ratio(2, [f64::NAN, 0.5], 0)?;
+            Ok(vec![p.forward(&randn(&[1, 1, 6, 6], 1, DType::F32))?])
+        },
+    );
+    s.call(
+        "FractionalMaxPool3d::new(0 kernel)",
+        "fractional_max_pool3d",
+        || {
+            let p = FractionalMaxPool3d::new(0, 2, 0);
+            Ok(vec![p.forward(&randn(&[1, 1, 6, 6, 6], 1, DType::F32))?])
+        },
+    );
+    // An output of 0 is an empty result, as PyTorch.
+    let r = s.ok(
+        "fractional_max_pool2d(size 0)",
+        "fractional_max_pool2d",
+        move || {
+            let (v, i) = kiln::nn::functional::fractional_max_pool2d_with_indices(
+                &x4(),
+                2,
+                Some([0, 3].into()),
+                None,
+                1,
+            )?;
+            Ok(vec![v, i])
+        },
+    );
+    s.expect_shapes(
+        "fractional_max_pool2d(size 0)",
+        &r,
+        &[&[2, 3, 0, 3], &[2, 3, 0, 3]],
+    );
+    // A view pools as its contiguous copy.
+    let u = randn(&[2, 3, 2], 4, DType::F64)
+        .try_abs()
+        .unwrap()
+        .try_clamp_max(0.9)
+        .unwrap();
+    let v = randn(&[2, 6, 7, 3], 5, DType::F64)
+        .try_permute([0, 3, 2, 1])
+        .unwrap()
+        .try_flip([2])
+        .unwrap();
+    let c = v.try_contiguous().unwrap();
+    let (u1, u2) = (u.clone(), u);
+    let a = s.ok("pool view", "fractional_max_pool2d", move || {
+        let (v, i) =
+            fractional_max_pool2d_with_samples(&v, [2, 3], Some([4, 2].into()), None, &u1)?;
+        Ok(vec![v, i])
+    });
+    let b = s.ok("pool copy", "fractional_max_pool2d", move || {
+        let (v, i) =
+            fractional_max_pool2d_with_samples(&c, [2, 3], Some([4, 2].into()), None, &u2)?;
+        Ok(vec![v, i])
+    });
+    s.same("fractional_max_pool2d views", &a, &b, 0.0);
+    s.finish();
+}
+
+// ---------------------------------------------------------------------------------------
 // Regressions: inputs that crashed kiln or gave a wrong value.
 // ---------------------------------------------------------------------------------------
 
@@ -1448,4 +1761,42 @@ fn histograms_with_absurd_bin_counts_are_errors() {
     let h = h.to_vec::<f32>().unwrap();
     assert_eq!((h[0], h[1 << 15], h[(1 << 16) - 1]), (1.0, 1.0, 1.0));
     assert_eq!(h.iter().sum::<f32>(), 3.0);
+}
+
+#[test]
+fn fractional_max_pool_with_a_wrapping_kernel_or_size_names_the_op() {
+    // `output + kernel - 1 <= input` used to be checked with wrapping arithmetic: a kernel
+    // or output size near usize::MAX wrapped, passed, and failed later inside `arange`.
+    use kiln::nn::functional::{fractional_max_pool2d, fractional_max_pool3d};
+    let x = randn(&[1, 1, 7, 6], 1, DType::F32);
+    for (k, o) in [
+        ([usize::MAX, 2], [1, 3]),
+        ([usize::MAX, 2], [2, 3]),
+        ([1, 1], [usize::MAX, 3]),
+    ] {
+        let e = fractional_max_pool2d(&x, k, Some(o.into()), None, 0).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                KilnError::InvalidArgument {
+                    op: "fractional_max_pool2d",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+    }
+    let x = randn(&[1, 1, 5, 6, 7], 1, DType::F32);
+    let e =
+        fractional_max_pool3d(&x, [usize::MAX, 2, 2], Some([1, 3, 3].into()), None, 0).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            KilnError::InvalidArgument {
+                op: "fractional_max_pool3d",
+                ..
+            }
+        ),
+        "{e}"
+    );
 }
