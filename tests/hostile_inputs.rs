@@ -1370,6 +1370,374 @@ fn histogram_edge_values_match_pytorch() {
 }
 
 // ---------------------------------------------------------------------------------------
+// embedding_bag, scatter_reduce, index_reduce
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn embedding_bag_survives_hostile_inputs() {
+    use kiln::nn::functional::{EmbeddingBagMode, embedding_bag};
+    let mut s = Sweep::new("embedding_bag");
+    let w = || randn(&[5, 3], 1, DType::F32);
+    let ids = |v: &[i64]| Tensor::from_vec(v.to_vec(), [v.len()]);
+    for mode in [
+        EmbeddingBagMode::Sum,
+        EmbeddingBagMode::Mean,
+        EmbeddingBagMode::Max,
+    ] {
+        for (label, input, offsets, weight, last, pad) in [
+            ("no ids", ids(&[]), Some(ids(&[0])), w(), false, None),
+            ("no bags", ids(&[]), Some(ids(&[])), w(), false, None),
+            ("no bags last", ids(&[1]), Some(ids(&[])), w(), true, None),
+            (
+                "only last offset",
+                ids(&[1]),
+                Some(ids(&[0])),
+                w(),
+                true,
+                None,
+            ),
+            (
+                "empty bags",
+                ids(&[1, 2]),
+                Some(ids(&[0, 0, 2, 2])),
+                w(),
+                false,
+                None,
+            ),
+            (
+                "offset past end",
+                ids(&[1, 2]),
+                Some(ids(&[0, 3])),
+                w(),
+                false,
+                None,
+            ),
+            (
+                "offset negative",
+                ids(&[1, 2]),
+                Some(ids(&[-1, 1])),
+                w(),
+                false,
+                None,
+            ),
+            (
+                "offset not 0",
+                ids(&[1, 2]),
+                Some(ids(&[1])),
+                w(),
+                false,
+                None,
+            ),
+            (
+                "decreasing",
+                ids(&[1, 2, 3]),
+                Some(ids(&[0, 2, 1])),
+                w(),
+                false,
+                None,
+            ),
+            (
+                "offsets 2-d",
+                ids(&[1, 2]),
+                Some(Tensor::from_vec(vec![0i64], [1, 1])),
+                w(),
+                false,
+                None,
+            ),
+            (
+                "offsets float",
+                ids(&[1, 2]),
+                Some(Tensor::from_vec(vec![0.0f32], [1])),
+                w(),
+                false,
+                None,
+            ),
+            ("id too large", ids(&[5]), Some(ids(&[0])), w(), false, None),
+            ("id negative", ids(&[-1]), Some(ids(&[0])), w(), false, None),
+            (
+                "id i64::MIN",
+                ids(&[i64::MIN]),
+                Some(ids(&[0])),
+                w(),
+                false,
+                None,
+            ),
+            (
+                "float ids",
+                Tensor::from_vec(vec![1.0f32], [1]),
+                Some(ids(&[0])),
+                w(),
+                false,
+                None,
+            ),
+            (
+                "2-d ids",
+                Tensor::from_vec(vec![1i64, 2, 3, 4], [2, 2]),
+                None,
+                w(),
+                false,
+                None,
+            ),
+            (
+                "2-d ids offsets",
+                Tensor::from_vec(vec![1i64, 2], [1, 2]),
+                Some(ids(&[0])),
+                w(),
+                false,
+                None,
+            ),
+            (
+                "2-d no columns",
+                empty(&[3, 0], DType::I64),
+                None,
+                w(),
+                false,
+                None,
+            ),
+            (
+                "2-d no rows",
+                empty(&[0, 2], DType::I64),
+                None,
+                w(),
+                false,
+                None,
+            ),
+            ("1-d no offsets", ids(&[1]), None, w(), false, None),
+            (
+                "0-d ids",
+                Tensor::from_vec(vec![1i64], ()),
+                None,
+                w(),
+                false,
+                None,
+            ),
+            (
+                "3-d ids",
+                empty(&[1, 1, 1], DType::I64),
+                None,
+                w(),
+                false,
+                None,
+            ),
+            (
+                "empty table",
+                ids(&[0]),
+                Some(ids(&[0])),
+                empty(&[0, 3], DType::F32),
+                false,
+                None,
+            ),
+            (
+                "zero dim table",
+                ids(&[0, 1]),
+                Some(ids(&[0, 1])),
+                empty(&[5, 0], DType::F32),
+                false,
+                None,
+            ),
+            (
+                "1-d table",
+                ids(&[0]),
+                Some(ids(&[0])),
+                randn(&[5], 1, DType::F32),
+                false,
+                None,
+            ),
+            (
+                "int table",
+                ids(&[0]),
+                Some(ids(&[0])),
+                Tensor::from_vec(vec![1i64, 2], [2, 1]),
+                false,
+                None,
+            ),
+            (
+                "f16 table",
+                ids(&[0, 4]),
+                Some(ids(&[0, 1])),
+                randn(&[5, 3], 1, DType::F16),
+                false,
+                None,
+            ),
+            (
+                "f64 table",
+                ids(&[0, 4]),
+                Some(ids(&[0, 1])),
+                randn(&[5, 3], 1, DType::F64),
+                false,
+                None,
+            ),
+            (
+                "nan table",
+                ids(&[0, 1]),
+                Some(ids(&[0])),
+                f64s(&[f64::NAN, 1.0, 2.0, 3.0], &[2, 2]),
+                false,
+                None,
+            ),
+            (
+                "padding",
+                ids(&[2, 2, 1]),
+                Some(ids(&[0, 2])),
+                w(),
+                false,
+                Some(2),
+            ),
+            (
+                "padding negative",
+                ids(&[4, 1]),
+                Some(ids(&[0, 1])),
+                w(),
+                false,
+                Some(-1),
+            ),
+            (
+                "padding out of range",
+                ids(&[1]),
+                Some(ids(&[0])),
+                w(),
+                false,
+                Some(5),
+            ),
+            (
+                "padding far negative",
+                ids(&[1]),
+                Some(ids(&[0])),
+                w(),
+                false,
+                Some(i64::MIN),
+            ),
+            (
+                "transposed table",
+                ids(&[0, 2]),
+                Some(ids(&[0, 1])),
+                randn(&[3, 5], 1, DType::F32).try_transpose(0, 1).unwrap(),
+                false,
+                None,
+            ),
+            (
+                "stepped ids",
+                ids(&[0, 9, 1, 9, 4]).try_slice(&[(0, 5, 2)]).unwrap(),
+                Some(ids(&[0, 1])),
+                w(),
+                false,
+                None,
+            ),
+        ] {
+            let case = format!("embedding_bag({label}, {mode:?})");
+            s.call(&case, "embedding_bag", move || {
+                Ok(vec![embedding_bag(
+                    &input,
+                    &weight,
+                    offsets.as_ref(),
+                    mode,
+                    None,
+                    last,
+                    pad,
+                )?])
+            });
+        }
+    }
+    // per_sample_weights.
+    for (label, psw, mode) in [
+        (
+            "ok",
+            Some(Tensor::from_vec(vec![1.0f32, 2.0], [2])),
+            EmbeddingBagMode::Sum,
+        ),
+        (
+            "mean",
+            Some(Tensor::from_vec(vec![1.0f32, 2.0], [2])),
+            EmbeddingBagMode::Mean,
+        ),
+        (
+            "short",
+            Some(Tensor::from_vec(vec![1.0f32], [1])),
+            EmbeddingBagMode::Sum,
+        ),
+        (
+            "i64",
+            Some(Tensor::from_vec(vec![1i64, 2], [2])),
+            EmbeddingBagMode::Sum,
+        ),
+        (
+            "f64",
+            Some(Tensor::from_vec(vec![1.0f64, 2.0], [2])),
+            EmbeddingBagMode::Sum,
+        ),
+        (
+            "nan",
+            Some(Tensor::from_vec(vec![f32::NAN, 2.0], [2])),
+            EmbeddingBagMode::Sum,
+        ),
+    ] {
+        let case = format!("embedding_bag(per_sample_weights {label})");
+        s.call(&case, "embedding_bag", move || {
+            Ok(vec![embedding_bag(
+                &ids(&[1, 3]),
+                &w(),
+                Some(&ids(&[0, 1])),
+                mode,
+                psw.as_ref(),
+                false,
+                None,
+            )?])
+        });
+    }
+    // Empty bags are zero in every mode, as PyTorch.
+    for mode in [
+        EmbeddingBagMode::Sum,
+        EmbeddingBagMode::Mean,
+        EmbeddingBagMode::Max,
+    ] {
+        let case = format!("embedding_bag(empty bags, {mode:?})");
+        let r = s.ok(&case, "embedding_bag", move || {
+            let w = f64s(&[1.0, 2.0, 3.0, 4.0], &[2, 2]);
+            Ok(vec![embedding_bag(
+                &ids(&[1]),
+                &w,
+                Some(&ids(&[0, 0, 1])),
+                mode,
+                None,
+                false,
+                None,
+            )?])
+        });
+        s.expect_shapes(&case, &r, &[&[3, 2]]);
+        s.expect_values(
+            &case,
+            r.as_ref().map(|o| &o[0]),
+            &[0.0, 0.0, 3.0, 4.0, 0.0, 0.0],
+            0.0,
+        );
+    }
+    // A view of ids or table equals its contiguous copy.
+    let table = randn(&[3, 5], 2, DType::F32).try_transpose(0, 1).unwrap();
+    let bags = Tensor::from_vec(vec![0i64, 4, 1, 3, 2, 0], [2, 3])
+        .try_flip([1])
+        .unwrap();
+    for mode in [
+        EmbeddingBagMode::Sum,
+        EmbeddingBagMode::Mean,
+        EmbeddingBagMode::Max,
+    ] {
+        let (t, b) = (table.clone(), bags.clone());
+        let a = s.ok("view", "embedding_bag", move || {
+            Ok(vec![embedding_bag(&b, &t, None, mode, None, false, None)?])
+        });
+        let (t, b) = (
+            table.try_contiguous().unwrap(),
+            bags.try_contiguous().unwrap(),
+        );
+        let c = s.ok("copy", "embedding_bag", move || {
+            Ok(vec![embedding_bag(&b, &t, None, mode, None, false, None)?])
+        });
+        s.same(&format!("embedding_bag views {mode:?}"), &a, &c, 0.0);
+    }
+    s.finish();
+}
+
+// ---------------------------------------------------------------------------------------
 // fractional max pooling
 // ---------------------------------------------------------------------------------------
 
@@ -1799,4 +2167,45 @@ fn fractional_max_pool_with_a_wrapping_kernel_or_size_names_the_op() {
         ),
         "{e}"
     );
+}
+
+#[test]
+fn embedding_bag_over_an_empty_table_is_a_typed_error() {
+    // Used to reach the executor and fail with an internal "kernel is invalid" error (the
+    // masked lookup read row 0 of a table without rows).
+    use kiln::nn::functional::{EmbeddingBagMode, embedding_bag};
+    let w = empty(&[0, 3], DType::F32);
+    let ids = Tensor::from_vec(vec![0i64, 0], [2]);
+    let offsets = Tensor::from_vec(vec![0i64], [1]);
+    for mode in [
+        EmbeddingBagMode::Sum,
+        EmbeddingBagMode::Mean,
+        EmbeddingBagMode::Max,
+    ] {
+        let e = embedding_bag(&ids, &w, Some(&offsets), mode, None, false, None).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                KilnError::InvalidArgument {
+                    op: "embedding_bag",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+    }
+    // No ids at all: empty bags of zeros, as PyTorch.
+    let none = empty(&[0], DType::I64);
+    let out = embedding_bag(
+        &none,
+        &w,
+        Some(&offsets),
+        EmbeddingBagMode::Sum,
+        None,
+        false,
+        None,
+    )
+    .unwrap();
+    assert_eq!(out.shape(), &[1, 3]);
+    assert_eq!(out.to_vec::<f32>().unwrap(), vec![0.0; 3]);
 }

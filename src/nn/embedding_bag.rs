@@ -76,6 +76,17 @@ pub fn embedding_bag(
         });
     }
     let (count, dim) = (weight.shape()[0], weight.shape()[1]);
+    if count == 0 && input.numel() > 0 {
+        // Every id is out of range of an empty table (PyTorch's index error); refused here,
+        // as the masked lookup below would read row 0 of nothing.
+        return Err(invalid(
+            weight.shape(),
+            format!(
+                "the table has no rows, so none of the input's {} ids can be looked up",
+                input.numel()
+            ),
+        ));
+    }
     if let Some(p) = per_sample_weights {
         if mode != EmbeddingBagMode::Sum {
             return Err(invalid(
