@@ -1738,6 +1738,476 @@ fn embedding_bag_survives_hostile_inputs() {
 }
 
 // ---------------------------------------------------------------------------------------
+// grid_sample, affine_grid, interpolate
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn sampling_and_interpolation_survive_hostile_inputs() {
+    use kiln::nn::functional::{
+        GridSampleMode as M, GridSamplePadding as P, InterpolationMode as I, affine_grid,
+        grid_sample, interpolate,
+    };
+    let mut s = Sweep::new("sampling");
+    let grid = |n: usize, h: usize, w: usize, v: f32| {
+        Tensor::try_full_on([n, h, w, 2], v, DType::F32, kiln::Device::Cpu).unwrap()
+    };
+    for mode in [M::Bilinear, M::Nearest, M::Bicubic] {
+        for pad in [P::Zeros, P::Border, P::Reflection] {
+            for align in [false, true] {
+                for (label, x, g) in [
+                    (
+                        "ok",
+                        randn(&[1, 2, 3, 4], 1, DType::F32),
+                        randn(&[1, 2, 2, 2], 2, DType::F32),
+                    ),
+                    (
+                        "nan grid",
+                        randn(&[1, 1, 3, 3], 1, DType::F32),
+                        grid(1, 1, 2, f32::NAN),
+                    ),
+                    (
+                        "inf grid",
+                        randn(&[1, 1, 3, 3], 1, DType::F32),
+                        grid(1, 1, 2, f32::INFINITY),
+                    ),
+                    (
+                        "-inf grid",
+                        randn(&[1, 1, 3, 3], 1, DType::F32),
+                        grid(1, 1, 2, f32::NEG_INFINITY),
+                    ),
+                    (
+                        "huge grid",
+                        randn(&[1, 1, 3, 3], 1, DType::F32),
+                        grid(1, 1, 2, 3e38),
+                    ),
+                    (
+                        "far grid",
+                        randn(&[1, 1, 3, 3], 1, DType::F32),
+                        grid(1, 1, 2, 1e9),
+                    ),
+                    (
+                        "1x1 input",
+                        randn(&[1, 1, 1, 1], 1, DType::F32),
+                        randn(&[1, 2, 2, 2], 2, DType::F32),
+                    ),
+                    (
+                        "empty input",
+                        empty(&[1, 1, 0, 3], DType::F32),
+                        randn(&[1, 2, 2, 2], 2, DType::F32),
+                    ),
+                    (
+                        "empty batch",
+                        empty(&[0, 1, 3, 3], DType::F32),
+                        empty(&[0, 2, 2, 2], DType::F32),
+                    ),
+                    (
+                        "no channels",
+                        empty(&[1, 0, 3, 3], DType::F32),
+                        randn(&[1, 2, 2, 2], 2, DType::F32),
+                    ),
+                    (
+                        "empty grid",
+                        randn(&[1, 1, 3, 3], 1, DType::F32),
+                        empty(&[1, 0, 2, 2], DType::F32),
+                    ),
+                    (
+                        "batch mismatch",
+                        randn(&[2, 1, 3, 3], 1, DType::F32),
+                        randn(&[1, 2, 2, 2], 2, DType::F32),
+                    ),
+                    (
+                        "grid last 3",
+                        randn(&[1, 1, 3, 3], 1, DType::F32),
+                        randn(&[1, 2, 2, 3], 2, DType::F32),
+                    ),
+                    (
+                        "3-d input",
+                        randn(&[1, 3, 3], 1, DType::F32),
+                        randn(&[1, 2, 2], 2, DType::F32),
+                    ),
+                    (
+                        "dtype mismatch",
+                        randn(&[1, 1, 3, 3], 1, DType::F64),
+                        randn(&[1, 2, 2, 2], 2, DType::F32),
+                    ),
+                    (
+                        "i64",
+                        Tensor::from_vec(vec![1i64; 4], [1, 1, 2, 2]),
+                        Tensor::from_vec(vec![0i64; 2], [1, 1, 1, 2]),
+                    ),
+                    (
+                        "f16",
+                        randn(&[1, 1, 3, 3], 1, DType::F16),
+                        randn(&[1, 2, 2, 2], 2, DType::F16),
+                    ),
+                    (
+                        "bf16",
+                        randn(&[1, 1, 3, 3], 1, DType::BF16),
+                        randn(&[1, 2, 2, 2], 2, DType::BF16),
+                    ),
+                    (
+                        "f64",
+                        randn(&[1, 1, 3, 3], 1, DType::F64),
+                        randn(&[1, 2, 2, 2], 2, DType::F64),
+                    ),
+                    (
+                        "5-d",
+                        randn(&[1, 1, 2, 3, 3], 1, DType::F32),
+                        randn(&[1, 2, 2, 2, 3], 2, DType::F32),
+                    ),
+                ] {
+                    let case = format!("grid_sample({label}, {mode:?}, {pad:?}, {align})");
+                    s.call(&case, "grid_sample", move || {
+                        Ok(vec![grid_sample(&x, &g, mode, pad, align)?])
+                    });
+                }
+            }
+        }
+    }
+    // Grid views equal their contiguous copies.
+    let g = randn(&[2, 3, 2, 2], 3, DType::F64)
+        .try_permute([0, 2, 1, 3])
+        .unwrap()
+        .try_flip([3])
+        .unwrap();
+    let x = randn(&[2, 4, 3, 5], 4, DType::F64)
+        .try_transpose(2, 3)
+        .unwrap()
+        .try_slice(&[(0, 2, 1), (0, 4, 2)])
+        .unwrap();
+    for mode in [M::Bilinear, M::Nearest, M::Bicubic] {
+        let f = |x: Tensor, g: Tensor| {
+            move || Ok(vec![grid_sample(&x, &g, mode, P::Reflection, false)?])
+        };
+        let a = s.ok("grid view", "grid_sample", f(x.clone(), g.clone()));
+        let b = s.ok(
+            "grid copy",
+            "grid_sample",
+            f(x.try_contiguous().unwrap(), g.try_contiguous().unwrap()),
+        );
+        s.same(&format!("grid_sample views {mode:?}"), &a, &b, 1e-12);
+    }
+    // affine_grid.
+    for (label, theta, size) in [
+        (
+            "ok",
+            randn(&[2, 2, 3], 1, DType::F32),
+            vec![2usize, 1, 3, 4],
+        ),
+        (
+            "empty batch",
+            empty(&[0, 2, 3], DType::F32),
+            vec![0, 1, 3, 4],
+        ),
+        (
+            "zero size",
+            randn(&[1, 2, 3], 1, DType::F32),
+            vec![1, 1, 0, 4],
+        ),
+        ("1x1", randn(&[1, 2, 3], 1, DType::F32), vec![1, 1, 1, 1]),
+        (
+            "batch mismatch",
+            randn(&[2, 2, 3], 1, DType::F32),
+            vec![3, 1, 3, 4],
+        ),
+        (
+            "theta shape",
+            randn(&[1, 3, 3], 1, DType::F32),
+            vec![1, 1, 3, 4],
+        ),
+        ("3-d size", randn(&[1, 2, 3], 1, DType::F32), vec![1, 1, 3]),
+        ("5-d", randn(&[1, 3, 4], 1, DType::F32), vec![1, 1, 2, 3, 4]),
+        (
+            "5-d theta 2-d",
+            randn(&[1, 2, 3], 1, DType::F32),
+            vec![1, 1, 2, 3, 4],
+        ),
+        (
+            "i64",
+            Tensor::from_vec(vec![1i64; 6], [1, 2, 3]),
+            vec![1, 1, 3, 4],
+        ),
+        (
+            "nan",
+            Tensor::from_vec(vec![f32::NAN; 6], [1, 2, 3]),
+            vec![1, 1, 2, 2],
+        ),
+        ("f16", randn(&[1, 2, 3], 1, DType::F16), vec![1, 1, 3, 4]),
+        (
+            "huge",
+            randn(&[1, 2, 3], 1, DType::F32),
+            vec![1, 1, 1 << 40, 1 << 40],
+        ),
+    ] {
+        for align in [false, true] {
+            let (t, sz) = (theta.clone(), size.clone());
+            let case = format!("affine_grid({label}, {align})");
+            s.call(&case, "affine_grid", move || {
+                Ok(vec![affine_grid(&t, &sz, align)?])
+            });
+        }
+    }
+    // PyTorch: a size-1 dimension sits at 0, with or without align_corners (its
+    // `linspace_from_neg_one` of one step is 0).
+    let r = s.ok("affine_grid(identity 1x1)", "affine_grid", || {
+        let id = Tensor::from_vec(vec![1.0f32, 0.0, 0.0, 0.0, 1.0, 0.0], [1, 2, 3]);
+        Ok(vec![
+            affine_grid(&id, &[1, 1, 1, 1], false)?,
+            affine_grid(&id, &[1, 1, 1, 1], true)?,
+        ])
+    });
+    s.expect_values(
+        "affine_grid(identity 1x1)",
+        r.as_ref().map(|o| &o[0]),
+        &[0.0, 0.0],
+        0.0,
+    );
+    s.expect_values(
+        "affine_grid(identity 1x1) aligned",
+        r.as_ref().map(|o| &o[1]),
+        &[0.0, 0.0],
+        0.0,
+    );
+    // interpolate.
+    for mode in [
+        I::Nearest,
+        I::NearestExact,
+        I::Linear,
+        I::Bilinear,
+        I::Bicubic,
+        I::Trilinear,
+        I::Area,
+    ] {
+        for (label, x, size, scale, align) in [
+            (
+                "ok 3-d",
+                randn(&[1, 2, 5], 1, DType::F32),
+                Some(vec![7usize]),
+                None,
+                None,
+            ),
+            (
+                "ok 4-d",
+                randn(&[1, 2, 5, 3], 1, DType::F32),
+                Some(vec![7usize, 2]),
+                None,
+                None,
+            ),
+            (
+                "ok 5-d",
+                randn(&[1, 1, 2, 3, 2], 1, DType::F32),
+                Some(vec![3usize, 2, 4]),
+                None,
+                None,
+            ),
+            (
+                "align",
+                randn(&[1, 2, 5, 3], 1, DType::F32),
+                Some(vec![7, 2]),
+                None,
+                Some(true),
+            ),
+            (
+                "size 0",
+                randn(&[1, 2, 5, 3], 1, DType::F32),
+                Some(vec![0, 2]),
+                None,
+                None,
+            ),
+            (
+                "size huge",
+                randn(&[1, 2, 5, 3], 1, DType::F32),
+                Some(vec![1 << 40, 1 << 40]),
+                None,
+                None,
+            ),
+            (
+                "size count",
+                randn(&[1, 2, 5, 3], 1, DType::F32),
+                Some(vec![2]),
+                None,
+                None,
+            ),
+            (
+                "both",
+                randn(&[1, 2, 5, 3], 1, DType::F32),
+                Some(vec![2, 2]),
+                Some(vec![2.0, 2.0]),
+                None,
+            ),
+            (
+                "neither",
+                randn(&[1, 2, 5, 3], 1, DType::F32),
+                None,
+                None,
+                None,
+            ),
+            (
+                "scale 0",
+                randn(&[1, 2, 5, 3], 1, DType::F32),
+                None,
+                Some(vec![0.0, 1.0]),
+                None,
+            ),
+            (
+                "scale negative",
+                randn(&[1, 2, 5, 3], 1, DType::F32),
+                None,
+                Some(vec![-2.0, 1.0]),
+                None,
+            ),
+            (
+                "scale nan",
+                randn(&[1, 2, 5, 3], 1, DType::F32),
+                None,
+                Some(vec![f64::NAN, 1.0]),
+                None,
+            ),
+            (
+                "scale inf",
+                randn(&[1, 2, 5, 3], 1, DType::F32),
+                None,
+                Some(vec![f64::INFINITY, 1.0]),
+                None,
+            ),
+            (
+                "scale huge",
+                randn(&[1, 2, 5, 3], 1, DType::F32),
+                None,
+                Some(vec![1e300, 1.0]),
+                None,
+            ),
+            (
+                "scale tiny",
+                randn(&[1, 2, 5, 3], 1, DType::F32),
+                None,
+                Some(vec![1e-300, 1.0]),
+                None,
+            ),
+            (
+                "scale one",
+                randn(&[1, 2, 5, 3], 1, DType::F32),
+                None,
+                Some(vec![0.5]),
+                None,
+            ),
+            (
+                "empty input",
+                empty(&[1, 2, 0, 3], DType::F32),
+                Some(vec![4, 4]),
+                None,
+                None,
+            ),
+            (
+                "empty batch",
+                empty(&[0, 2, 5, 3], DType::F32),
+                Some(vec![4, 4]),
+                None,
+                None,
+            ),
+            (
+                "2-d",
+                randn(&[2, 5], 1, DType::F32),
+                Some(vec![4]),
+                None,
+                None,
+            ),
+            (
+                "6-d",
+                randn(&[1, 1, 1, 1, 1, 1], 1, DType::F32),
+                Some(vec![2, 2, 2, 2]),
+                None,
+                None,
+            ),
+            (
+                "i64",
+                Tensor::from_vec(vec![1i64, 2, 3], [1, 1, 3]),
+                Some(vec![5]),
+                None,
+                None,
+            ),
+            (
+                "f16",
+                randn(&[1, 2, 5, 3], 1, DType::F16),
+                Some(vec![7, 2]),
+                None,
+                None,
+            ),
+            (
+                "bf16",
+                randn(&[1, 2, 5, 3], 1, DType::BF16),
+                Some(vec![7, 2]),
+                None,
+                None,
+            ),
+            (
+                "f64",
+                randn(&[1, 2, 5, 3], 1, DType::F64),
+                Some(vec![7, 2]),
+                None,
+                None,
+            ),
+            (
+                "nan",
+                Tensor::from_vec(vec![f32::NAN, 1.0, 2.0], [1, 1, 3]),
+                Some(vec![5]),
+                None,
+                None,
+            ),
+            (
+                "1 to many",
+                randn(&[1, 1, 1, 1], 1, DType::F32),
+                Some(vec![3, 3]),
+                None,
+                Some(true),
+            ),
+        ] {
+            let case = format!("interpolate({label}, {mode:?})");
+            s.call(&case, "interpolate", move || {
+                Ok(vec![interpolate(
+                    &x,
+                    size.as_deref(),
+                    scale.as_deref(),
+                    mode,
+                    align,
+                    false,
+                )?])
+            });
+        }
+    }
+    // Views equal their contiguous copies.
+    let x = randn(&[2, 5, 3, 4], 9, DType::F64)
+        .try_permute([0, 3, 2, 1])
+        .unwrap()
+        .try_flip([2])
+        .unwrap();
+    for mode in [
+        I::Nearest,
+        I::NearestExact,
+        I::Bilinear,
+        I::Bicubic,
+        I::Area,
+    ] {
+        let f = |x: Tensor| {
+            move || {
+                Ok(vec![interpolate(
+                    &x,
+                    Some(&[5, 3]),
+                    None,
+                    mode,
+                    None,
+                    false,
+                )?])
+            }
+        };
+        let a = s.ok("interp view", "interpolate", f(x.clone()));
+        let b = s.ok("interp copy", "interpolate", f(x.try_contiguous().unwrap()));
+        s.same(&format!("interpolate views {mode:?}"), &a, &b, 1e-12);
+    }
+    s.finish();
+}
+
+// ---------------------------------------------------------------------------------------
 // fractional max pooling
 // ---------------------------------------------------------------------------------------
 
@@ -2053,6 +2523,95 @@ fn fractional_max_pool_survives_hostile_inputs() {
 // ---------------------------------------------------------------------------------------
 // Regressions: inputs that crashed kiln or gave a wrong value.
 // ---------------------------------------------------------------------------------------
+
+#[test]
+fn affine_grid_of_an_absurd_size_is_an_error_not_an_abort() {
+    // Used to build the base grid on the host: a [1, 1, 2^40, 2^40] size asked the
+    // allocator for 8 TiB and aborted the process. The base grid is now lazy.
+    use kiln::nn::functional::affine_grid;
+    let theta = randn(&[1, 2, 3], 1, DType::F32);
+    let e = affine_grid(&theta, &[1, 1, 1 << 40, 1 << 40], false).unwrap_err();
+    assert!(matches!(e, KilnError::TooLarge { .. }), "{e}");
+    // A large but recordable size records without computing anything.
+    let g = affine_grid(&theta, &[1, 1, 1 << 20, 1 << 20], true).unwrap();
+    assert_eq!(g.shape(), &[1, 1 << 20, 1 << 20, 2]);
+    // The values are PyTorch's: the identity maps the base grid to itself.
+    let id = Tensor::from_vec(vec![1.0f64, 0.0, 0.0, 0.0, 1.0, 0.0], [1, 2, 3]);
+    let g = affine_grid(&id, &[1, 1, 2, 3], false)
+        .unwrap()
+        .to_vec::<f64>()
+        .unwrap();
+    let (xs, ys) = ([-2.0 / 3.0, 0.0, 2.0 / 3.0], [-0.5, 0.5]);
+    let want: Vec<f64> = ys
+        .iter()
+        .flat_map(|&y| xs.iter().flat_map(move |&x| [x, y]))
+        .collect();
+    assert!(close(&g, &want, 1e-15), "{g:?}");
+    let id3 = Tensor::from_vec(
+        vec![
+            1.0f32, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0,
+        ],
+        [1, 3, 4],
+    );
+    let g = affine_grid(&id3, &[1, 1, 2, 1, 3], true)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    assert_eq!(g.len(), 18);
+    // (x, y, z) with x along W = 3 fastest, y along H = 1 at 0, z along D = 2.
+    assert_eq!(&g[..6], &[-1.0, 0.0, -1.0, 0.0, 0.0, -1.0]);
+    assert_eq!(&g[15..], &[1.0, 0.0, 1.0]);
+}
+
+#[test]
+fn interpolate_to_an_absurd_size_is_an_error_not_an_abort() {
+    // Used to build its per-position source tables on the host for the requested size:
+    // 2^40 positions asked the allocator for 24 TiB and aborted the process; a scale of
+    // 1e300 saturated the size to usize::MAX.
+    use kiln::nn::functional::{InterpolationMode, interpolate};
+    let x = randn(&[1, 2, 5, 3], 1, DType::F32);
+    for mode in [
+        InterpolationMode::Nearest,
+        InterpolationMode::Bilinear,
+        InterpolationMode::Bicubic,
+    ] {
+        let e = interpolate(&x, Some(&[1 << 40, 1 << 40]), None, mode, None, false).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                KilnError::TooLarge {
+                    op: "interpolate",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        let e = interpolate(&x, None, Some(&[1e300, 1.0]), mode, None, false).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                KilnError::TooLarge {
+                    op: "interpolate",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+    }
+    // Ordinary sizes are unchanged: nearest doubling repeats each element.
+    let y = interpolate(
+        &x,
+        None,
+        Some(&[2.0, 1.0]),
+        InterpolationMode::Nearest,
+        None,
+        false,
+    )
+    .unwrap();
+    assert_eq!(y.shape(), &[1, 2, 10, 3]);
+    let (xv, yv) = (x.to_vec::<f32>().unwrap(), y.to_vec::<f32>().unwrap());
+    assert_eq!(&yv[..6], &[xv[0], xv[1], xv[2], xv[0], xv[1], xv[2]]);
+}
 
 #[test]
 fn histograms_with_absurd_bin_counts_are_errors() {
