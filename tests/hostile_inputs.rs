@@ -2521,6 +2521,324 @@ fn fractional_max_pool_survives_hostile_inputs() {
 }
 
 // ---------------------------------------------------------------------------------------
+// learning-rate schedules
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn schedules_survive_hostile_arguments() {
+    use kiln::optim::{
+        BoxedSchedule, ChainedScheduler, ConstantLr, CosineAnnealingLr, CyclicLr, CyclicMode,
+        ExponentialLr, LinearLr, LrScheduler, MultiStepLr, OneCycleLr, PolynomialLr, SequentialLr,
+        Sgd, StepLr, WarmupCosine,
+    };
+    let mut s = Sweep::new("schedules");
+    let steps = [
+        0u64,
+        1,
+        2,
+        5,
+        1 << 31,
+        (1 << 31) + 1,
+        1 << 40,
+        (1 << 40) + 1,
+        u64::MAX - 1,
+        u64::MAX,
+    ];
+    let schedules: Vec<(String, BoxedSchedule)> = {
+        let mut v: Vec<(String, BoxedSchedule)> = Vec::new();
+        for gamma in [0.5, 0.0, -1.0, 1.0, 1.5, f64::NAN, f64::INFINITY] {
+            v.push((
+                format!("StepLr(2, {gamma})"),
+                Box::new(StepLr {
+                    step_size: 2,
+                    gamma,
+                }),
+            ));
+            v.push((
+                format!("StepLr(0, {gamma})"),
+                Box::new(StepLr {
+                    step_size: 0,
+                    gamma,
+                }),
+            ));
+            v.push((
+                format!("ExponentialLr({gamma})"),
+                Box::new(ExponentialLr { gamma }),
+            ));
+            v.push((
+                format!("MultiStepLr({gamma})"),
+                Box::new(MultiStepLr {
+                    milestones: vec![0, 3, 3, u64::MAX],
+                    gamma,
+                }),
+            ));
+            v.push((
+                format!("CyclicLr exp({gamma})"),
+                Box::new(CyclicLr {
+                    mode: CyclicMode::ExpRange { gamma },
+                    ..CyclicLr::new(0.1, 1.0, 3)
+                }),
+            ));
+        }
+        for t_max in [0u64, 1, u64::MAX] {
+            for eta_min in [0.0, -1.0, f64::NAN, 2.0] {
+                v.push((
+                    format!("CosineAnnealingLr({t_max}, {eta_min})"),
+                    Box::new(CosineAnnealingLr { t_max, eta_min }),
+                ));
+            }
+        }
+        for (sf, ef, n) in [
+            (0.5, 1.0, 4u64),
+            (0.0, 1.0, 4),
+            (1.5, 1.0, 4),
+            (0.5, f64::NAN, 4),
+            (0.5, 1.0, 0),
+            (0.5, 1.0, u64::MAX),
+        ] {
+            v.push((
+                format!("LinearLr({sf}, {ef}, {n})"),
+                Box::new(LinearLr {
+                    start_factor: sf,
+                    end_factor: ef,
+                    total_iters: n,
+                }),
+            ));
+        }
+        for (factor, n) in [
+            (0.5, 3u64),
+            (-0.5, 3),
+            (f64::NAN, 3),
+            (0.5, 0),
+            (0.5, u64::MAX),
+        ] {
+            v.push((
+                format!("ConstantLr({factor}, {n})"),
+                Box::new(ConstantLr {
+                    factor,
+                    total_iters: n,
+                }),
+            ));
+        }
+        for (n, power) in [
+            (4u64, 1.0),
+            (0, 1.0),
+            (4, 0.0),
+            (4, -1.0),
+            (4, f64::NAN),
+            (u64::MAX, 2.0),
+        ] {
+            v.push((
+                format!("PolynomialLr({n}, {power})"),
+                Box::new(PolynomialLr {
+                    total_iters: n,
+                    power,
+                }),
+            ));
+        }
+        for (total, pct, three) in [
+            (10u64, 0.3, false),
+            (10, 0.3, true),
+            (1, 0.3, false),
+            (2, 0.5, false),
+            (2, 0.5, true),
+            (10, 0.1, true),
+            (10, 0.0, false),
+            (10, 1.0, false),
+            (10, 1.0, true),
+            (0, 0.3, false),
+            (10, f64::NAN, false),
+            (10, 1.5, false),
+            (u64::MAX, 0.3, false),
+        ] {
+            v.push((
+                format!("OneCycleLr({total}, {pct}, {three})"),
+                Box::new(OneCycleLr {
+                    pct_start: pct,
+                    three_phase: three,
+                    ..OneCycleLr::new(1.0, total)
+                }),
+            ));
+        }
+        for (up, down) in [
+            (1u64, None),
+            (0, None),
+            (3, Some(0)),
+            (u64::MAX, Some(u64::MAX)),
+            (1, Some(u64::MAX)),
+        ] {
+            v.push((
+                format!("CyclicLr({up}, {down:?})"),
+                Box::new(CyclicLr {
+                    step_size_down: down,
+                    ..CyclicLr::new(0.1, 1.0, up)
+                }),
+            ));
+        }
+        v.push((
+            "CyclicLr(nan base)".into(),
+            Box::new(CyclicLr::new(f64::NAN, 1.0, 2)),
+        ));
+        for (warmup, total, min_ratio) in [
+            (0u64, 10u64, 0.1),
+            (10, 5, 0.1),
+            (0, 0, 0.0),
+            (5, 10, f64::NAN),
+            (u64::MAX, u64::MAX, 0.1),
+        ] {
+            v.push((
+                format!("WarmupCosine({warmup}, {total}, {min_ratio})"),
+                Box::new(WarmupCosine {
+                    base: 1.0,
+                    warmup,
+                    total,
+                    min_ratio,
+                }),
+            ));
+        }
+        v.push((
+            "WarmupCosine(nan base)".into(),
+            Box::new(WarmupCosine {
+                base: f64::NAN,
+                warmup: 2,
+                total: 5,
+                min_ratio: 0.1,
+            }),
+        ));
+        v.push((
+            "SequentialLr(none)".into(),
+            Box::new(SequentialLr::new(vec![], vec![])),
+        ));
+        v.push((
+            "SequentialLr(count)".into(),
+            Box::new(SequentialLr::new(
+                vec![Box::new(ExponentialLr { gamma: 0.5 })],
+                vec![3],
+            )),
+        ));
+        v.push((
+            "SequentialLr(decreasing)".into(),
+            Box::new(SequentialLr::new(
+                vec![
+                    Box::new(ExponentialLr { gamma: 0.5 }),
+                    Box::new(ExponentialLr { gamma: 0.5 }),
+                    Box::new(ExponentialLr { gamma: 0.5 }),
+                ],
+                vec![5, 2],
+            )),
+        ));
+        v.push((
+            "SequentialLr(huge one-cycle)".into(),
+            Box::new(SequentialLr::new(
+                vec![
+                    Box::new(ExponentialLr { gamma: 0.5 }),
+                    Box::new(OneCycleLr::new(1.0, u64::MAX)),
+                ],
+                vec![5],
+            )),
+        ));
+        v.push((
+            "SequentialLr(milestone max)".into(),
+            Box::new(SequentialLr::new(
+                vec![
+                    Box::new(ExponentialLr { gamma: 0.5 }),
+                    Box::new(ConstantLr::default()),
+                ],
+                vec![u64::MAX],
+            )),
+        ));
+        v.push((
+            "ChainedScheduler(none)".into(),
+            Box::new(ChainedScheduler::new(vec![])),
+        ));
+        v.push((
+            "ChainedScheduler(two)".into(),
+            Box::new(ChainedScheduler::new(vec![
+                Box::new(ExponentialLr { gamma: 0.5 }),
+                Box::new(OneCycleLr::new(1.0, 10)),
+            ])),
+        ));
+        v
+    };
+    for (name, sched) in schedules {
+        // Infinite arguments may give infinite rates, and 0·inf NaN, as in PyTorch.
+        let finite = !name.contains("inf")
+            && !name.contains("1.5")
+            && !name.contains("18446744073709551615");
+        let sched = std::sync::Arc::new(sched);
+        // Either the schedule is refused with an error naming it, or every rate it gives
+        // is a number (never NaN) at every step up to its last.
+        let sc = sched.clone();
+        let op: &'static str = Box::leak(
+            name.split(['(', ' '])
+                .next()
+                .unwrap()
+                .to_string()
+                .into_boxed_str(),
+        );
+        let checked = s.run(&format!("{name}.check"), move || {
+            sc.check().map_err(|e| e.to_string())
+        });
+        match checked {
+            Some(Err(e)) => {
+                if !e.contains(op) {
+                    s.fail(&name, format!("error does not name {op}: {e}"));
+                }
+                continue;
+            }
+            None => continue,
+            Some(Ok(())) => {}
+        }
+        for base in [0.1, 0.0] {
+            for step in steps {
+                let sc = sched.clone();
+                let case = format!("{name}.lr_at({base}, {step})");
+                let got = s.run(&case, move || {
+                    if sc.last_step().is_some_and(|l| step > l) {
+                        return None;
+                    }
+                    Some((sc.lr_at(base, step), sc.momentum_at(step)))
+                });
+                if let Some(Some((lr, m))) = got
+                    && finite
+                    && (lr.is_nan() || m.is_some_and(f64::is_nan))
+                {
+                    s.fail(&case, format!("NaN rate or momentum: {lr} {m:?}"));
+                }
+            }
+        }
+    }
+    // Driving a scheduler: stepping past the end is an error naming it, never a panic.
+    let p = Tensor::from_vec(vec![1.0f32], [1]).requires_grad_(true);
+    let r = s.run(
+        "LrScheduler over OneCycleLr(1)",
+        move || -> Result<Vec<f64>, String> {
+            let mut opt = Sgd::new(vec![p], 0.1).map_err(|e| e.to_string())?;
+            let mut sched =
+                LrScheduler::new(&mut opt, OneCycleLr::new(1.0, 1)).map_err(|e| e.to_string())?;
+            let mut lrs = vec![sched.last_lr()[0]];
+            for _ in 0..3 {
+                match sched.step(&mut opt) {
+                    Ok(()) => lrs.push(sched.last_lr()[0]),
+                    Err(e) => {
+                        return if e.to_string().contains("LrScheduler::step") {
+                            Ok(lrs)
+                        } else {
+                            Err(e.to_string())
+                        };
+                    }
+                }
+            }
+            Err(format!("stepped past the end: {lrs:?}"))
+        },
+    );
+    if let Some(Err(e)) = r {
+        s.fail("LrScheduler over OneCycleLr(1)", e);
+    }
+    s.finish();
+}
+
+// ---------------------------------------------------------------------------------------
 // Regressions: inputs that crashed kiln or gave a wrong value.
 // ---------------------------------------------------------------------------------------
 
@@ -2767,4 +3085,99 @@ fn embedding_bag_over_an_empty_table_is_a_typed_error() {
     .unwrap();
     assert_eq!(out.shape(), &[1, 3]);
     assert_eq!(out.to_vec::<f32>().unwrap(), vec![0.0; 3]);
+}
+
+#[test]
+fn schedules_at_huge_steps_and_degenerate_phases() {
+    use kiln::optim::{
+        BoxedSchedule, ExponentialLr, LrSchedule, OneCycleLr, PolynomialLr, SequentialLr, StepLr,
+        WarmupCosine,
+    };
+    // Steps past i32::MAX used to clamp the exponent: a rate growing by 1e-9 a step
+    // stopped at e^2.1, and γ = -1 had the wrong sign on even steps.
+    let grow = ExponentialLr { gamma: 1.0 + 1e-9 };
+    assert_eq!(grow.lr_at(1.0, 1 << 40), f64::INFINITY);
+    let decay = ExponentialLr { gamma: 1.0 - 1e-9 };
+    assert!(decay.lr_at(1.0, 1 << 40) < 1e-300);
+    let flip = ExponentialLr { gamma: -1.0 };
+    assert_eq!(flip.lr_at(1.0, 1 << 32), 1.0);
+    assert_eq!(flip.lr_at(1.0, (1 << 32) + 1), -1.0);
+    let step = StepLr {
+        step_size: 1,
+        gamma: 0.5,
+    };
+    assert_eq!(step.lr_at(1.0, 1 << 33), 0.0);
+    // 2^52 steps of 2^20: 2^32 decays, past i32::MAX (the clamp gave e^-2.1).
+    let slow = StepLr {
+        step_size: 1 << 20,
+        gamma: 1.0 - 1e-9,
+    };
+    let want = (-4.294967296f64).exp();
+    assert!((slow.lr_at(1.0, 1 << 52) - want).abs() < 1e-6 * want);
+    // A one-cycle phase without steps used to divide 0 by 0 (PyTorch divides by zero
+    // there): pct_start · total_steps = 1 made step 0's rate NaN.
+    let s = OneCycleLr {
+        pct_start: 0.5,
+        ..OneCycleLr::new(1.0, 2)
+    };
+    assert_eq!(s.lr_at(0.0, 0), 1.0);
+    assert_eq!(s.momentum_at(0), Some(0.85));
+    assert!((s.lr_at(0.0, 1) - 1.0 / 25.0 / 1e4).abs() < 1e-18);
+    let s = OneCycleLr {
+        pct_start: 0.1,
+        three_phase: true,
+        ..OneCycleLr::new(1.0, 10)
+    };
+    assert_eq!(s.lr_at(0.0, 0), 1.0);
+    let s = OneCycleLr {
+        pct_start: 1.0,
+        ..OneCycleLr::new(1.0, 10)
+    };
+    assert_eq!(s.lr_at(0.0, 9), 1.0);
+    assert!((s.lr_at(0.0, 10) - 1.0 / 25.0 / 1e4).abs() < 1e-18);
+    // A negative polynomial power made the last rate 0^-1 = inf (0 · inf = NaN for a zero
+    // base); refused. NaN in WarmupCosine's base or floor was accepted.
+    assert!(
+        PolynomialLr {
+            total_iters: 4,
+            power: -1.0
+        }
+        .check()
+        .is_err()
+    );
+    assert!(
+        PolynomialLr {
+            total_iters: 4,
+            power: 0.0
+        }
+        .check()
+        .is_ok()
+    );
+    for w in [
+        WarmupCosine {
+            base: f64::NAN,
+            warmup: 1,
+            total: 4,
+            min_ratio: 0.1,
+        },
+        WarmupCosine {
+            base: 1.0,
+            warmup: 1,
+            total: 4,
+            min_ratio: f64::NAN,
+        },
+    ] {
+        let e = w.check().unwrap_err();
+        assert!(e.to_string().starts_with("WarmupCosine"), "{e}");
+    }
+    // The last step of a SequentialLr ending in a huge one-cycle used to wrap around to a
+    // small number, so stepping stopped early.
+    let seq = SequentialLr::new(
+        vec![
+            Box::new(ExponentialLr { gamma: 0.5 }) as BoxedSchedule,
+            Box::new(OneCycleLr::new(1.0, u64::MAX)),
+        ],
+        vec![5],
+    );
+    assert_eq!(seq.last_step(), Some(u64::MAX));
 }
