@@ -1737,6 +1737,704 @@ fn embedding_bag_survives_hostile_inputs() {
     s.finish();
 }
 
+#[test]
+fn scatter_and_index_reductions_survive_hostile_inputs() {
+    let mut s = Sweep::new("scatter/index reduce");
+    let reductions = ["sum", "prod", "mean", "amax", "amin", "max", "", "SUM"];
+    let i64s = |v: &[i64], shape: &[usize]| Tensor::from_vec(v.to_vec(), shape);
+    for reduce in reductions {
+        for include_self in [true, false] {
+            for (label, x, dim, index, src) in [
+                (
+                    "ok",
+                    randn(&[3, 2], 1, DType::F32),
+                    0isize,
+                    i64s(&[0, 2, 0, 0], &[2, 2]),
+                    randn(&[2, 2], 2, DType::F32),
+                ),
+                (
+                    "empty index",
+                    randn(&[3, 2], 1, DType::F32),
+                    0,
+                    empty(&[0, 2], DType::I64),
+                    randn(&[2, 2], 2, DType::F32),
+                ),
+                (
+                    "empty self",
+                    empty(&[0, 2], DType::F32),
+                    0,
+                    empty(&[0, 2], DType::I64),
+                    empty(&[0, 2], DType::F32),
+                ),
+                (
+                    "index out of range",
+                    randn(&[3, 2], 1, DType::F32),
+                    0,
+                    i64s(&[3], &[1, 1]),
+                    randn(&[1, 1], 2, DType::F32),
+                ),
+                (
+                    "index negative",
+                    randn(&[3, 2], 1, DType::F32),
+                    0,
+                    i64s(&[-1], &[1, 1]),
+                    randn(&[1, 1], 2, DType::F32),
+                ),
+                (
+                    "index i64::MIN",
+                    randn(&[3, 2], 1, DType::F32),
+                    0,
+                    i64s(&[i64::MIN], &[1, 1]),
+                    randn(&[1, 1], 2, DType::F32),
+                ),
+                (
+                    "index float",
+                    randn(&[3, 2], 1, DType::F32),
+                    0,
+                    Tensor::from_vec(vec![0.0f32], [1, 1]),
+                    randn(&[1, 1], 2, DType::F32),
+                ),
+                (
+                    "index i32",
+                    randn(&[3, 2], 1, DType::F32),
+                    0,
+                    Tensor::from_vec(vec![1i32], [1, 1]),
+                    randn(&[1, 1], 2, DType::F32),
+                ),
+                (
+                    "index larger than src",
+                    randn(&[3, 2], 1, DType::F32),
+                    0,
+                    i64s(&[0; 6], &[3, 2]),
+                    randn(&[1, 1], 2, DType::F32),
+                ),
+                (
+                    "index larger than self",
+                    randn(&[3, 2], 1, DType::F32),
+                    1,
+                    i64s(&[0; 9], &[3, 3]),
+                    randn(&[3, 3], 2, DType::F32),
+                ),
+                (
+                    "rank mismatch",
+                    randn(&[3, 2], 1, DType::F32),
+                    0,
+                    i64s(&[0], &[1]),
+                    randn(&[1], 2, DType::F32),
+                ),
+                (
+                    "dim out of range",
+                    randn(&[3, 2], 1, DType::F32),
+                    2,
+                    i64s(&[0], &[1, 1]),
+                    randn(&[1, 1], 2, DType::F32),
+                ),
+                (
+                    "dim far",
+                    randn(&[3, 2], 1, DType::F32),
+                    isize::MIN,
+                    i64s(&[0], &[1, 1]),
+                    randn(&[1, 1], 2, DType::F32),
+                ),
+                (
+                    "dtype mismatch",
+                    randn(&[3, 2], 1, DType::F32),
+                    0,
+                    i64s(&[0], &[1, 1]),
+                    randn(&[1, 1], 2, DType::F64),
+                ),
+                (
+                    "0-d",
+                    Tensor::from_vec(vec![1.0f32], ()),
+                    0,
+                    Tensor::from_vec(vec![0i64], ()),
+                    Tensor::from_vec(vec![2.0f32], ()),
+                ),
+                (
+                    "nan src",
+                    randn(&[3], 1, DType::F32),
+                    0,
+                    i64s(&[1, 1], &[2]),
+                    Tensor::from_vec(vec![f32::NAN, 1.0], [2]),
+                ),
+                (
+                    "f16",
+                    randn(&[3], 1, DType::F16),
+                    0,
+                    i64s(&[1, 1], &[2]),
+                    randn(&[2], 2, DType::F16),
+                ),
+                (
+                    "bf16",
+                    randn(&[3], 1, DType::BF16),
+                    0,
+                    i64s(&[1, 1], &[2]),
+                    randn(&[2], 2, DType::BF16),
+                ),
+                (
+                    "i64",
+                    i64s(&[5, 6, 7], &[3]),
+                    0,
+                    i64s(&[1, 1], &[2]),
+                    i64s(&[-3, 4], &[2]),
+                ),
+                (
+                    "bool",
+                    Tensor::from_vec(vec![true, false], [2]),
+                    0,
+                    i64s(&[1], &[1]),
+                    Tensor::from_vec(vec![true], [1]),
+                ),
+                (
+                    "transposed self",
+                    randn(&[2, 3], 1, DType::F32).try_transpose(0, 1).unwrap(),
+                    0,
+                    i64s(&[0, 2, 0, 0], &[2, 2]),
+                    randn(&[2, 2], 2, DType::F32),
+                ),
+                (
+                    "expanded index",
+                    randn(&[3, 2], 1, DType::F32),
+                    0,
+                    i64s(&[1, 0], &[1, 2]).try_broadcast_to([2, 2]).unwrap(),
+                    randn(&[2, 2], 2, DType::F32),
+                ),
+                (
+                    "flipped src",
+                    randn(&[3, 2], 1, DType::F32),
+                    0,
+                    i64s(&[0, 2, 0, 0], &[2, 2]),
+                    randn(&[2, 2], 2, DType::F32).try_flip([0, 1]).unwrap(),
+                ),
+            ] {
+                let case = format!("scatter_reduce({label}, {reduce:?}, {include_self})");
+                let (x2, i2, s2) = (x.clone(), index.clone(), src.clone());
+                s.call(&case, "scatter_reduce", move || {
+                    Ok(vec![x2.try_scatter_reduce(
+                        dim,
+                        &i2,
+                        &s2,
+                        reduce,
+                        include_self,
+                    )?])
+                });
+                let case = format!("scatter_reduce_({label}, {reduce:?}, {include_self})");
+                let (x2, i2, s2) = (x.try_contiguous().unwrap(), index.clone(), src.clone());
+                s.call(&case, "scatter_reduce", move || {
+                    x2.try_scatter_reduce_(dim, &i2, &s2, reduce, include_self)?;
+                    Ok(vec![x2])
+                });
+                // index_reduce with a 1-D index over `dim`.
+                let flat = index.try_reshape([-1]).unwrap();
+                let case = format!("index_reduce({label}, {reduce:?}, {include_self})");
+                let (x2, i2, s2) = (x.clone(), flat.clone(), src.clone());
+                s.call(&case, "index_reduce|scatter_reduce", move || {
+                    Ok(vec![x2.try_index_reduce(
+                        dim,
+                        &i2,
+                        &s2,
+                        reduce,
+                        include_self,
+                    )?])
+                });
+                let case = format!("index_reduce_({label}, {reduce:?}, {include_self})");
+                let (x2, i2, s2) = (x.try_contiguous().unwrap(), flat, src);
+                s.call(&case, "index_reduce|scatter_reduce", move || {
+                    x2.try_index_reduce_(dim, &i2, &s2, reduce, include_self)?;
+                    Ok(vec![x2])
+                });
+            }
+        }
+    }
+    // Values PyTorch documents: include_self=false with one source per place; NaN wins.
+    let r = s.ok("scatter_reduce amax nan", "scatter_reduce", move || {
+        let x = Tensor::from_vec(vec![0.0f32, 0.0], [2]);
+        let i = Tensor::from_vec(vec![0i64, 0, 1], [3]);
+        let src = Tensor::from_vec(vec![1.0f32, f32::NAN, -2.0], [3]);
+        Ok(vec![x.try_scatter_reduce(0, &i, &src, "amax", false)?])
+    });
+    s.expect_values(
+        "scatter_reduce amax nan",
+        r.as_ref().map(|o| &o[0]),
+        &[f64::NAN, -2.0],
+        0.0,
+    );
+    let r = s.ok("index_reduce mean", "index_reduce", move || {
+        let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], [3, 1]);
+        let i = Tensor::from_vec(vec![0i64, 0, 2], [3]);
+        let src = Tensor::from_vec(vec![4.0f32, 6.0, 9.0], [3, 1]);
+        Ok(vec![x.try_index_reduce(0, &i, &src, "mean", true)?])
+    });
+    s.expect_values(
+        "index_reduce mean",
+        r.as_ref().map(|o| &o[0]),
+        &[11.0 / 3.0, 2.0, 6.0],
+        1e-6,
+    );
+    // A view equals its contiguous copy.
+    for reduce in ["sum", "prod", "mean", "amax", "amin"] {
+        let x = randn(&[4, 3], 5, DType::F64).try_transpose(0, 1).unwrap();
+        let idx = Tensor::from_vec(vec![0i64, 2, 3, 0, 1, 1], [3, 2])
+            .try_flip([0])
+            .unwrap();
+        let src = randn(&[2, 9], 6, DType::F64)
+            .try_slice(&[(0, 2, 1), (0, 9, 3)])
+            .unwrap()
+            .try_transpose(0, 1)
+            .unwrap();
+        let f = |x: Tensor, i: Tensor, s: Tensor| {
+            move || Ok(vec![x.try_scatter_reduce(1, &i, &s, reduce, false)?])
+        };
+        let a = s.ok(
+            "view",
+            "scatter_reduce",
+            f(x.clone(), idx.clone(), src.clone()),
+        );
+        let b = s.ok(
+            "copy",
+            "scatter_reduce",
+            f(
+                x.try_contiguous().unwrap(),
+                idx.try_contiguous().unwrap(),
+                src.try_contiguous().unwrap(),
+            ),
+        );
+        s.same(&format!("scatter_reduce views {reduce}"), &a, &b, 1e-12);
+    }
+    s.finish();
+}
+
+// ---------------------------------------------------------------------------------------
+// quantiles, sorts and scans
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn quantiles_sorts_and_scans_survive_hostile_inputs() {
+    use kiln::QuantileInterpolation as Q;
+    let mut s = Sweep::new("quantile/sort/scan");
+    let inputs = || -> Vec<(&'static str, Tensor)> {
+        vec![
+            ("empty", empty(&[0], DType::F32)),
+            ("empty rows", empty(&[3, 0], DType::F32)),
+            ("empty cols", empty(&[0, 3], DType::F32)),
+            ("0-d", Tensor::from_vec(vec![1.5f32], ())),
+            ("size 1", Tensor::from_vec(vec![1.5f32], [1, 1])),
+            (
+                "nan",
+                Tensor::from_vec(vec![1.0f32, f32::NAN, -1.0, 2.0], [2, 2]),
+            ),
+            (
+                "inf",
+                Tensor::from_vec(
+                    vec![f32::INFINITY, f32::INFINITY, f32::NEG_INFINITY, 0.0],
+                    [2, 2],
+                ),
+            ),
+            ("f16", randn(&[3, 4], 1, DType::F16)),
+            ("bf16", randn(&[3, 4], 2, DType::BF16)),
+            ("f64", randn(&[3, 4], 3, DType::F64)),
+            (
+                "i64",
+                Tensor::from_vec(vec![3i64, -1, i64::MAX, i64::MIN], [2, 2]),
+            ),
+            ("u8", Tensor::from_vec(vec![3u8, 255, 0, 7], [2, 2])),
+            (
+                "bool",
+                Tensor::from_vec(vec![true, false, true, true], [2, 2]),
+            ),
+            (
+                "transposed",
+                randn(&[4, 3], 4, DType::F32).try_transpose(0, 1).unwrap(),
+            ),
+            (
+                "expanded",
+                randn(&[1, 4], 5, DType::F32)
+                    .try_broadcast_to([3, 4])
+                    .unwrap(),
+            ),
+        ]
+    };
+    for (label, x) in inputs() {
+        for dim in [0isize, -1, 2, isize::MIN] {
+            for q in [0.0, 0.5, 1.0, -0.1, 1.1, f64::NAN] {
+                for interp in [Q::Linear, Q::Nearest] {
+                    let xc = x.clone();
+                    let case = format!("quantile({label}, {q}, {dim}, {interp:?})");
+                    s.call(&case, "quantile", move || {
+                        Ok(vec![xc.try_quantile(q, Some(dim), false, interp)?])
+                    });
+                }
+                let xc = x.clone();
+                let case = format!("nanquantile({label}, {q}, {dim})");
+                s.call(&case, "nanquantile", move || {
+                    Ok(vec![xc.try_nanquantile(q, Some(dim), true, Q::Midpoint)?])
+                });
+            }
+            let xc = x.clone();
+            s.call(
+                &format!("quantiles({label}, {dim})"),
+                "quantile",
+                move || {
+                    Ok(vec![xc.try_quantiles(
+                        &[0.25, 0.75],
+                        Some(dim),
+                        false,
+                        Q::Linear,
+                    )?])
+                },
+            );
+            let xc = x.clone();
+            s.call(
+                &format!("quantiles(none, {label}, {dim})"),
+                "quantile",
+                move || Ok(vec![xc.try_quantiles(&[], Some(dim), false, Q::Linear)?]),
+            );
+            for descending in [false, true] {
+                let xc = x.clone();
+                s.call(
+                    &format!("sort({label}, {dim}, {descending})"),
+                    "sort",
+                    move || {
+                        let (v, i) = xc.try_sort(dim, descending)?;
+                        Ok(vec![v, i])
+                    },
+                );
+            }
+            for k in [0usize, 1, 2, 5, usize::MAX] {
+                let xc = x.clone();
+                s.call(&format!("topk({label}, {k}, {dim})"), "topk", move || {
+                    let (v, i) = xc.try_topk(k, dim, true)?;
+                    Ok(vec![v, i])
+                });
+                let xc = x.clone();
+                s.call(
+                    &format!("kthvalue({label}, {k}, {dim})"),
+                    "kthvalue",
+                    move || {
+                        let (v, i) = xc.try_kthvalue(k, dim, false)?;
+                        Ok(vec![v, i])
+                    },
+                );
+            }
+            let xc = x.clone();
+            s.call(
+                &format!("median_dim({label}, {dim})"),
+                "median",
+                move || {
+                    let (v, i) = xc.try_median_dim(dim, true)?;
+                    Ok(vec![v, i])
+                },
+            );
+            let xc = x.clone();
+            s.call(
+                &format!("nanmedian_dim({label}, {dim})"),
+                "nanmedian",
+                move || {
+                    let (v, i) = xc.try_nanmedian_dim(dim, false)?;
+                    Ok(vec![v, i])
+                },
+            );
+            let xc = x.clone();
+            s.call(&format!("mode({label}, {dim})"), "mode", move || {
+                let (v, i) = xc.try_mode(dim, false)?;
+                Ok(vec![v, i])
+            });
+            let xc = x.clone();
+            s.call(&format!("cumsum({label}, {dim})"), "cumsum", move || {
+                Ok(vec![xc.try_cumsum(dim)?])
+            });
+            let xc = x.clone();
+            s.call(&format!("cumprod({label}, {dim})"), "cumprod", move || {
+                Ok(vec![xc.try_cumprod(dim)?])
+            });
+            let xc = x.clone();
+            s.call(&format!("cummax({label}, {dim})"), "cummax", move || {
+                let (v, i) = xc.try_cummax(dim)?;
+                Ok(vec![v, i])
+            });
+            let xc = x.clone();
+            s.call(&format!("cummin({label}, {dim})"), "cummin", move || {
+                let (v, i) = xc.try_cummin(dim)?;
+                Ok(vec![v, i])
+            });
+            let xc = x.clone();
+            s.call(
+                &format!("logcumsumexp({label}, {dim})"),
+                "logcumsumexp",
+                move || Ok(vec![xc.try_logcumsumexp(dim)?]),
+            );
+        }
+        let xc = x.clone();
+        s.call(&format!("quantile({label}, None)"), "quantile", move || {
+            Ok(vec![xc.try_quantile(0.3, None, false, Q::Lower)?])
+        });
+        let xc = x.clone();
+        s.call(&format!("median({label})"), "median", move || {
+            Ok(vec![xc.try_median()?])
+        });
+        let xc = x.clone();
+        s.call(&format!("nanmedian({label})"), "nanmedian", move || {
+            Ok(vec![xc.try_nanmedian()?])
+        });
+        let xc = x.clone();
+        s.call(
+            &format!("searchsorted({label})"),
+            "searchsorted",
+            move || {
+                Ok(vec![xc.try_searchsorted(
+                    &Tensor::from_vec(vec![0.5f32], [1]).try_cast(xc.dtype())?,
+                    false,
+                )?])
+            },
+        );
+        let xc = x.clone();
+        s.call(&format!("bucketize({label})"), "bucketize", move || {
+            Ok(vec![xc.try_bucketize(
+                &Tensor::from_vec(vec![0.0f32, 1.0], [2]).try_cast(xc.dtype())?,
+                true,
+            )?])
+        });
+    }
+    // Values: the sort of an empty lane is empty; NaN sorts last; cumsum of nothing.
+    let r = s.ok("sort(nan)", "sort", || {
+        let (v, i) = Tensor::from_vec(vec![f32::NAN, 1.0, -1.0], [3]).try_sort(0, false)?;
+        Ok(vec![v, i])
+    });
+    s.expect_values(
+        "sort(nan)",
+        r.as_ref().map(|o| &o[0]),
+        &[-1.0, 1.0, f64::NAN],
+        0.0,
+    );
+    s.expect_values(
+        "sort(nan) indices",
+        r.as_ref().map(|o| &o[1]),
+        &[2.0, 1.0, 0.0],
+        0.0,
+    );
+    let r = s.ok("cumsum(3x0)", "cumsum", || {
+        Ok(vec![empty(&[3, 0], DType::F32).try_cumsum(1)?])
+    });
+    s.expect_shapes("cumsum(3x0)", &r, &[&[3, 0]]);
+    let r = s.ok("quantile(nan lane)", "quantile", || {
+        let x = Tensor::from_vec(vec![1.0f32, f32::NAN, 2.0, 3.0], [2, 2]);
+        Ok(vec![x.try_quantile(0.5, Some(1), false, Q::Linear)?])
+    });
+    s.expect_values(
+        "quantile(nan lane)",
+        r.as_ref().map(|o| &o[0]),
+        &[f64::NAN, 2.5],
+        0.0,
+    );
+    let r = s.ok("cummax(nan)", "cummax", || {
+        let (v, i) = Tensor::from_vec(vec![1.0f32, f32::NAN, 5.0], [3]).try_cummax(0)?;
+        Ok(vec![v, i])
+    });
+    s.expect_values(
+        "cummax(nan)",
+        r.as_ref().map(|o| &o[0]),
+        &[1.0, f64::NAN, f64::NAN],
+        0.0,
+    );
+    s.expect_values(
+        "cummax(nan) indices",
+        r.as_ref().map(|o| &o[1]),
+        &[0.0, 1.0, 1.0],
+        0.0,
+    );
+    let r = s.ok("logcumsumexp(-inf)", "logcumsumexp", || {
+        Ok(vec![
+            Tensor::from_vec(vec![f64::NEG_INFINITY, f64::NEG_INFINITY, 0.0], [3])
+                .try_logcumsumexp(0)?,
+        ])
+    });
+    s.expect_values(
+        "logcumsumexp(-inf)",
+        r.as_ref().map(|o| &o[0]),
+        &[f64::NEG_INFINITY, f64::NEG_INFINITY, 0.0],
+        0.0,
+    );
+    let r = s.ok("topk(k=0)", "topk", || {
+        let (v, i) = randn(&[2, 3], 1, DType::F32).try_topk(0, 1, true)?;
+        Ok(vec![v, i])
+    });
+    s.expect_shapes("topk(k=0)", &r, &[&[2, 0], &[2, 0]]);
+    // Views equal their contiguous copies.
+    for (label, v) in views(&[2, 5, 4], 21, DType::F32) {
+        let c = v.try_contiguous().unwrap();
+        let f = |x: Tensor| {
+            move || {
+                let (sv, si) = x.try_sort(1, true)?;
+                let (kv, ki) = x.try_topk(2, -1, false)?;
+                let (mv, mi) = x.try_cummax(1)?;
+                Ok(vec![
+                    sv,
+                    si,
+                    kv,
+                    ki,
+                    mv,
+                    mi,
+                    x.try_cumsum(-1)?,
+                    x.try_logcumsumexp(1)?,
+                    x.try_quantile(0.3, Some(1), false, Q::Linear)?,
+                    x.try_nanquantile(0.7, Some(-1), true, Q::Nearest)?,
+                    x.try_median_dim(1, false)?.0,
+                ])
+            }
+        };
+        let a = s.ok(&format!("{label} view"), "sort", f(v));
+        let b = s.ok(&format!("{label} copy"), "sort", f(c));
+        s.same(label, &a, &b, 1e-5);
+    }
+    s.finish();
+}
+
+// ---------------------------------------------------------------------------------------
+// einsum
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn einsum_survives_hostile_equations() {
+    let mut s = Sweep::new("einsum");
+    let a = || randn(&[2, 3], 1, DType::F32);
+    let b = || randn(&[3, 4], 2, DType::F32);
+    let cases: Vec<(&str, Vec<Tensor>)> = vec![
+        ("ij,jk->ik", vec![a(), b()]),
+        ("", vec![]),
+        ("", vec![a()]),
+        ("->", vec![Tensor::from_vec(vec![2.0f32], ())]),
+        ("ij->", vec![empty(&[0, 3], DType::F32)]),
+        (
+            "ij,jk->ik",
+            vec![empty(&[2, 0], DType::F32), empty(&[0, 4], DType::F32)],
+        ),
+        ("ij,jk->ik", vec![a()]),
+        ("ij,jk->ik", vec![a(), a()]),
+        ("ij,jk->ik", vec![a(), b(), b()]),
+        ("ij,jk->iz", vec![a(), b()]),
+        ("ij,jk->ii", vec![a(), b()]),
+        ("ij->j->i", vec![a()]),
+        ("ij", vec![a(), b()]),
+        ("i j->j i", vec![a()]),
+        ("IJ->JI", vec![a()]),
+        ("ij->ji", vec![a()]),
+        ("é->", vec![f64s(&[1.0], &[1])]),
+        ("0i->", vec![f64s(&[1.0], &[1])]),
+        ("i->", vec![a()]),
+        ("ijk->", vec![a()]),
+        ("ii->i", vec![a()]),
+        ("ii->i", vec![randn(&[3, 3], 3, DType::F64)]),
+        ("iii->", vec![randn(&[2, 2, 2], 3, DType::F64)]),
+        ("...->...", vec![Tensor::from_vec(vec![1.0f32], ())]),
+        ("......->", vec![a()]),
+        ("..i->", vec![a()]),
+        (
+            "...ij,...jk->...ik",
+            vec![randn(&[5, 2, 3], 1, DType::F32), b()],
+        ),
+        (
+            "...ij,...jk->...ik",
+            vec![
+                randn(&[5, 2, 3], 1, DType::F32),
+                randn(&[4, 3, 4], 1, DType::F32),
+            ],
+        ),
+        (
+            "i,i->",
+            vec![f64s(&[1.0, 2.0], &[2]), randn(&[2], 1, DType::F32)],
+        ),
+        (
+            "i,i->",
+            vec![
+                Tensor::from_vec(vec![1i64, 2], [2]),
+                Tensor::from_vec(vec![3i64, 4], [2]),
+            ],
+        ),
+        (
+            "i,i->",
+            vec![randn(&[2], 1, DType::F16), randn(&[2], 2, DType::F16)],
+        ),
+        (
+            "i,j->ij",
+            vec![randn(&[1], 1, DType::F32), randn(&[3], 2, DType::F32)],
+        ),
+        (
+            "i,i->i",
+            vec![randn(&[1], 1, DType::F32), randn(&[3], 2, DType::F32)],
+        ),
+        (
+            "ij,ij->",
+            vec![
+                a().try_transpose(0, 1).unwrap(),
+                randn(&[3, 2], 1, DType::F32),
+            ],
+        ),
+        ("i->", vec![Tensor::from_vec(vec![f32::NAN, 1.0], [2])]),
+        (
+            "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ->",
+            vec![Tensor::try_zeros_dtype(vec![1usize; 52], DType::F32).unwrap()],
+        ),
+        (
+            "ij,jk,kl->il",
+            vec![a(), b(), randn(&[4, 0], 1, DType::F32)],
+        ),
+    ];
+    for (eq, ops) in cases {
+        let case = format!(
+            "einsum({eq:?}, {:?})",
+            ops.iter().map(|t| t.shape().to_vec()).collect::<Vec<_>>()
+        );
+        s.call(&case, "einsum", move || {
+            let refs: Vec<&Tensor> = ops.iter().collect();
+            Ok(vec![Tensor::try_einsum(eq, &refs)?])
+        });
+    }
+    let r = s.ok("einsum empty contraction", "einsum", || {
+        Ok(vec![Tensor::try_einsum(
+            "ij,jk->ik",
+            &[&empty(&[2, 0], DType::F32), &empty(&[0, 4], DType::F32)],
+        )?])
+    });
+    s.expect_values(
+        "einsum empty contraction",
+        r.as_ref().map(|o| &o[0]),
+        &[0.0; 8],
+        0.0,
+    );
+    let r = s.ok("einsum diagonal", "einsum", || {
+        Ok(vec![Tensor::try_einsum(
+            "ii->i",
+            &[&f64s(&[1.0, 2.0, 3.0, 4.0], &[2, 2])],
+        )?])
+    });
+    s.expect_values(
+        "einsum diagonal",
+        r.as_ref().map(|o| &o[0]),
+        &[1.0, 4.0],
+        0.0,
+    );
+    for (label, v) in views(&[2, 3, 4], 31, DType::F64) {
+        let c = v.try_contiguous().unwrap();
+        let w = randn(&[4, 2], 32, DType::F64).try_flip([0]).unwrap();
+        let f = |x: Tensor, w: Tensor| {
+            move || {
+                Ok(vec![
+                    Tensor::try_einsum("bij,jk->bik", &[&x, &w])?,
+                    Tensor::try_einsum("bij->jb", &[&x])?,
+                ])
+            }
+        };
+        let a = s.ok(&format!("{label} view"), "einsum", f(v, w.clone()));
+        let b = s.ok(
+            &format!("{label} copy"),
+            "einsum",
+            f(c, w.try_contiguous().unwrap()),
+        );
+        s.same(label, &a, &b, 1e-12);
+    }
+    s.finish();
+}
+
 // ---------------------------------------------------------------------------------------
 // grid_sample, affine_grid, interpolate
 // ---------------------------------------------------------------------------------------
@@ -2204,6 +2902,382 @@ fn sampling_and_interpolation_survive_hostile_inputs() {
         let b = s.ok("interp copy", "interpolate", f(x.try_contiguous().unwrap()));
         s.same(&format!("interpolate views {mode:?}"), &a, &b, 1e-12);
     }
+    s.finish();
+}
+
+// ---------------------------------------------------------------------------------------
+// CTC loss
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn ctc_loss_survives_hostile_inputs() {
+    use kiln::nn::CtcLoss;
+    use kiln::nn::functional::{CtcLossOptions, Reduction, ctc_loss, ctc_loss_with};
+    let mut s = Sweep::new("ctc_loss");
+    let lp = |t: usize, n: usize, c: usize| {
+        randn(&[t, n, c], 1, DType::F32)
+            .try_log_softmax(-1)
+            .unwrap()
+    };
+    let i64s = |v: &[i64], shape: &[usize]| Tensor::from_vec(v.to_vec(), shape);
+    for reduction in [Reduction::None, Reduction::Sum, Reduction::Mean] {
+        for zero_infinity in [false, true] {
+            for blank in [0usize, 2, 3, usize::MAX] {
+                let opts = CtcLossOptions {
+                    blank,
+                    reduction,
+                    zero_infinity,
+                };
+                for (label, log_probs, targets, il, tl) in [
+                    (
+                        "ok",
+                        lp(4, 2, 3),
+                        i64s(&[1, 1, 2, 0], &[2, 2]),
+                        vec![4i64, 3],
+                        vec![2i64, 1],
+                    ),
+                    (
+                        "zero-length targets",
+                        lp(4, 2, 3),
+                        empty(&[2, 0], DType::I64),
+                        vec![4, 2],
+                        vec![0, 0],
+                    ),
+                    (
+                        "zero-length input",
+                        lp(4, 2, 3),
+                        i64s(&[1, 1], &[2, 1]),
+                        vec![0, 0],
+                        vec![1, 0],
+                    ),
+                    (
+                        "too short",
+                        lp(2, 1, 3),
+                        i64s(&[1, 1, 1], &[1, 3]),
+                        vec![2],
+                        vec![3],
+                    ),
+                    (
+                        "repeat needs blank",
+                        lp(2, 1, 3),
+                        i64s(&[1, 1], &[1, 2]),
+                        vec![2],
+                        vec![2],
+                    ),
+                    (
+                        "concatenated",
+                        lp(4, 2, 3),
+                        i64s(&[1, 2, 1], &[3]),
+                        vec![4, 4],
+                        vec![2, 1],
+                    ),
+                    (
+                        "concatenated short",
+                        lp(4, 2, 3),
+                        i64s(&[1], &[1]),
+                        vec![4, 4],
+                        vec![2, 1],
+                    ),
+                    (
+                        "unbatched",
+                        randn(&[4, 3], 1, DType::F64),
+                        i64s(&[1, 2], &[2]),
+                        vec![4],
+                        vec![2],
+                    ),
+                    (
+                        "unbatched 2-d targets",
+                        randn(&[4, 3], 1, DType::F64),
+                        i64s(&[1, 2], &[1, 2]),
+                        vec![4],
+                        vec![2],
+                    ),
+                    (
+                        "empty batch",
+                        empty(&[4, 0, 3], DType::F32),
+                        empty(&[0, 2], DType::I64),
+                        vec![],
+                        vec![],
+                    ),
+                    (
+                        "no steps",
+                        empty(&[0, 1, 3], DType::F32),
+                        empty(&[1, 0], DType::I64),
+                        vec![0],
+                        vec![0],
+                    ),
+                    (
+                        "one class",
+                        lp(3, 1, 1),
+                        empty(&[1, 0], DType::I64),
+                        vec![3],
+                        vec![0],
+                    ),
+                    (
+                        "label out of range",
+                        lp(4, 1, 3),
+                        i64s(&[3], &[1, 1]),
+                        vec![4],
+                        vec![1],
+                    ),
+                    (
+                        "label negative",
+                        lp(4, 1, 3),
+                        i64s(&[-1], &[1, 1]),
+                        vec![4],
+                        vec![1],
+                    ),
+                    (
+                        "label huge",
+                        lp(4, 1, 3),
+                        i64s(&[i64::MAX], &[1, 1]),
+                        vec![4],
+                        vec![1],
+                    ),
+                    (
+                        "input length long",
+                        lp(4, 1, 3),
+                        i64s(&[1], &[1, 1]),
+                        vec![5],
+                        vec![1],
+                    ),
+                    (
+                        "input length negative",
+                        lp(4, 1, 3),
+                        i64s(&[1], &[1, 1]),
+                        vec![-1],
+                        vec![1],
+                    ),
+                    (
+                        "target length long",
+                        lp(4, 1, 3),
+                        i64s(&[1], &[1, 1]),
+                        vec![4],
+                        vec![2],
+                    ),
+                    (
+                        "target length negative",
+                        lp(4, 1, 3),
+                        i64s(&[1], &[1, 1]),
+                        vec![4],
+                        vec![-1],
+                    ),
+                    (
+                        "target length huge",
+                        lp(4, 1, 3),
+                        i64s(&[1], &[1, 1]),
+                        vec![4],
+                        vec![i64::MAX],
+                    ),
+                    (
+                        "lengths count",
+                        lp(4, 2, 3),
+                        i64s(&[1, 1], &[2, 1]),
+                        vec![4],
+                        vec![1, 1],
+                    ),
+                    (
+                        "nan",
+                        Tensor::from_vec(vec![f32::NAN; 6], [2, 1, 3]),
+                        i64s(&[1], &[1, 1]),
+                        vec![2],
+                        vec![1],
+                    ),
+                    (
+                        "-inf",
+                        Tensor::from_vec(vec![f32::NEG_INFINITY; 6], [2, 1, 3]),
+                        i64s(&[1], &[1, 1]),
+                        vec![2],
+                        vec![1],
+                    ),
+                    (
+                        "+inf",
+                        Tensor::from_vec(vec![f32::INFINITY; 6], [2, 1, 3]),
+                        i64s(&[1], &[1, 1]),
+                        vec![2],
+                        vec![1],
+                    ),
+                    (
+                        "f16",
+                        lp(4, 1, 3).try_cast(DType::F16).unwrap(),
+                        i64s(&[1], &[1, 1]),
+                        vec![4],
+                        vec![1],
+                    ),
+                    (
+                        "i64 log_probs",
+                        i64s(&[0; 12], &[4, 1, 3]),
+                        i64s(&[1], &[1, 1]),
+                        vec![4],
+                        vec![1],
+                    ),
+                    (
+                        "float targets",
+                        lp(4, 1, 3),
+                        Tensor::from_vec(vec![1.0f32], [1, 1]),
+                        vec![4],
+                        vec![1],
+                    ),
+                    (
+                        "0-d targets",
+                        lp(4, 1, 3),
+                        Tensor::from_vec(vec![1i64], ()),
+                        vec![4],
+                        vec![1],
+                    ),
+                    (
+                        "3-d targets",
+                        lp(4, 1, 3),
+                        i64s(&[1], &[1, 1, 1]),
+                        vec![4],
+                        vec![1],
+                    ),
+                    (
+                        "1-d log_probs",
+                        randn(&[3], 1, DType::F32),
+                        i64s(&[1], &[1, 1]),
+                        vec![4],
+                        vec![1],
+                    ),
+                    (
+                        "4-d log_probs",
+                        randn(&[4, 1, 3, 1], 1, DType::F32),
+                        i64s(&[1], &[1, 1]),
+                        vec![4],
+                        vec![1],
+                    ),
+                    (
+                        "permuted",
+                        randn(&[3, 1, 4], 1, DType::F32)
+                            .try_permute([2, 1, 0])
+                            .unwrap(),
+                        i64s(&[1], &[1, 1]),
+                        vec![4],
+                        vec![1],
+                    ),
+                ] {
+                    let case =
+                        format!("ctc_loss({label}, blank {blank}, {reduction:?}, {zero_infinity})");
+                    s.call(&case, "ctc_loss", move || {
+                        Ok(vec![ctc_loss_with(&log_probs, &targets, &il, &tl, &opts)?])
+                    });
+                }
+            }
+        }
+    }
+    // Lengths as tensors of odd dtypes and shapes.
+    for (label, il) in [
+        ("i32", Tensor::from_vec(vec![4i32], [1])),
+        ("f32", Tensor::from_vec(vec![4.0f32], [1])),
+        ("0-d", Tensor::from_vec(vec![4i64], ())),
+        ("2-d", Tensor::from_vec(vec![4i64], [1, 1])),
+        ("bool", Tensor::from_vec(vec![true], [1])),
+        ("u8", Tensor::from_vec(vec![4u8], [1])),
+    ] {
+        let case = format!("ctc_loss(input_lengths {label})");
+        s.call(&case, "ctc_loss", move || {
+            Ok(vec![ctc_loss(
+                &lp(4, 1, 3),
+                &i64s(&[1], &[1, 1]),
+                &il,
+                &[1],
+            )?])
+        });
+    }
+    // Zero-length targets: the loss is -Σ_t log p(blank).
+    let r = s.ok("ctc_loss(empty target)", "ctc_loss", || {
+        let lp = Tensor::from_vec(vec![0.5f64.ln(); 6], [3, 1, 2]);
+        let opts = CtcLossOptions {
+            reduction: Reduction::None,
+            ..Default::default()
+        };
+        Ok(vec![ctc_loss_with(
+            &lp,
+            &empty(&[1, 0], DType::I64),
+            &[3],
+            &[0],
+            &opts,
+        )?])
+    });
+    s.expect_values(
+        "ctc_loss(empty target)",
+        r.as_ref().map(|o| &o[0]),
+        &[-3.0 * 0.5f64.ln()],
+        1e-12,
+    );
+    // Mean divides by max(target length, 1).
+    let r = s.ok("ctc_loss(empty target, mean)", "ctc_loss", || {
+        let lp = Tensor::from_vec(vec![0.5f64.ln(); 6], [3, 1, 2]);
+        Ok(vec![ctc_loss(
+            &lp,
+            &empty(&[1, 0], DType::I64),
+            &[3],
+            &[0],
+        )?])
+    });
+    s.expect_values(
+        "ctc_loss(empty target, mean)",
+        r.as_ref().map(|o| &o[0]),
+        &[-3.0 * 0.5f64.ln()],
+        1e-12,
+    );
+    // No alignment: inf, or 0 with zero_infinity.
+    let r = s.ok("ctc_loss(impossible)", "ctc_loss", move || {
+        let lp = Tensor::from_vec(vec![0.5f64.ln(); 4], [2, 1, 2]);
+        let t = i64s(&[1, 1, 1], &[1, 3]);
+        let z = CtcLossOptions {
+            zero_infinity: true,
+            reduction: Reduction::Sum,
+            ..Default::default()
+        };
+        Ok(vec![
+            ctc_loss(&lp, &t, &[2], &[3])?,
+            ctc_loss_with(&lp, &t, &[2], &[3], &z)?,
+        ])
+    });
+    s.expect_values(
+        "ctc_loss(impossible)",
+        r.as_ref().map(|o| &o[0]),
+        &[f64::INFINITY],
+        0.0,
+    );
+    s.expect_values(
+        "ctc_loss(impossible) zero_infinity",
+        r.as_ref().map(|o| &o[1]),
+        &[0.0],
+        0.0,
+    );
+    // The module and views.
+    s.ok("CtcLoss::forward", "ctc_loss", move || {
+        Ok(vec![CtcLoss::default().forward(
+            &lp(4, 2, 3),
+            &i64s(&[1, 2, 2, 0], &[2, 2]),
+            &[4, 4],
+            &[2, 1],
+        )?])
+    });
+    let v = randn(&[3, 2, 4], 5, DType::F64)
+        .try_permute([2, 1, 0])
+        .unwrap()
+        .try_log_softmax(-1)
+        .unwrap()
+        .try_flip([0])
+        .unwrap();
+    let t = i64s(&[9, 1, 9, 2, 9, 1, 9, 1], &[2, 4])
+        .try_slice(&[(0, 2, 1), (1, 4, 2)])
+        .unwrap();
+    let (v2, t2) = (v.try_contiguous().unwrap(), t.try_contiguous().unwrap());
+    let opts = CtcLossOptions {
+        reduction: Reduction::None,
+        ..Default::default()
+    };
+    let a = s.ok("ctc view", "ctc_loss", move || {
+        Ok(vec![ctc_loss_with(&v, &t, &[4, 3], &[2, 2], &opts)?])
+    });
+    let b = s.ok("ctc copy", "ctc_loss", move || {
+        Ok(vec![ctc_loss_with(&v2, &t2, &[4, 3], &[2, 2], &opts)?])
+    });
+    s.same("ctc views", &a, &b, 1e-12);
     s.finish();
 }
 
