@@ -4255,3 +4255,352 @@ fn schedules_at_huge_steps_and_degenerate_phases() {
     );
     assert_eq!(seq.last_step(), Some(u64::MAX));
 }
+
+// ---------------------------------------------------------------------------------------
+// Gradients on hostile inputs
+// ---------------------------------------------------------------------------------------
+
+type Graded = fn(&Tensor) -> kiln::Result<Vec<Tensor>>;
+
+/// Runs `f` on a fresh leaf copy of `x` (f64, requiring grad), sums its float outputs
+/// that track gradients and runs backward; returns the outputs then the gradient.
+fn with_grad(f: Graded, x: Tensor) -> kiln::Result<Vec<Tensor>> {
+    let leaf = x.try_contiguous()?.detach().requires_grad_(true);
+    let outs = f(&leaf)?;
+    let mut total: Option<Tensor> = None;
+    for o in outs
+        .iter()
+        .filter(|o| o.requires_grad() && o.dtype().is_float())
+    {
+        let s = o.try_sum(..)?;
+        total = Some(match total {
+            Some(t) => t.try_add(&s)?,
+            None => s,
+        });
+    }
+    let mut outs = outs;
+    if let Some(t) = total {
+        t.backward()?;
+        if let Some(g) = leaf.grad() {
+            if g.shape() != leaf.shape() {
+                return Err(KilnError::Internal(format!(
+                    "gradient shape {:?} for an input of shape {:?}",
+                    g.shape(),
+                    leaf.shape()
+                )));
+            }
+            outs.push(g);
+        }
+    }
+    Ok(outs)
+}
+
+#[test]
+fn gradients_survive_hostile_inputs() {
+    use kiln::QuantileInterpolation as Q;
+    use kiln::nn::functional::{
+        CtcLossOptions, GridSampleMode, GridSamplePadding, InterpolationMode, Reduction,
+        ctc_loss_with, fractional_max_pool2d_with_samples, grid_sample, interpolate,
+    };
+    let mut s = Sweep::new("gradients");
+    let matrix_fns: Vec<(&str, &'static str, Graded)> = vec![
+        ("det", "linalg", |a| Ok(vec![linalg::det(a)?])),
+        ("slogdet", "linalg", |a| Ok(vec![linalg::slogdet(a)?.1])),
+        ("inv", "linalg", |a| Ok(vec![linalg::inv(a)?])),
+        ("cholesky", "linalg", |a| Ok(vec![linalg::cholesky(a)?])),
+        ("pinv", "linalg", |a| {
+            Ok(vec![linalg::pinv(a, None, None, false)?])
+        }),
+        ("matrix_exp", "linalg", |a| Ok(vec![linalg::matrix_exp(a)?])),
+        ("matrix_power 3", "linalg", |a| {
+            Ok(vec![linalg::matrix_power(a, 3)?])
+        }),
+        ("matrix_power -2", "linalg", |a| {
+            Ok(vec![linalg::matrix_power(a, -2)?])
+        }),
+        ("qr", "linalg", |a| {
+            let (q, r) = linalg::qr(a)?;
+            Ok(vec![q, r])
+        }),
+        ("svd", "linalg", |a| {
+            let (u, s, v) = linalg::svd(a)?;
+            Ok(vec![u, s, v])
+        }),
+        ("svd_full", "linalg", |a| {
+            let (u, s, v) = linalg::svd_full(a)?;
+            Ok(vec![u, s, v])
+        }),
+        ("svdvals", "linalg", |a| Ok(vec![linalg::svdvals(a)?])),
+        ("eigh", "linalg", |a| {
+            let (l, v) = linalg::eigh(a)?;
+            Ok(vec![l, v])
+        }),
+        ("lu", "linalg", |a| {
+            let (_, l, u) = linalg::lu(a)?;
+            Ok(vec![l, u])
+        }),
+        ("lu_factor_ex", "linalg", |a| {
+            Ok(vec![linalg::lu_factor_ex(a)?.0])
+        }),
+        ("cond", "linalg", |a| Ok(vec![linalg::cond(a, None)?])),
+        ("cond 1", "linalg", |a| {
+            Ok(vec![linalg::cond(a, Some(NormOrd::P(1.0)))?])
+        }),
+        ("matrix_norm nuc", "linalg", |a| {
+            Ok(vec![linalg::matrix_norm(a, NormOrd::Nuc, [-2, -1], false)?])
+        }),
+        ("vector_norm inf", "linalg", |a| {
+            Ok(vec![linalg::vector_norm(a, f64::INFINITY, .., false)?])
+        }),
+        ("vector_norm 0.5", "linalg", |a| {
+            Ok(vec![linalg::vector_norm(a, 0.5, .., false)?])
+        }),
+        ("solve", "linalg", |a| {
+            let b = Tensor::try_ones_dtype([a.shape()[a.ndim() - 2], 1].as_slice(), DType::F64)?;
+            Ok(vec![linalg::solve(a, &b)?])
+        }),
+        ("solve_triangular", "linalg", |a| {
+            let b = Tensor::try_ones_dtype([a.shape()[a.ndim() - 2], 2].as_slice(), DType::F64)?;
+            Ok(vec![linalg::solve_triangular(a, &b, false, true, false)?])
+        }),
+        ("lstsq", "linalg", |a| {
+            let b = Tensor::try_ones_dtype([a.shape()[a.ndim() - 2], 2].as_slice(), DType::F64)?;
+            Ok(vec![linalg::lstsq(a, &b, None, None)?.solution])
+        }),
+        ("einsum", "einsum", |a| {
+            Ok(vec![Tensor::try_einsum(
+                "...ij,...jk->...ik",
+                &[a, &a.try_transpose(-1, -2)?],
+            )?])
+        }),
+        ("sort", "sort", |a| Ok(vec![a.try_sort(-1, false)?.0])),
+        ("topk", "topk", |a| {
+            Ok(vec![
+                a.try_topk(1.min(a.shape()[a.ndim() - 1]), -1, true)?.0,
+            ])
+        }),
+        ("quantile", "quantile", |a| {
+            Ok(vec![a.try_quantile(0.3, Some(-1), false, Q::Linear)?])
+        }),
+        ("nanquantile", "nanquantile", |a| {
+            Ok(vec![a.try_nanquantile(
+                0.7,
+                Some(-1),
+                false,
+                Q::Midpoint,
+            )?])
+        }),
+        ("median_dim", "median", |a| {
+            Ok(vec![a.try_median_dim(-1, false)?.0])
+        }),
+        ("mode", "mode", |a| Ok(vec![a.try_mode(-1, false)?.0])),
+        ("cumprod", "cumprod", |a| Ok(vec![a.try_cumprod(-1)?])),
+        ("cummax", "cummax", |a| Ok(vec![a.try_cummax(-1)?.0])),
+        ("logcumsumexp", "logcumsumexp", |a| {
+            Ok(vec![a.try_logcumsumexp(-1)?])
+        }),
+        ("scatter_reduce prod", "scatter_reduce", |a| {
+            let n = a.shape()[a.ndim() - 1];
+            let idx = Tensor::try_zeros_dtype(a.shape(), DType::I64)?;
+            let _ = n;
+            Ok(vec![a.try_scatter_reduce(-1, &idx, a, "prod", false)?])
+        }),
+        ("scatter_reduce amax", "scatter_reduce", |a| {
+            let idx = Tensor::try_zeros_dtype(a.shape(), DType::I64)?;
+            Ok(vec![a.try_scatter_reduce(-1, &idx, a, "amax", true)?])
+        }),
+        ("scatter_reduce mean", "scatter_reduce", |a| {
+            let idx = Tensor::try_zeros_dtype(a.shape(), DType::I64)?;
+            Ok(vec![a.try_scatter_reduce(-1, &idx, a, "mean", false)?])
+        }),
+    ];
+    let spd = f64s(&[4.0, 1.0, 1.0, 3.0], &[2, 2]);
+    let inputs = || -> Vec<(&'static str, Tensor)> {
+        vec![
+            ("0x0", empty(&[0, 0], DType::F64)),
+            ("2x0x0", empty(&[2, 0, 0], DType::F64)),
+            ("0x3x3", empty(&[0, 3, 3], DType::F64)),
+            ("0x3", empty(&[0, 3], DType::F64)),
+            ("3x0", empty(&[3, 0], DType::F64)),
+            ("1x1", f64s(&[2.0], &[1, 1])),
+            ("identity", Tensor::try_eye(3, DType::F64).unwrap()),
+            ("zeros", empty(&[2, 2], DType::F64)),
+            ("ties", f64s(&[1.0, 1.0, 1.0, 1.0], &[2, 2])),
+            ("nan", f64s(&[f64::NAN, 1.0, 2.0, 3.0], &[2, 2])),
+            ("inf", f64s(&[f64::INFINITY, 1.0, 2.0, 3.0], &[2, 2])),
+            ("with zero", f64s(&[0.0, 2.0, 3.0, 0.0], &[2, 2])),
+            ("2x3", randn(&[2, 3], 1, DType::F64)),
+            (
+                "transposed",
+                randn(&[3, 2], 2, DType::F64).try_transpose(0, 1).unwrap(),
+            ),
+        ]
+    };
+    for (name, op, f) in &matrix_fns {
+        for (label, x) in inputs() {
+            let f = *f;
+            let case = format!("{name}({label}) backward");
+            s.call(&case, op, move || with_grad(f, x));
+        }
+    }
+    let r = s.ok("cholesky(spd) backward", "linalg", move || {
+        with_grad(|a| Ok(vec![linalg::cholesky(a)?]), spd)
+    });
+    s.expect_shapes("cholesky(spd) backward", &r, &[&[2, 2], &[2, 2]]);
+    // det of a 0x0 matrix is the constant 1: its gradient is an empty tensor.
+    let r = s.ok("det(0x0) backward", "linalg", || {
+        with_grad(|a| Ok(vec![linalg::det(a)?]), empty(&[0, 0], DType::F64))
+    });
+    s.expect_shapes("det(0x0) backward", &r, &[&[], &[0, 0]]);
+    // ctc_loss: zero-length targets, impossible alignments, no input steps.
+    for zero_infinity in [false, true] {
+        for (label, targets, il, tl) in [
+            (
+                "empty targets",
+                empty(&[2, 0], DType::I64),
+                vec![3i64, 0],
+                vec![0i64, 0],
+            ),
+            (
+                "impossible",
+                Tensor::from_vec(vec![1i64, 1, 1, 1, 1, 1], [2, 3]),
+                vec![3, 2],
+                vec![3, 3],
+            ),
+            (
+                "no steps",
+                Tensor::from_vec(vec![1i64, 2, 1, 2, 0, 0], [2, 3]),
+                vec![0, 0],
+                vec![2, 0],
+            ),
+        ] {
+            let case = format!("ctc_loss({label}, {zero_infinity}) backward");
+            let x = randn(&[3, 2, 3], 3, DType::F64)
+                .try_log_softmax(-1)
+                .unwrap();
+            s.call(&case, "ctc_loss", move || {
+                let leaf = x.detach().requires_grad_(true);
+                let opts = CtcLossOptions {
+                    zero_infinity,
+                    reduction: Reduction::Sum,
+                    ..Default::default()
+                };
+                let l = ctc_loss_with(&leaf, &targets, &il, &tl, &opts)?;
+                l.backward()?;
+                let g = leaf
+                    .grad()
+                    .ok_or_else(|| KilnError::Internal("no gradient".into()))?;
+                if zero_infinity || label != "impossible" {
+                    let v = g.to_vec::<f64>()?;
+                    if v.iter().any(|x| !x.is_finite()) {
+                        return Err(KilnError::Internal(format!(
+                            "non-finite ctc gradient {v:?}"
+                        )));
+                    }
+                }
+                Ok(vec![l, g])
+            });
+        }
+    }
+    // Pools and samplers.
+    for (label, x) in [
+        ("nan", Tensor::from_vec(vec![f64::NAN; 16], [1, 1, 4, 4])),
+        ("ties", Tensor::from_vec(vec![1.0f64; 16], [1, 1, 4, 4])),
+        ("random", randn(&[1, 2, 4, 4], 4, DType::F64)),
+    ] {
+        let c = x.shape()[1];
+        let case = format!("fractional_max_pool2d({label}) backward");
+        s.call(&case, "fractional_max_pool2d", move || {
+            let leaf = x.detach().requires_grad_(true);
+            let u = Tensor::try_full_on([1, c, 2], 0.3, DType::F64, kiln::Device::Cpu)?;
+            let (v, _) = fractional_max_pool2d_with_samples(&leaf, 2, Some(2.into()), None, &u)?;
+            v.try_sum(..)?.backward()?;
+            let g = leaf
+                .grad()
+                .ok_or_else(|| KilnError::Internal("no gradient".into()))?;
+            Ok(vec![v, g])
+        });
+    }
+    for (label, g) in [
+        (
+            "nan grid",
+            Tensor::try_full_on([1, 2, 2, 2], f64::NAN, DType::F64, kiln::Device::Cpu).unwrap(),
+        ),
+        (
+            "border grid",
+            Tensor::try_full_on([1, 2, 2, 2], 1.0, DType::F64, kiln::Device::Cpu).unwrap(),
+        ),
+        (
+            "far grid",
+            Tensor::try_full_on([1, 2, 2, 2], 1e6, DType::F64, kiln::Device::Cpu).unwrap(),
+        ),
+    ] {
+        for mode in [
+            GridSampleMode::Bilinear,
+            GridSampleMode::Bicubic,
+            GridSampleMode::Nearest,
+        ] {
+            for pad in [
+                GridSamplePadding::Zeros,
+                GridSamplePadding::Border,
+                GridSamplePadding::Reflection,
+            ] {
+                let case = format!("grid_sample({label}, {mode:?}, {pad:?}) backward");
+                let g = g.clone();
+                s.call(&case, "grid_sample", move || {
+                    let x = randn(&[1, 1, 3, 3], 5, DType::F64).requires_grad_(true);
+                    let gl = g.detach().requires_grad_(true);
+                    let y = grid_sample(&x, &gl, mode, pad, true)?;
+                    y.try_sum(..)?.backward()?;
+                    let gx = x
+                        .grad()
+                        .ok_or_else(|| KilnError::Internal("no input gradient".into()))?;
+                    Ok(vec![y, gx])
+                });
+            }
+        }
+    }
+    for mode in [
+        InterpolationMode::Bilinear,
+        InterpolationMode::Bicubic,
+        InterpolationMode::Area,
+        InterpolationMode::NearestExact,
+    ] {
+        let case = format!("interpolate({mode:?}) backward");
+        s.call(&case, "interpolate", move || {
+            let x = randn(&[1, 1, 1, 3], 6, DType::F64).requires_grad_(true);
+            let y = interpolate(&x, Some(&[4, 2]), None, mode, None, false)?;
+            y.try_sum(..)?.backward()?;
+            let g = x
+                .grad()
+                .ok_or_else(|| KilnError::Internal("no gradient".into()))?;
+            Ok(vec![y, g])
+        });
+    }
+    s.finish();
+}
+
+#[test]
+fn qr_and_cholesky_of_empty_matrices_differentiate() {
+    // The QR backward setup cut R into `k·n`-sized chunks and cholesky's cut L into `n·n`
+    // ones: for empty matrices that is `chunks(0)`, which panicked as soon as the input
+    // required grad.
+    for shape in [&[0usize, 0][..], &[2, 0, 0], &[0, 3], &[3, 0], &[0, 2, 2]] {
+        let a = empty(shape, DType::F64).requires_grad_(true);
+        let (q, r) = linalg::qr(&a).unwrap();
+        q.try_sum(..)
+            .unwrap()
+            .try_add(r.try_sum(..).unwrap())
+            .unwrap()
+            .backward()
+            .unwrap();
+        assert_eq!(a.grad().unwrap().shape(), shape);
+    }
+    for shape in [&[0usize, 0][..], &[2, 0, 0]] {
+        let a = empty(shape, DType::F64).requires_grad_(true);
+        let l = linalg::cholesky(&a).unwrap();
+        assert_eq!(l.shape(), shape);
+        l.try_sum(..).unwrap().backward().unwrap();
+        assert_eq!(a.grad().unwrap().shape(), shape);
+    }
+}
