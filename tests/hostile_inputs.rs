@@ -4604,3 +4604,82 @@ fn qr_and_cholesky_of_empty_matrices_differentiate() {
         assert_eq!(a.grad().unwrap().shape(), shape);
     }
 }
+
+#[test]
+fn embedding_bag_memory_is_linear_in_the_ids() {
+    // The 1-D path laid the bags out as [bags, longest bag] on the host: 50 000 offsets
+    // of one long bag beside 49 999 empty ones asked for 2.5·10⁹ entries (tens of GB).
+    // It is now linear in the ids.
+    use kiln::nn::functional::{EmbeddingBagMode, embedding_bag};
+    let n = 50_000usize;
+    let ids: Vec<i64> = (0..n as i64).map(|i| i % 7).collect();
+    let w = f64s(&(0..14).map(|v| v as f64).collect::<Vec<_>>(), &[7, 2]);
+    let offsets = Tensor::from_vec(vec![0i64; n], [n]);
+    let ids_t = Tensor::from_vec(ids.clone(), [n]);
+    for mode in [
+        EmbeddingBagMode::Sum,
+        EmbeddingBagMode::Mean,
+        EmbeddingBagMode::Max,
+    ] {
+        let out = embedding_bag(&ids_t, &w, Some(&offsets), mode, None, false, None).unwrap();
+        assert_eq!(out.shape(), &[n, 2]);
+        let v = out
+            .try_narrow(0, n as isize - 1, 1)
+            .unwrap()
+            .to_vec::<f64>()
+            .unwrap();
+        let sum: [f64; 2] = [0, 1].map(|f| ids.iter().map(|&i| (2 * i + f) as f64).sum());
+        let want = match mode {
+            EmbeddingBagMode::Sum => sum.to_vec(),
+            EmbeddingBagMode::Mean => sum.iter().map(|s| s / n as f64).collect(),
+            EmbeddingBagMode::Max => vec![12.0, 13.0],
+        };
+        assert!(close(&v, &want, 1e-12), "{mode:?}: {v:?}");
+        let head = out
+            .try_narrow(0, 0, n - 1)
+            .unwrap()
+            .try_abs()
+            .unwrap()
+            .try_sum(..)
+            .unwrap();
+        assert_eq!(head.item::<f64>().unwrap(), 0.0);
+    }
+    // Max keeps the first largest row of a bag, as the 2-D path (and PyTorch's kernel)
+    // does: values and the gradient, which reaches that one row.
+    let w = f64s(&[1.0, 5.0, 1.0, 5.0, f64::NAN, 0.0], &[3, 2]);
+    let one_d = |w: &Tensor| {
+        let ids = Tensor::from_vec(vec![1i64, 0, 2, 0, 2, 1], [6]);
+        let off = Tensor::from_vec(vec![0i64, 3], [2]);
+        embedding_bag(
+            &ids,
+            w,
+            Some(&off),
+            EmbeddingBagMode::Max,
+            None,
+            false,
+            None,
+        )
+        .unwrap()
+    };
+    let two_d = |w: &Tensor| {
+        let ids = Tensor::from_vec(vec![1i64, 0, 2, 0, 2, 1], [2, 3]);
+        embedding_bag(&ids, w, None, EmbeddingBagMode::Max, None, false, None).unwrap()
+    };
+    let (a, b) = (
+        w.detach().requires_grad_(true),
+        w.detach().requires_grad_(true),
+    );
+    let (ya, yb) = (one_d(&a), two_d(&b));
+    let (va, vb) = (ya.to_vec::<f64>().unwrap(), yb.to_vec::<f64>().unwrap());
+    assert!(close(&va, &[f64::NAN, 5.0, f64::NAN, 5.0], 0.0), "{va:?}");
+    assert!(close(&va, &vb, 0.0), "{va:?} {vb:?}");
+    ya.try_sum(..).unwrap().backward().unwrap();
+    yb.try_sum(..).unwrap().backward().unwrap();
+    let (ga, gb) = (
+        a.grad().unwrap().to_vec::<f64>().unwrap(),
+        b.grad().unwrap().to_vec::<f64>().unwrap(),
+    );
+    // Rows 0 and 1 tie in feature 1: each bag's first (row 1, then row 0) takes it.
+    assert_eq!(ga, vec![0.0, 1.0, 0.0, 1.0, 2.0, 0.0]);
+    assert_eq!(ga, gb);
+}
