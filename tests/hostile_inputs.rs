@@ -4683,3 +4683,148 @@ fn embedding_bag_memory_is_linear_in_the_ids() {
     assert_eq!(ga, vec![0.0, 1.0, 0.0, 1.0, 2.0, 0.0]);
     assert_eq!(ga, gb);
 }
+
+#[test]
+fn fold_unfold_and_pixel_shuffle_survive_hostile_arguments() {
+    use kiln::nn::functional::{fold, pixel_shuffle, pixel_unshuffle, unfold};
+    let mut s = Sweep::new("fold/unfold/pixel_shuffle");
+    let big = [usize::MAX, usize::MAX / 2, 1 << 32, (1 << 32) + 1, 1 << 62];
+    for (label, x) in [
+        ("ok", randn(&[1, 2, 5, 4], 1, DType::F32)),
+        ("empty batch", empty(&[0, 2, 5, 4], DType::F32)),
+        ("no channels", empty(&[1, 0, 5, 4], DType::F32)),
+        ("empty plane", empty(&[1, 2, 0, 4], DType::F32)),
+        ("unbatched", randn(&[2, 5, 4], 1, DType::F64)),
+        ("2-d", randn(&[5, 4], 1, DType::F32)),
+        ("i64", Tensor::from_vec(vec![1i64; 20], [1, 1, 5, 4])),
+        ("f16", randn(&[1, 2, 5, 4], 1, DType::F16)),
+        (
+            "permuted",
+            randn(&[1, 4, 5, 2], 1, DType::F32)
+                .try_permute([0, 3, 2, 1])
+                .unwrap(),
+        ),
+    ] {
+        for (k, d, p, st) in [
+            (2usize, 1usize, 0usize, 1usize),
+            (0, 1, 0, 1),
+            (2, 0, 0, 1),
+            (2, 1, 0, 0),
+            (9, 1, 0, 1),
+            (2, 1, 3, 2),
+        ]
+        .into_iter()
+        .chain(
+            big.iter()
+                .flat_map(|&b| [(b, 1, 0, 1), (2, b, 0, 1), (2, 1, b, 1), (2, 1, 0, b)]),
+        ) {
+            let xc = x.clone();
+            let case = format!("unfold({label}, k {k}, d {d}, p {p}, s {st})");
+            s.call(&case, "unfold", move || Ok(vec![unfold(&xc, k, d, p, st)?]));
+            let xc = x.clone();
+            let case = format!("fold(unfold({label}), k {k}, d {d}, p {p}, s {st})");
+            s.call(&case, "fold|unfold", move || {
+                let cols = unfold(&xc, k, d, p, st)?;
+                let hw = [xc.shape()[xc.ndim() - 2], xc.shape()[xc.ndim() - 1]];
+                Ok(vec![fold(&cols, hw, k, d, p, st)?])
+            });
+        }
+        for r in [0usize, 1, 2, 3].into_iter().chain(big) {
+            let xc = x.clone();
+            let case = format!("pixel_shuffle({label}, {r})");
+            s.call(&case, "pixel_shuffle", move || {
+                Ok(vec![pixel_shuffle(&xc, r)?])
+            });
+            let xc = x.clone();
+            let case = format!("pixel_unshuffle({label}, {r})");
+            s.call(&case, "pixel_unshuffle", move || {
+                Ok(vec![pixel_unshuffle(&xc, r)?])
+            });
+        }
+    }
+    for (label, cols, out) in [
+        ("wrong L", randn(&[1, 8, 5], 1, DType::F32), [3usize, 3]),
+        ("wrong C·k", randn(&[1, 7, 4], 1, DType::F32), [3, 3]),
+        ("zero output", randn(&[1, 8, 4], 1, DType::F32), [0, 3]),
+        (
+            "huge output",
+            randn(&[1, 8, 4], 1, DType::F32),
+            [usize::MAX, 3],
+        ),
+        ("empty cols", empty(&[1, 0, 4], DType::F32), [3, 3]),
+    ] {
+        let case = format!("fold({label})");
+        s.call(&case, "fold", move || {
+            Ok(vec![fold(&cols, out, 2, 1, 0, 1)?])
+        });
+    }
+    // Shapes PyTorch gives for empty inputs.
+    let r = s.ok("pixel_shuffle(no channels)", "pixel_shuffle", || {
+        Ok(vec![pixel_shuffle(&empty(&[1, 0, 2, 3], DType::F32), 2)?])
+    });
+    s.expect_shapes("pixel_shuffle(no channels)", &r, &[&[1, 0, 4, 6]]);
+    let r = s.ok("pixel_unshuffle(empty plane)", "pixel_unshuffle", || {
+        Ok(vec![pixel_unshuffle(&empty(&[1, 1, 0, 4], DType::F32), 2)?])
+    });
+    s.expect_shapes("pixel_unshuffle(empty plane)", &r, &[&[1, 4, 0, 2]]);
+    s.finish();
+}
+
+#[test]
+fn huge_block_and_shuffle_arguments_are_errors_naming_the_op() {
+    // pixel_shuffle with a factor of 2^32 wrapped r² to 0: with no channels it passed the
+    // divisibility check and divided by zero (a panic); larger factors failed inside a
+    // reshape. unfold/fold computed `len + 2·padding` and `dilation·(kernel - 1) + 1`
+    // with wrapping arithmetic, so huge arguments failed inside pad, stack or slice.
+    use kiln::nn::functional::{fold, pixel_shuffle, pixel_unshuffle, unfold};
+    let none = empty(&[1, 0, 2, 3], DType::F32);
+    let x = randn(&[1, 2, 5, 4], 1, DType::F32);
+    for r in [1usize << 32, 1 << 62, usize::MAX] {
+        for t in [&none, &x] {
+            let e = pixel_shuffle(t, r).unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    KilnError::InvalidArgument {
+                        op: "pixel_shuffle",
+                        ..
+                    }
+                ),
+                "{e}"
+            );
+        }
+        let e = pixel_unshuffle(&empty(&[1, 1, 0, 0], DType::F32), r).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                KilnError::InvalidArgument {
+                    op: "pixel_unshuffle",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+    }
+    for (k, d, p, s) in [
+        (2usize, usize::MAX, 0usize, 1usize),
+        (2, 1, usize::MAX, 1),
+        (2, 1, 0, usize::MAX),
+        (usize::MAX, 1, 0, 1),
+        (2, 1 << 62, 0, 1),
+    ] {
+        let e = unfold(&x, k, d, p, s).unwrap_err();
+        assert!(
+            matches!(e, KilnError::InvalidArgument { op: "unfold", .. }),
+            "{e}"
+        );
+        let cols = randn(&[1, 8, 12], 2, DType::F32);
+        let e = fold(&cols, [4, 5], k, d, p, s).unwrap_err();
+        assert!(
+            matches!(e, KilnError::InvalidArgument { op: "fold", .. }),
+            "{e}"
+        );
+    }
+    // The ordinary factors still shuffle.
+    assert_eq!(pixel_shuffle(&none, 2).unwrap().shape(), &[1, 0, 4, 6]);
+    assert_eq!(unfold(&x, 2, 1, 0, 1).unwrap().shape(), &[1, 8, 12]);
+}

@@ -29,8 +29,9 @@ use crate::tensor::Tensor;
 /// Number of sliding blocks along one dimension: `(len + 2p - d(k - 1) - 1) / s + 1`, or
 /// `None` when the dilated kernel does not fit in the padded length.
 fn blocks(len: usize, k: usize, d: usize, p: usize, s: usize) -> Option<usize> {
-    let padded = len + 2 * p;
-    let eff = d * (k - 1) + 1;
+    // Checked: huge arguments must not wrap around into a small block count.
+    let padded = p.checked_mul(2)?.checked_add(len)?;
+    let eff = d.checked_mul(k - 1)?.checked_add(1)?;
     (padded >= eff).then(|| (padded - eff) / s + 1)
 }
 
@@ -54,6 +55,20 @@ impl BlockArgs {
         require_positive(op, shape, "kernel_size", kernel)?;
         require_positive(op, shape, "dilation", dilation)?;
         require_positive(op, shape, "stride", stride)?;
+        for (what, v) in [
+            ("kernel_size", kernel),
+            ("dilation", dilation),
+            ("padding", padding),
+            ("stride", stride),
+        ] {
+            if v.0.iter().any(|&x| x > isize::MAX as usize) {
+                return Err(invalid(
+                    op,
+                    shape,
+                    format!("{what} {:?} is larger than a dimension can be", v.0),
+                ));
+            }
+        }
         Ok(BlockArgs {
             kernel: kernel.0,
             dilation: dilation.0,

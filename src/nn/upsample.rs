@@ -474,6 +474,22 @@ fn shuffle(op: &'static str, x: &Tensor, r: usize, up: bool) -> Result<Tensor> {
     }
     let nd = x.ndim();
     let (c, h, w) = (shape[nd - 3], shape[nd - 2], shape[nd - 1]);
+    // Every size the shuffle makes (r², C·r², H·r, W·r) must be a size: a huge factor
+    // used to wrap r² to 0 and divide by it.
+    let fits = |v: Option<usize>| v.is_some_and(|v| v <= isize::MAX as usize);
+    let r2 = r.checked_mul(r);
+    let made = if up {
+        [r2, h.checked_mul(r), w.checked_mul(r)]
+    } else {
+        [r2, r2.and_then(|r2| c.checked_mul(r2)), Some(r)]
+    };
+    if !made.into_iter().all(fits) {
+        return Err(invalid(
+            op,
+            shape,
+            format!("factor {r} makes a dimension larger than a tensor can have"),
+        ));
+    }
     let lead: Vec<isize> = shape[..nd - 3].iter().map(|&d| d as isize).collect();
     let b = lead.len() as isize;
     let (r_, c_, h_, w_) = (r as isize, c as isize, h as isize, w as isize);
