@@ -4828,3 +4828,32 @@ fn huge_block_and_shuffle_arguments_are_errors_naming_the_op() {
     assert_eq!(pixel_shuffle(&none, 2).unwrap().shape(), &[1, 0, 4, 6]);
     assert_eq!(unfold(&x, 2, 1, 0, 1).unwrap().shape(), &[1, 8, 12]);
 }
+
+#[test]
+fn bincount_of_a_huge_value_or_minlength_names_bincount() {
+    // The counts tensor of length max(x) + 1 (or minlength) was refused inside the zeros
+    // it would fill, by an error naming `full`.
+    for (x, minlength) in [
+        (Tensor::from_vec(vec![i64::MAX], [1]), 0usize),
+        (Tensor::from_vec(vec![1i64], [1]), usize::MAX),
+        (empty(&[0], DType::I64), usize::MAX),
+    ] {
+        let e = x.try_bincount(None, minlength).unwrap_err();
+        assert!(
+            matches!(e, KilnError::TooLarge { op: "bincount", .. }),
+            "{e}"
+        );
+    }
+    let w = Tensor::from_vec(vec![2.0f32], [1]);
+    let e = Tensor::from_vec(vec![i64::MAX], [1])
+        .try_bincount(Some(&w), 0)
+        .unwrap_err();
+    assert!(
+        matches!(e, KilnError::TooLarge { op: "bincount", .. }),
+        "{e}"
+    );
+    let c = Tensor::from_vec(vec![3i64, 1, 3], [3])
+        .try_bincount(Some(&w.try_broadcast_to([3]).unwrap()), 2)
+        .unwrap();
+    assert_eq!(c.to_vec::<f32>().unwrap(), vec![0.0, 2.0, 0.0, 4.0]);
+}

@@ -85,6 +85,7 @@ impl Tensor {
             }
         };
         if self.numel() == 0 {
+            crate::shape::check_shape(OP, &[minlength], DType::I64)?;
             return Tensor::try_full_on([minlength], 0i64, DType::I64, self.device());
         }
         let x = self.try_cast(DType::I64)?;
@@ -101,6 +102,9 @@ impl Tensor {
             });
         }
         let len = (hi as usize + 1).max(minlength);
+        // The counts must be a tensor that can exist (a huge value or minlength is
+        // refused here by name, not inside the zeros it would fill).
+        crate::shape::check_shape(OP, &[len], out)?;
         let src = match weights {
             Some(w) => w.try_cast(out)?,
             None => Tensor::try_full_on(self.shape(), 1i64, DType::I64, self.device())?,
