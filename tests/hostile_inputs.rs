@@ -4857,3 +4857,139 @@ fn bincount_of_a_huge_value_or_minlength_names_bincount() {
         .unwrap();
     assert_eq!(c.to_vec::<f32>().unwrap(), vec![0.0, 2.0, 0.0, 4.0]);
 }
+
+#[test]
+fn plateau_and_scheduler_state_survive_hostile_values() {
+    use kiln::optim::{
+        ExponentialLr, LrScheduler, Optimizer, PlateauMode, ReduceLrOnPlateau,
+        ReduceLrOnPlateauOptions, Sgd, ThresholdMode,
+    };
+    let mut s = Sweep::new("plateau/state");
+    // Options PyTorch refuses are refused by name.
+    for (label, o) in [
+        (
+            "factor 1",
+            ReduceLrOnPlateauOptions {
+                factor: 1.0,
+                ..Default::default()
+            },
+        ),
+        (
+            "factor nan",
+            ReduceLrOnPlateauOptions {
+                factor: f64::NAN,
+                ..Default::default()
+            },
+        ),
+        (
+            "factor negative",
+            ReduceLrOnPlateauOptions {
+                factor: -0.5,
+                ..Default::default()
+            },
+        ),
+        (
+            "threshold nan",
+            ReduceLrOnPlateauOptions {
+                threshold: f64::NAN,
+                ..Default::default()
+            },
+        ),
+        (
+            "min_lr negative",
+            ReduceLrOnPlateauOptions {
+                min_lr: -1.0,
+                ..Default::default()
+            },
+        ),
+        (
+            "eps nan",
+            ReduceLrOnPlateauOptions {
+                eps: f64::NAN,
+                ..Default::default()
+            },
+        ),
+    ] {
+        let r = s.run(label, move || {
+            ReduceLrOnPlateau::new(o)
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        });
+        match r {
+            Some(Err(e)) if e.contains("ReduceLrOnPlateau") => {}
+            other => s.fail(
+                label,
+                format!("expected a refusal naming the op, got {other:?}"),
+            ),
+        }
+    }
+    // NaN, infinite and huge metrics: NaN never improves (as in PyTorch), rates stay numbers
+    // and never fall below min_lr.
+    for (mode, th) in [
+        (PlateauMode::Min, ThresholdMode::Rel),
+        (PlateauMode::Max, ThresholdMode::Abs),
+    ] {
+        let case = format!("plateau {mode:?} {th:?}");
+        let r = s.run(&case, move || -> Result<Vec<f64>, String> {
+            let p = Tensor::from_vec(vec![1.0f32], [1]).requires_grad_(true);
+            let mut opt = Sgd::new(vec![p], 0.1).map_err(|e| e.to_string())?;
+            let o = ReduceLrOnPlateauOptions {
+                mode,
+                threshold_mode: th,
+                patience: 0,
+                min_lr: 1e-3,
+                ..Default::default()
+            };
+            let mut plateau = ReduceLrOnPlateau::new(o).map_err(|e| e.to_string())?;
+            let mut lrs = Vec::new();
+            for m in [
+                f64::NAN,
+                f64::INFINITY,
+                f64::NEG_INFINITY,
+                1e308,
+                -1e308,
+                f64::NAN,
+                0.0,
+                f64::NAN,
+            ] {
+                plateau.step(&mut opt, m);
+                lrs.push(opt.group_lrs()[0]);
+            }
+            Ok(lrs)
+        });
+        match r {
+            Some(Ok(lrs)) if lrs.iter().all(|&l| (1e-3..=0.1).contains(&l)) => {}
+            other => s.fail(&case, format!("rates {other:?}")),
+        }
+    }
+    // A scheduler state with NaN, negative or fractional counters is refused by name.
+    for (label, value) in [
+        ("nan", f64::NAN),
+        ("negative", -1.0),
+        ("fraction", 0.5),
+        ("huge", 1e300),
+    ] {
+        let r = s.run(label, move || -> Result<(), String> {
+            let p = Tensor::from_vec(vec![1.0f32], [1]).requires_grad_(true);
+            let mut opt = Sgd::new(vec![p], 0.1).map_err(|e| e.to_string())?;
+            let mut sched = LrScheduler::new(&mut opt, ExponentialLr { gamma: 0.5 })
+                .map_err(|e| e.to_string())?;
+            let mut sd = sched.state_dict().map_err(|e| e.to_string())?;
+            for (name, t) in sd.iter_mut() {
+                if name == "last_epoch" {
+                    *t = Tensor::try_full_on(t.shape(), value, t.dtype(), t.device())
+                        .map_err(|e| e.to_string())?;
+                }
+            }
+            sched.load_state_dict(&sd).map_err(|e| e.to_string())
+        });
+        match r {
+            Some(Err(e)) if e.contains("load_state_dict") => {}
+            other => s.fail(
+                &format!("load_state_dict(last_epoch {label})"),
+                format!("{other:?}"),
+            ),
+        }
+    }
+    s.finish();
+}
