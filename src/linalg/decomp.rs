@@ -382,8 +382,9 @@ pub fn cholesky(a: &Tensor) -> Result<Tensor> {
     if !tracking(&[a]) {
         return constant(ls, a.shape(), a);
     }
+    // At least 1: a 0 × 0 matrix has nothing to chunk, and `chunks(0)` would panic.
     let linv: Vec<f64> = ls
-        .chunks(n * n)
+        .chunks((n * n).max(1))
         .flat_map(|l| host::lower_inverse(l, n))
         .collect();
     let linv = constant(linv, a.shape(), a)?;
@@ -537,7 +538,8 @@ pub fn qr(a: &Tensor) -> Result<(Tensor, Tensor)> {
     let track = tracking(&[a]);
     // R's leading k × k block, inverted (for the gradient).
     let rinv: Option<Vec<f64>> = track.then(|| {
-        rs.chunks(k * n)
+        // At least 1: for k = 0 there is nothing to chunk, and `chunks(0)` would panic.
+        rs.chunks((k * n).max(1))
             .take(mats.count)
             .flat_map(|r| {
                 let mut lower = vec![0.0; k * k];

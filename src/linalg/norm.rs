@@ -230,6 +230,25 @@ fn matrix_norm_named(
         r.try_reshape(out)
     };
     let (i0, i1) = (d0 as isize, d1 as isize);
+    // The orders that pick a largest or smallest column sum, row sum or singular value
+    // have nothing to pick from when that dimension is empty (PyTorch's `amax` refuses it
+    // too); say so in this op's name rather than the inner reduction's.
+    let picked = match ord {
+        NormOrd::P(p) if p.abs() == 1.0 => Some(x.shape()[d1]),
+        NormOrd::P(p) if p.is_infinite() => Some(x.shape()[d0]),
+        NormOrd::P(p) if p.abs() == 2.0 => Some(x.shape()[d0].min(x.shape()[d1])),
+        _ => None,
+    };
+    if picked == Some(0) {
+        return Err(KilnError::InvalidArgument {
+            op,
+            shape: x.shape().to_vec(),
+            reason: format!(
+                "order {ord:?} of an empty matrix is undefined (it takes a largest or smallest \
+                 value over an empty dimension)"
+            ),
+        });
+    }
     match ord {
         NormOrd::Fro => vector_norm_named(op, x, 2.0, Some(&[i0, i1]), keepdim),
         NormOrd::P(p) if p.abs() == 1.0 || p.is_infinite() => {

@@ -76,6 +76,17 @@ pub fn embedding_bag(
         });
     }
     let (count, dim) = (weight.shape()[0], weight.shape()[1]);
+    if count == 0 && input.numel() > 0 {
+        // Every id is out of range of an empty table (PyTorch's index error); refused here,
+        // as the masked lookup below would read row 0 of nothing.
+        return Err(invalid(
+            weight.shape(),
+            format!(
+                "the table has no rows, so none of the input's {} ids can be looked up",
+                input.numel()
+            ),
+        ));
+    }
     if let Some(p) = per_sample_weights {
         if mode != EmbeddingBagMode::Sum {
             return Err(invalid(
@@ -127,28 +138,31 @@ pub fn embedding_bag(
                 ));
             }
             let end = |b: usize| starts.get(b + 1).copied().unwrap_or(len);
-            let longest = (0..bags).map(|b| end(b) - starts[b]).max().unwrap_or(0) as usize;
-            if bags == 0 || longest == 0 {
+            if bags == 0 || (0..bags).all(|b| end(b) == starts[b]) {
                 return Tensor::try_full_on([bags, dim], 0.0, weight.dtype(), weight.device());
             }
-            let mut pos = Vec::with_capacity(bags * longest);
-            let mut real = Vec::with_capacity(bags * longest);
+            // Each id's bag (ids past the last bag belong to none). Linear in the ids: a
+            // padded [bags, longest bag] layout would be quadratic for many short bags
+            // beside one long one.
+            let mut bag_of = Vec::with_capacity(shape[0]);
             for (b, &start) in starts.iter().enumerate().take(bags) {
-                for j in 0..longest as i64 {
-                    let at = start + j;
-                    let inside = at < end(b);
-                    pos.push(if inside { at } else { 0 });
-                    real.push(inside);
-                }
+                bag_of.extend(std::iter::repeat_n(b as i64, (end(b) - start) as usize));
             }
-            let pos = Tensor::try_from_vec(pos, [bags * longest])?.try_to(input.device())?;
-            let table = [bags as isize, longest as isize];
-            let take = |t: &Tensor| t.try_index_select(0, &pos)?.try_reshape(table);
-            (
-                take(&ids)?,
-                per_sample_weights.map(take).transpose()?,
-                Tensor::try_from_vec(real, [bags, longest])?.try_to(input.device())?,
-            )
+            let inside = Tensor::try_full_on([bag_of.len()], true, DType::Bool, input.device())?
+                .try_pad(&[(0, shape[0] - bag_of.len())], false)?;
+            bag_of.resize(shape[0], 0);
+            let bag_of = Tensor::try_from_vec(bag_of, [shape[0]])?.try_to(input.device())?;
+            let pad = pad.map(|p| p as i64);
+            return segments(
+                &ids,
+                weight,
+                per_sample_weights,
+                &bag_of,
+                inside,
+                bags,
+                mode,
+                pad,
+            );
         }
         (2, Some(_)) => {
             return Err(invalid(
@@ -198,6 +212,71 @@ pub fn embedding_bag(
                 Tensor::try_where(&keep, &rows, f64::NEG_INFINITY)?.try_max_dim(1, false)?;
             let any = valid.try_any_keepdim(1)?;
             Tensor::try_where(&any, &m, 0.0)
+        }
+    }
+}
+
+/// The bags of 1-D `ids` (i64, `[L]`): id `j` belongs to bag `bag_of[j]` when `inside[j]`
+/// (and it is not `pad`). Sums and means are `index_add`s into `[bags, dim]`; the max
+/// takes, per bag and feature, the first largest row (or the first NaN) with a `gather`,
+/// so the gradient reaches that one element, as the padded layout's `max_dim` did.
+#[allow(clippy::too_many_arguments)]
+fn segments(
+    ids: &Tensor,
+    weight: &Tensor,
+    per_sample_weights: Option<&Tensor>,
+    bag_of: &Tensor,
+    inside: Tensor,
+    bags: usize,
+    mode: EmbeddingBagMode,
+    pad: Option<i64>,
+) -> Result<Tensor> {
+    let (len, dim) = (ids.shape()[0], weight.shape()[1]);
+    let (dtype, device) = (weight.dtype(), weight.device());
+    let valid = match pad {
+        Some(p) => inside.try_logical_and(&ids.try_ne(p)?)?,
+        None => inside,
+    };
+    let safe = Tensor::try_where(&valid, ids, 0i64)?;
+    let mut rows = Tensor::try_embedding(&safe, weight)?; // [L, dim]
+    if let Some(p) = per_sample_weights {
+        rows = rows.try_mul(&p.try_cast(dtype)?.try_unsqueeze(1)?)?;
+    }
+    let keep = valid.try_unsqueeze(1)?;
+    let zeros = |shape: &[usize]| Tensor::try_full_on(shape, 0.0, dtype, device);
+    match mode {
+        EmbeddingBagMode::Sum => {
+            zeros(&[bags, dim])?.try_index_add(0, bag_of, &Tensor::try_where(&keep, &rows, 0.0)?)
+        }
+        EmbeddingBagMode::Mean => {
+            let n = zeros(&[bags])?
+                .try_index_add(0, bag_of, &valid.try_cast(dtype)?)?
+                .try_clamp_min(1.0)?
+                .try_unsqueeze(1)?;
+            zeros(&[bags, dim])?
+                .try_index_add(0, bag_of, &Tensor::try_where(&keep, &rows, 0.0)?)?
+                .try_div(&n)
+        }
+        EmbeddingBagMode::Max => {
+            let at = bag_of.try_unsqueeze(1)?.try_broadcast_to([len, dim])?;
+            let masked = Tensor::try_where(&keep, &rows, f64::NEG_INFINITY)?;
+            let best =
+                zeros(&[bags, dim])?.try_scatter_reduce(0, &at, &masked.detach(), "amax", false)?;
+            let best = best.try_index_select(0, bag_of)?;
+            let same = masked
+                .try_eq(&best)?
+                .try_logical_or(&masked.try_isnan()?.try_logical_and(&best.try_isnan()?)?)?
+                .try_logical_and(&keep)?;
+            let positions = Tensor::try_arange(0, len as i64, 1, DType::I64)?
+                .try_to(device)?
+                .try_unsqueeze(1)?
+                .try_broadcast_to([len, dim])?;
+            let candidates = Tensor::try_where(&same, &positions, len as i64)?;
+            let first = Tensor::try_full_on([bags, dim], len as i64, DType::I64, device)?
+                .try_scatter_reduce(0, &at, &candidates, "amin", true)?;
+            let any = first.try_lt(len as i64)?;
+            let picked = rows.try_gather(0, &first.try_clamp(0i64, len as i64 - 1)?)?;
+            Tensor::try_where(&any, &picked, 0.0)
         }
     }
 }

@@ -190,10 +190,11 @@ fn fractional_max_pool_nd<const N: usize>(
     for i in 0..N {
         let (len, o, k) = (spatial[i], out[i], kernel.0[i]);
         // PyTorch's checks: `o + k - 1 <= len` in 2-D, `o + k - 1 < len` in 3-D.
-        let fits = if N == 2 {
-            o + k <= len + 1
-        } else {
-            o + k <= len
+        // Checked: a huge kernel or output size must not wrap around and pass.
+        let fits = match (o.checked_add(k), len.checked_add(1)) {
+            (Some(ok), Some(len1)) if N == 2 => ok <= len1,
+            (Some(ok), _) => ok <= len,
+            _ => false,
         };
         if !fits {
             return Err(invalid(

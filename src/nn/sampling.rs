@@ -21,6 +21,7 @@ use super::Module;
 use super::conv::{
     Spatial, batched, invalid, require_float, require_positive, spread_by_stride, unbatch, windows,
 };
+use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{KilnError, Result};
 use crate::tensor::Tensor;
@@ -28,8 +29,9 @@ use crate::tensor::Tensor;
 /// Number of sliding blocks along one dimension: `(len + 2p - d(k - 1) - 1) / s + 1`, or
 /// `None` when the dilated kernel does not fit in the padded length.
 fn blocks(len: usize, k: usize, d: usize, p: usize, s: usize) -> Option<usize> {
-    let padded = len + 2 * p;
-    let eff = d * (k - 1) + 1;
+    // Checked: huge arguments must not wrap around into a small block count.
+    let padded = p.checked_mul(2)?.checked_add(len)?;
+    let eff = d.checked_mul(k - 1)?.checked_add(1)?;
     (padded >= eff).then(|| (padded - eff) / s + 1)
 }
 
@@ -53,6 +55,20 @@ impl BlockArgs {
         require_positive(op, shape, "kernel_size", kernel)?;
         require_positive(op, shape, "dilation", dilation)?;
         require_positive(op, shape, "stride", stride)?;
+        for (what, v) in [
+            ("kernel_size", kernel),
+            ("dilation", dilation),
+            ("padding", padding),
+            ("stride", stride),
+        ] {
+            if v.0.iter().any(|&x| x > isize::MAX as usize) {
+                return Err(invalid(
+                    op,
+                    shape,
+                    format!("{what} {:?} is larger than a dimension can be", v.0),
+                ));
+            }
+        }
         Ok(BlockArgs {
             kernel: kernel.0,
             dilation: dilation.0,
@@ -380,38 +396,47 @@ pub fn affine_grid(theta: &Tensor, size: &[usize], align_corners: bool) -> Resul
             format!("size {size:?} must be positive"),
         ));
     }
-    // The normalized positions along each dimension (PyTorch's `linspace_from_neg_one`).
-    let axis = |len: usize| -> Vec<f64> {
-        if len <= 1 {
-            return vec![0.0; len];
-        }
-        let scale = if align_corners {
-            1.0
+    // The normalized positions along each dimension (PyTorch's `linspace_from_neg_one`),
+    // recorded lazily so that a huge size is refused when recorded rather than allocated
+    // on the host.
+    let spatial = &size[2..];
+    let mut full = vec![1usize];
+    full.extend_from_slice(spatial);
+    let axis = |k: usize| -> Result<Tensor> {
+        let len = spatial[k];
+        let mut at = vec![1usize; d + 1];
+        at[k + 1] = len;
+        let positions = if len <= 1 {
+            Tensor::try_zeros_dtype([len], DType::F64)?
         } else {
-            (len as f64 - 1.0) / len as f64
+            let scale = if align_corners {
+                1.0
+            } else {
+                (len as f64 - 1.0) / len as f64
+            };
+            Tensor::try_arange(0, len as i64, 1, DType::F64)?
+                .try_mul(2.0)?
+                .try_div(len as f64 - 1.0)?
+                .try_add(-1.0)?
+                .try_mul(scale)?
         };
-        (0..len)
-            .map(|i| (-1.0 + 2.0 * i as f64 / (len as f64 - 1.0)) * scale)
-            .collect()
+        positions
+            .try_reshape(at.as_slice())?
+            .try_broadcast_to(full.as_slice())
     };
     // Spatial sizes innermost last; the grid lists x (the last dimension) first.
-    let spatial = &size[2..];
-    let axes: Vec<Vec<f64>> = spatial.iter().map(|&s| axis(s)).collect();
-    let points: usize = spatial.iter().product();
-    let mut base = Vec::with_capacity(points * (d + 1));
-    for p in 0..points {
-        let mut rest = p;
-        let mut idx = vec![0; d];
-        for k in (0..d).rev() {
-            idx[k] = rest % spatial[k];
-            rest /= spatial[k];
-        }
-        for k in (0..d).rev() {
-            base.push(axes[k][idx[k]]);
-        }
-        base.push(1.0);
-    }
-    let base = Tensor::try_from_vec(base, [1, points, d + 1])?
+    let mut columns = (0..d).rev().map(axis).collect::<Result<Vec<Tensor>>>()?;
+    columns.push(Tensor::try_full_on(
+        full.as_slice(),
+        1.0,
+        DType::F64,
+        Device::Cpu,
+    )?);
+    let points = full.iter().product::<usize>();
+    let refs: Vec<&Tensor> = columns.iter().collect();
+    let base = Tensor::try_stack(&refs, -1)?;
+    let base = base
+        .try_reshape([1, points, d + 1])?
         .try_cast(theta.dtype())?
         .try_to(theta.device())?;
     let grid = base.try_matmul(&theta.try_transpose(1, 2)?)?;

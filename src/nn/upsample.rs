@@ -200,6 +200,11 @@ pub fn interpolate(
             ));
         }
     };
+    // The output must be a tensor that can exist (a huge size or scale is refused here,
+    // before any per-position table is built on the host).
+    let mut out_shape = shape[..2].to_vec();
+    out_shape.extend_from_slice(&out);
+    crate::shape::check_shape(OP, &out_shape, input.dtype())?;
     if out.contains(&0) || spatial.contains(&0) {
         return Err(invalid(
             OP,
@@ -219,7 +224,7 @@ pub fn interpolate(
     let mut x = input.try_cast(compute)?;
     let align = align_corners.unwrap_or(false);
     for d in (0..dims).rev() {
-        let taps = source_taps(mode, spatial[d], out[d], scales[d], align, compute);
+        let taps = source_taps(mode, spatial[d], out[d], scales[d], align, compute)?;
         x = resample(&x, 2 + d, &taps)?;
     }
     x.try_cast(dtype)
@@ -238,7 +243,7 @@ fn source_taps(
     scale: Option<f64>,
     align_corners: bool,
     compute: DType,
-) -> Taps {
+) -> Result<Taps> {
     let single = compute != DType::F64;
     // Round to the kernel's arithmetic.
     let r = |v: f64| if single { v as f32 as f64 } else { v };
@@ -260,49 +265,57 @@ fn source_taps(
     } else {
         ratio
     };
-    (0..o)
-        .map(|i| {
-            let i_f = i as f64;
-            match mode {
-                // PyTorch's nearest index: same size copies, twice the size halves, and
-                // otherwise ⌊i·scale⌋ in f32 for every dtype.
-                InterpolationMode::Nearest if n == o => vec![(i as i64, 1.0)],
-                InterpolationMode::Nearest if o == 2 * n => vec![(i as i64 >> 1, 1.0)],
-                InterpolationMode::Nearest => {
-                    vec![((f32s(i_f * nearest).floor() as i64).min(last), 1.0)]
-                }
-                InterpolationMode::NearestExact => {
-                    vec![((f32s((i_f + 0.5) * nearest).floor() as i64).min(last), 1.0)]
-                }
-                InterpolationMode::Bicubic => {
-                    let src = if align_corners {
-                        r(area * i_f)
-                    } else {
-                        r(r(area * (i_f + 0.5)) - 0.5)
-                    };
-                    let base = src.floor();
-                    let t = r(src - base);
-                    cubic_weights(t, single)
-                        .into_iter()
-                        .enumerate()
-                        .map(|(k, w)| ((base as i64 - 1 + k as i64).clamp(0, last), w))
-                        .collect()
-                }
-                _ if n == o => vec![(i as i64, 1.0)],
-                _ => {
-                    let src = if align_corners {
-                        r(area * i_f)
-                    } else {
-                        r(r(area * (i_f + 0.5)) - 0.5).max(0.0)
-                    };
-                    let i0 = (src.floor() as i64).min(last);
-                    let l1 = r(src - i0 as f64).clamp(0.0, 1.0);
-                    let i1 = if i0 < last { i0 + 1 } else { i0 };
-                    vec![(i0, r(1.0 - l1)), (i1, l1)]
-                }
+    // One entry per output position: a failed reservation is an error, not an abort.
+    let mut taps: Taps = Vec::new();
+    taps.try_reserve_exact(o)
+        .map_err(|_| KilnError::OutOfMemory {
+            device: "cpu".into(),
+            requested: o.saturating_mul(std::mem::size_of::<Vec<(i64, f64)>>()),
+            reserved: 0,
+            free: 0,
+        })?;
+    taps.extend((0..o).map(|i| {
+        let i_f = i as f64;
+        match mode {
+            // PyTorch's nearest index: same size copies, twice the size halves, and
+            // otherwise ⌊i·scale⌋ in f32 for every dtype.
+            InterpolationMode::Nearest if n == o => vec![(i as i64, 1.0)],
+            InterpolationMode::Nearest if o == 2 * n => vec![(i as i64 >> 1, 1.0)],
+            InterpolationMode::Nearest => {
+                vec![((f32s(i_f * nearest).floor() as i64).min(last), 1.0)]
             }
-        })
-        .collect()
+            InterpolationMode::NearestExact => {
+                vec![((f32s((i_f + 0.5) * nearest).floor() as i64).min(last), 1.0)]
+            }
+            InterpolationMode::Bicubic => {
+                let src = if align_corners {
+                    r(area * i_f)
+                } else {
+                    r(r(area * (i_f + 0.5)) - 0.5)
+                };
+                let base = src.floor();
+                let t = r(src - base);
+                cubic_weights(t, single)
+                    .into_iter()
+                    .enumerate()
+                    .map(|(k, w)| ((base as i64 - 1 + k as i64).clamp(0, last), w))
+                    .collect()
+            }
+            _ if n == o => vec![(i as i64, 1.0)],
+            _ => {
+                let src = if align_corners {
+                    r(area * i_f)
+                } else {
+                    r(r(area * (i_f + 0.5)) - 0.5).max(0.0)
+                };
+                let i0 = (src.floor() as i64).min(last);
+                let l1 = r(src - i0 as f64).clamp(0.0, 1.0);
+                let i1 = if i0 < last { i0 + 1 } else { i0 };
+                vec![(i0, r(1.0 - l1)), (i1, l1)]
+            }
+        }
+    }));
+    Ok(taps)
 }
 
 /// PyTorch's cubic convolution weights (`A = -0.75`) of the four taps around a source
@@ -461,6 +474,22 @@ fn shuffle(op: &'static str, x: &Tensor, r: usize, up: bool) -> Result<Tensor> {
     }
     let nd = x.ndim();
     let (c, h, w) = (shape[nd - 3], shape[nd - 2], shape[nd - 1]);
+    // Every size the shuffle makes (r², C·r², H·r, W·r) must be a size: a huge factor
+    // used to wrap r² to 0 and divide by it.
+    let fits = |v: Option<usize>| v.is_some_and(|v| v <= isize::MAX as usize);
+    let r2 = r.checked_mul(r);
+    let made = if up {
+        [r2, h.checked_mul(r), w.checked_mul(r)]
+    } else {
+        [r2, r2.and_then(|r2| c.checked_mul(r2)), Some(r)]
+    };
+    if !made.into_iter().all(fits) {
+        return Err(invalid(
+            op,
+            shape,
+            format!("factor {r} makes a dimension larger than a tensor can have"),
+        ));
+    }
     let lead: Vec<isize> = shape[..nd - 3].iter().map(|&d| d as isize).collect();
     let b = lead.len() as isize;
     let (r_, c_, h_, w_) = (r as isize, c as isize, h as isize, w as isize);

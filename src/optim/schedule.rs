@@ -273,9 +273,13 @@ impl LrSchedule for StepLr {
     }
 }
 
-/// `x^n` for a step count.
+/// `x^n` for a step count (past `i32::MAX` through `powf`, whose integral exponents keep
+/// the parity of a negative `x`; clamping the count would stop the growth or decay).
 fn powu(x: f64, n: u64) -> f64 {
-    x.powi(i32::try_from(n).unwrap_or(i32::MAX))
+    match i32::try_from(n) {
+        Ok(n) => x.powi(n),
+        Err(_) => x.powf(n as f64),
+    }
 }
 
 /// PyTorch's `MultiStepLR`: `base · γ^k`, `k` the number of milestones at or before `t`
@@ -544,7 +548,13 @@ impl OneCycleLr {
         let mut start = 0.0;
         for (i, &(end, from, to)) in phases.iter().enumerate() {
             if t <= end || i + 1 == phases.len() {
-                let pct = (t - start) / (end - start);
+                // A phase without steps (`pct_start · total_steps = 1`, or `pct_start = 1`
+                // at the last step), where PyTorch divides by zero, gives its end value.
+                let pct = if end == start {
+                    1.0
+                } else {
+                    (t - start) / (end - start)
+                };
                 return match self.anneal {
                     OneCycleAnneal::Cos => to + (from - to) / 2.0 * ((PI * pct).cos() + 1.0),
                     OneCycleAnneal::Linear => (to - from) * pct + from,
@@ -869,5 +879,16 @@ impl WarmupCosine {
 impl LrSchedule for WarmupCosine {
     fn lr_at(&self, _base_lr: f64, step: u64) -> f64 {
         self.lr(step)
+    }
+
+    fn check(&self) -> Result<()> {
+        check("WarmupCosine", "base", self.base, true, "a number")?;
+        check(
+            "WarmupCosine",
+            "min_ratio",
+            self.min_ratio,
+            true,
+            "a number",
+        )
     }
 }

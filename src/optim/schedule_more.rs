@@ -70,7 +70,7 @@ impl LrSchedule for ConstantLr {
 pub struct PolynomialLr {
     /// Steps of the decay (0: no decay).
     pub total_iters: u64,
-    /// The polynomial's power.
+    /// The polynomial's power (at least 0: a negative one makes the last rate infinite).
     pub power: f64,
 }
 
@@ -93,7 +93,15 @@ impl LrSchedule for PolynomialLr {
     }
 
     fn check(&self) -> Result<()> {
-        check("PolynomialLr", "power", self.power, true, "a number")
+        // A negative power makes the last rate 0^power, infinite (PyTorch divides by zero
+        // there); refused up front.
+        check(
+            "PolynomialLr",
+            "power",
+            self.power,
+            self.power >= 0.0,
+            "at least 0",
+        )
     }
 }
 
@@ -327,7 +335,7 @@ impl LrSchedule for SequentialLr {
 
     fn last_step(&self) -> Option<u64> {
         let last = self.schedules.last()?.last_step()?;
-        Some(last + self.milestones.last().copied().unwrap_or(0))
+        Some(last.saturating_add(self.milestones.last().copied().unwrap_or(0)))
     }
 }
 

@@ -79,6 +79,7 @@ impl Tensor {
             }
         };
         if self.numel() == 0 {
+            crate::shape::check_shape(OP, &[minlength], DType::I64)?;
             return Tensor::try_full_on([minlength], 0i64, DType::I64, self.device());
         }
         let x = self.try_cast(DType::I64)?;
@@ -95,6 +96,9 @@ impl Tensor {
             });
         }
         let len = (hi as usize + 1).max(minlength);
+        // The counts must be a tensor that can exist (a huge value or minlength is
+        // refused here by name, not inside the zeros it would fill).
+        crate::shape::check_shape(OP, &[len], out)?;
         let src = match weights {
             Some(w) => w.try_cast(out)?,
             None => Tensor::try_full_on(self.shape(), 1i64, DType::I64, self.device())?,
@@ -134,6 +138,7 @@ impl Tensor {
         if bins == 0 {
             return Err(refuse("bins must be > 0".into()));
         }
+        check_bin_count(OP, self.shape(), &[bins])?;
         let (mut lo, mut hi) = (min, max);
         if lo == hi && self.numel() > 0 {
             let (a, b) = self.try_aminmax(.., false)?;
@@ -330,7 +335,15 @@ impl Tensor {
                 reason: "input tensor should have at least 2 dimensions".into(),
             });
         }
-        self.try_reshape([-1, self.shape()[self.ndim() - 1] as isize])
+        let d = self.shape()[self.ndim() - 1];
+        if d == 0 {
+            return Err(KilnError::InvalidArgument {
+                op,
+                shape: self.shape.to_vec(),
+                reason: "the points (the last dimension) need at least one coordinate".into(),
+            });
+        }
+        self.try_reshape([-1, d as isize])
     }
 
     /// `histogramdd` of `[N, D]` points with equal bins; `weight` must be shaped `lead`.
@@ -365,6 +378,7 @@ impl Tensor {
                 "bins must be > 0, but got 0 for dimension {dim}"
             )));
         }
+        check_bin_count(op, self.shape(), &bins)?;
         let mut outer = vec![(0.0, 1.0); d];
         match range {
             Some(r) if r.len() != d => {
@@ -514,6 +528,23 @@ struct Binning {
     linear: Option<bool>,
 }
 
+/// Refuses bin counts whose histogram (or edges) could not be a tensor: the product of
+/// `bins` (each plus one for its edges) must be a valid element count.
+fn check_bin_count(op: &'static str, shape: &[usize], bins: &[usize]) -> Result<()> {
+    let total = bins.iter().try_fold(1usize, |acc, &b| {
+        acc.checked_mul(b)?;
+        acc.checked_mul(b.checked_add(1)?)
+    });
+    match total.and_then(|t| t.checked_mul(8)) {
+        Some(bytes) if bytes <= crate::shape::MAX_TENSOR_BYTES => Ok(()),
+        _ => Err(KilnError::InvalidArgument {
+            op,
+            shape: shape.to_vec(),
+            reason: format!("bins {bins:?} make a histogram too large to hold"),
+        }),
+    }
+}
+
 impl Binning {
     /// `bins` equal bins: the edges are `linspace(lo, hi, bins + 1)` in `c`.
     fn linear(
@@ -525,12 +556,18 @@ impl Binning {
         local_search: bool,
     ) -> Result<Binning> {
         let edges = Tensor::try_linspace(lo, hi, bins + 1, c)?;
-        let values = edges.try_cast(DType::F64)?.to_vec::<f64>()?;
+        // Only the outer edges are read back (the callers bound `bins`).
+        let end = |at: usize| -> Result<f64> {
+            edges
+                .try_narrow(0, at as isize, 1)?
+                .try_cast(DType::F64)?
+                .item::<f64>()
+        };
         Ok(Binning {
+            left: end(0)?,
+            right: end(bins)?,
             edges: edges.try_to(device)?,
             bins,
-            left: values[0],
-            right: values[bins],
             linear: Some(local_search),
         })
     }
