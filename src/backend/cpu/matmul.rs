@@ -28,8 +28,9 @@
 //! on the block then, on the same thread, instead of in a pass over the whole product
 //! after it.
 //!
-//! Small f32 products that run one per thread (`n ≤ 64`, `m, k ≤ 256`: attention's
-//! per-head products) take `small_gemm`'s register-blocked kernel instead, where the CPU
+//! Small f32 products that run one per thread (`m, n, k ≤ 256`: attention's per-head
+//! products, a recurrent layer's per-step `h @ W_hhᵀ`) take `small_gemm`'s
+//! register-blocked kernel instead, where the CPU
 //! has AVX-512 or AVX2 (and `KILN_NO_SIMD` is unset): measured on 2 Zen 4 cores with
 //! AVX-512, 128 products of `64×32·32×64` and `64×64·64×32` ran 0.75–0.9× gemm's time, and
 //! 0.8–0.94× on 2 Zen 3 cores with AVX2.
