@@ -574,29 +574,55 @@ fn plan_reuse(
     (slot, n_slots)
 }
 
-/// For an elementwise kernel whose last dimension is too short for efficient runs (an
-/// output like `[100000, 3]` read through a transpose), a long dimension along which some
-/// input is contiguous, to be iterated innermost instead. Elementwise kernels may visit
-/// their elements in any order, so this only changes speed.
+/// For an elementwise kernel, a dimension to iterate innermost instead of the last one:
+/// - when the last dimension is too short for efficient runs (an output like `[100000, 3]`
+///   read through a transpose), the longest dimension along which some input is
+///   contiguous;
+/// - otherwise, a dimension along which more of the kernel's loads and stores are
+///   contiguous than along the last one (a gradient computed batch first from batch-last
+///   activations: five loads walk the batch, one store walks the row), so most accesses
+///   read whole cache lines and only the minority walk with a stride, which
+///   [`super::exec`]'s tiled order keeps in cache.
+///
+/// Elementwise kernels may visit their elements in any order (generators index by view,
+/// not by visit), so this only changes speed. Kernels with a product keep their order: the
+/// epilogue runs by rows as the product finishes them.
 fn long_run_dim(k: &Kernel) -> Option<usize> {
     const SHORT: usize = 32;
     const LONG: usize = 64;
+    const MIN: usize = 16;
     let last = k.shape.len().checked_sub(1)?;
     if !k.reduce_axes.is_empty()
-        || k.shape[last] >= SHORT
+        || k.matmul.is_some()
         || k.ops.iter().any(|o| o.level != Level::Elem)
     {
         return None;
     }
-    let unit_stride_inputs = |d: usize| {
-        k.ops.iter().any(|o| match &o.op {
-            IrOp::Load { view, .. } => !view.is_fully_masked() && view.strides[d].abs() == 1,
-            _ => false,
-        })
+    let contiguous = |d: usize, loads_only: bool| {
+        k.ops
+            .iter()
+            .filter(|o| match &o.op {
+                IrOp::Load { view, .. } => !view.is_fully_masked() && view.strides[d].abs() == 1,
+                IrOp::Store { view, .. } => !loads_only && view.strides[d].abs() == 1,
+                _ => false,
+            })
+            .count()
     };
+    if k.shape[last] < SHORT {
+        let short = (0..last)
+            .filter(|&d| k.shape[d] >= LONG && contiguous(d, true) > 0)
+            .max_by_key(|&d| k.shape[d]);
+        if short.is_some() {
+            return short;
+        }
+    }
+    let here = contiguous(last, false);
     (0..last)
-        .filter(|&d| k.shape[d] >= LONG && unit_stride_inputs(d))
-        .max_by_key(|&d| k.shape[d])
+        .filter(|&d| k.shape[d] >= MIN.min(k.shape[last]).max(2))
+        .map(|d| (contiguous(d, false), k.shape[d], d))
+        .filter(|&(n, _, _)| n > here)
+        .max()
+        .map(|(_, _, d)| d)
 }
 
 /// The dimension runs go along for values of `level`.
@@ -1282,6 +1308,43 @@ mod tests {
         assert!(p.phases.iter().any(|ph| !ph.row_operands.is_empty()));
         let long = Tensor::try_rand([4, 4096], 4, DType::F32).expect("rand");
         assert_eq!(program_of(&long.softmax(-1)).pack, 1);
+    }
+
+    #[test]
+    fn runs_follow_the_majority_of_contiguous_accesses() {
+        // Three batch-last buffers combined batch first: the loads are contiguous along the
+        // batch, the store along the rows. The batch is iterated innermost so that three of
+        // the four accesses read whole runs; the store walks with a stride.
+        for (w, n) in [(16, 32), (64, 32), (40, 16)] {
+            let parts: Vec<Tensor> = (0..3)
+                .map(|i| {
+                    let t = Tensor::try_rand([8, 4, w, n], 20 + i, DType::F32).expect("rand");
+                    t.realize().expect("realizes");
+                    t
+                })
+                .collect();
+            let bf: Vec<Tensor> = parts.iter().map(|t| t.permute([3, 0, 1, 2])).collect();
+            let y = bf[0].mul(&bf[1]).add(&bf[2]);
+            let p = program_of(&y);
+            let run = p.n_out - 1;
+            assert_eq!(p.dims[run], n, "{:?}", p.dims);
+            for i in &p.instrs {
+                match &i.op {
+                    IrOp::Load { view, .. } => assert_eq!(view.strides[run], 1),
+                    IrOp::Store { view, .. } => assert_eq!(view.strides[run], (8 * 4 * w) as isize),
+                    _ => {}
+                }
+            }
+            let want = crate::reference::evaluate(&y).expect("reference").to_f64();
+            y.realize().expect("realizes");
+            let got = crate::reference::evaluate(&y).expect("reads").to_f64();
+            assert_eq!(got, want);
+        }
+        // One load and one store (a transposed copy, plus one): the store's order stays.
+        let t = Tensor::try_rand([8, 64, 32], 30, DType::F32).expect("rand");
+        t.realize().expect("realizes");
+        let p = program_of(&t.permute([2, 0, 1]).add(1.0));
+        assert_eq!(p.dims[p.n_out - 1], 8 * 64);
     }
 
     #[test]
