@@ -934,8 +934,10 @@ mod tests {
 
     #[test]
     fn view_that_does_not_compose_stores_the_inlined_value() {
-        let x = input(&[4, 6]);
-        let t = (x.t() + 1.0).reshape([-1]) * 2.0;
+        // `x.t() + 1.0` would be recorded as `(x + 1.0).t()` (elementwise ops over a permute
+        // run on its source); a second operand that is not a permute keeps the view here.
+        let (x, y) = (input(&[4, 6]), input(&[6, 4]));
+        let t = (x.t() + &y).reshape([-1]) * 2.0;
         let p = planned(&t);
         assert_eq!(p.stored_by_lowering.len(), 1, "{}", p.dump_text());
         assert_eq!(p.kernel_count(), 2);

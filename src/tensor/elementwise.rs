@@ -3,8 +3,8 @@
 use super::{Tensor, unwrap_or_panic};
 use crate::dtype::{DType, Scalar};
 use crate::error::{KilnError, Result};
-use crate::graph::{BinaryOp, Op, UnaryOp};
-use crate::shape::broadcast_shapes;
+use crate::graph::{self as graph, BinaryOp, Op, UnaryOp};
+use crate::shape::{Movement, broadcast_shapes};
 use std::borrow::Cow;
 
 /// The right-hand side of a binary op: a tensor or a plain number.
@@ -121,9 +121,51 @@ fn align<'o>(op: &'static str, a: &'o Operand<'_>, b: &'o Operand<'_>) -> Result
     Ok((lift(a)?, lift(b)?, dtype, shape))
 }
 
+/// When both operands are pending permutes of same-shaped tensors by one permutation, or
+/// one is such a permute and the other a number: the operands un-permuted and the
+/// permutation (see [`Tensor::permuted_source`]). `a + b` of two convolution outputs (a
+/// residual connection) then runs, and is stored, batch last as both are laid out.
+fn permuted_operands<'o>(
+    a: &Operand<'_>,
+    b: &Operand<'_>,
+) -> Result<Option<(Operand<'o>, Operand<'o>, Vec<usize>)>> {
+    // An operand un-permuted, with its permutation and its source's shape (empty for a
+    // number).
+    type Unpermuted<'o> = (Operand<'o>, Vec<usize>, Vec<usize>);
+    let source = |o: &Operand<'_>| -> Result<Option<Unpermuted<'o>>> {
+        match o {
+            Operand::Scalar(s) => Ok(Some((Operand::Scalar(*s), vec![], vec![]))),
+            _ => {
+                let Some(t) = o.tensor() else {
+                    return Ok(None);
+                };
+                Ok(t.permuted_source()?.map(|(src, perm)| {
+                    let shape = src.shape.clone();
+                    (Operand::Owned(src), perm, shape)
+                }))
+            }
+        }
+    };
+    if a.tensor().is_none() && b.tensor().is_none() {
+        return Ok(None);
+    }
+    let (Some((x, pa, sa)), Some((y, pb, sb))) = (source(a)?, source(b)?) else {
+        return Ok(None);
+    };
+    let both = a.tensor().is_some() && b.tensor().is_some();
+    if both && (pa != pb || sa != sb) {
+        return Ok(None);
+    }
+    let perm = if pa.is_empty() { pb } else { pa };
+    Ok(Some((x, y, perm)))
+}
+
 impl Tensor {
     /// Records a binary op on two aligned operands.
     fn binary(a: Operand<'_>, b: Operand<'_>, op: BinaryOp) -> Result<Tensor> {
+        if let Some((a, b, perm)) = permuted_operands(&a, &b)? {
+            return Tensor::binary(a, b, op)?.record_movement(Movement::Permute(perm));
+        }
         let name = op.name();
         let (mut x, mut y, mut dtype, shape) = align(name, &a, &b)?;
         let mut op = op;
@@ -181,7 +223,32 @@ impl Tensor {
         } else {
             self.clone()
         };
+        if let Some((src, perm)) = x.permuted_source()? {
+            return src.unary(op)?.record_movement(Movement::Permute(perm));
+        }
         Tensor::record(Op::Unary(op), &[&x], x.shape.clone(), x.dtype, x.device)
+    }
+
+    /// When this tensor is a pending `permute` of another, that tensor and the permutation.
+    ///
+    /// Elementwise ops over a permuted operand are recorded on the operand's source and
+    /// permuted after: the same values, but a result that is stored (an activation kept
+    /// for the backward pass, its gradient) is laid out as its source is. A convolution's
+    /// output is a batch-first view of batch-last columns; a ReLU recorded on the view
+    /// would store its output, and its gradient, batch first, and every kernel around it
+    /// would transpose.
+    fn permuted_source(&self) -> Result<Option<(Tensor, Vec<usize>)>> {
+        graph::with_graph(|g| {
+            let n = g.node(self.key)?;
+            let Op::Movement(Movement::Permute(perm)) = &n.op else {
+                return Ok(None);
+            };
+            let perm = perm.clone();
+            let Some(&src) = g.inputs(self.key)?.first() else {
+                return Ok(None);
+            };
+            Ok(Some((Tensor::retained(g, src)?, perm)))
+        })
     }
 
     /// Applies any unary op of the op table (`x.unary_op(UnaryOp::Exp)` is `x.exp()`): for
@@ -637,5 +704,107 @@ impl Tensor {
         } else {
             Ok(y)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reference;
+
+    /// The op behind `t` and its input keys.
+    fn node_of(t: &Tensor) -> (Op, Vec<crate::graph::NodeKey>) {
+        graph::with_graph(|g| Ok::<_, KilnError>((g.node(t.key)?.op.clone(), g.inputs(t.key)?)))
+            .expect("node")
+    }
+
+    #[test]
+    fn unary_ops_over_a_permute_are_recorded_on_its_source() {
+        // A batch-first view of batch-last data: `relu` runs on the data as laid out and
+        // the view comes after, with the same values (through a second permute too).
+        let x = Tensor::try_randn([3, 4, 5, 2], 1, DType::F32).expect("randn");
+        x.realize().expect("realizes");
+        let view = x.try_permute([3, 0, 1, 2]).expect("permute");
+        let y = view.try_relu().expect("relu");
+        assert_eq!(y.shape(), &[2, 3, 4, 5]);
+        let (op, inputs) = node_of(&y);
+        assert_eq!(op, Op::Movement(Movement::Permute(vec![3, 0, 1, 2])));
+        let (inner, src) = graph::with_graph(|g| {
+            Ok::<_, KilnError>((g.node(inputs[0])?.op.clone(), g.inputs(inputs[0])?))
+        })
+        .expect("node");
+        assert_eq!(inner, Op::Unary(UnaryOp::Relu));
+        assert_eq!(src, vec![x.key]);
+        let want: Vec<f32> = reference::evaluate(&view)
+            .expect("reference")
+            .to_f64()
+            .iter()
+            .map(|&v| v.max(0.0) as f32)
+            .collect();
+        assert_eq!(y.to_vec::<f32>().expect("reads"), want);
+        let twice = view
+            .try_permute([1, 0, 2, 3])
+            .expect("permute")
+            .try_exp()
+            .expect("exp");
+        assert!(matches!(
+            node_of(&twice).0,
+            Op::Movement(Movement::Permute(_))
+        ));
+        let want: Vec<f32> = reference::evaluate(&view.try_permute([1, 0, 2, 3]).expect("p"))
+            .expect("reference")
+            .to_f64()
+            .iter()
+            .map(|&v| v.exp() as f32)
+            .collect();
+        let got = twice.to_vec::<f32>().expect("reads");
+        for (g, w) in got.iter().zip(&want) {
+            assert!((g - w).abs() <= 1e-6 * w.abs().max(1.0), "{g} vs {w}");
+        }
+        // Binary ops: two permutes of same-shaped tensors by one permutation, or a permute
+        // and a number, run on the sources; a permute beside anything else does not.
+        let z = Tensor::try_randn([3, 4, 5, 2], 2, DType::F32).expect("randn");
+        z.realize().expect("realizes");
+        let zv = z.try_permute([3, 0, 1, 2]).expect("permute");
+        let sum = view.try_add(&zv).expect("add");
+        let (op, inputs) = node_of(&sum);
+        assert_eq!(op, Op::Movement(Movement::Permute(vec![3, 0, 1, 2])));
+        let inner = graph::with_graph(|g| g.inputs(inputs[0])).expect("inputs");
+        assert_eq!(inner, vec![x.key, z.key]);
+        let scaled = view.try_rsub(2.0).expect("rsub");
+        assert!(matches!(
+            node_of(&scaled).0,
+            Op::Movement(Movement::Permute(_))
+        ));
+        let plain = Tensor::try_randn([2, 3, 4, 5], 3, DType::F32).expect("randn");
+        assert_eq!(
+            node_of(&view.try_add(&plain).expect("add")).0,
+            Op::Binary(BinaryOp::Add)
+        );
+        let other = zv.try_permute([0, 2, 1, 3]).expect("permute");
+        let mixed = view
+            .try_permute([0, 2, 1, 3])
+            .expect("permute")
+            .try_mul(&other)
+            .expect("mul");
+        assert!(matches!(
+            node_of(&mixed).0,
+            Op::Movement(Movement::Permute(_))
+        ));
+        let xs = reference::evaluate(&view).expect("reference").to_f64();
+        let zs = reference::evaluate(&zv).expect("reference").to_f64();
+        let got = sum.to_vec::<f32>().expect("reads");
+        let got_scaled = scaled.to_vec::<f32>().expect("reads");
+        for i in 0..xs.len() {
+            assert_eq!(got[i], (xs[i] as f32) + (zs[i] as f32));
+            assert_eq!(got_scaled[i], 2.0 - xs[i] as f32);
+        }
+        // Other views are left as they are.
+        let sliced = x
+            .try_slice_dim(0, 0, 2, 1)
+            .expect("slice")
+            .try_relu()
+            .expect("relu");
+        assert_eq!(node_of(&sliced).0, Op::Unary(UnaryOp::Relu));
     }
 }
