@@ -83,6 +83,36 @@ fn a_long_join_is_stored_before_a_reduction() {
 }
 
 #[test]
+fn an_expensive_value_read_broadcast_is_stored() {
+    // A sum of eight inputs (more leaves than a recomputed cone may read) broadcast over a
+    // new axis of 4 would be evaluated four times per element inlined: it is stored once,
+    // and the product reads it. A cheap value (two leaves) broadcast stays inlined.
+    let w = input(&[16, 4, 32], 60);
+    let parts: Vec<Tensor> = (0..8).map(|i| input(&[16, 32], 61 + i)).collect();
+    // A fresh (pending) sum each time: realizing a plan also realizes the values it
+    // stored that a handle still names.
+    let sum = || {
+        let mut g = parts[0].clone();
+        for p in &parts[1..] {
+            g = &g + p;
+        }
+        g.unsqueeze(1).expand([16, 4, 32])
+    };
+    let t = sum() * &w;
+    let plan = t.plan(&RealizeOptions::default()).unwrap();
+    assert_eq!(plan.kernel_count(), 2, "{}", plan.dump_text());
+    check(&t);
+    // The same into a reduction over the broadcast axis.
+    let t = (sum() * &w).sum(1);
+    assert_eq!(kernels(&t), 2);
+    check(&t);
+    let cheap = &parts[0] + &parts[1];
+    let t = cheap.unsqueeze(1).expand([16, 4, 32]) * &w;
+    assert_eq!(kernels(&t), 1);
+    check(&t);
+}
+
+#[test]
 fn epilogue_fuses_after_reduction() {
     let x = input(&[64, 64], 5);
     let t = x.sum(1).relu() * 2.0;

@@ -30,6 +30,12 @@
 //!   `BROADCAST_FOLD` times its own size, and has at least `MIN_FOLD_NUMEL` elements, is
 //!   its own small kernel, loaded by the big one, instead of being recomputed per element
 //!   and per pass.
+//! * **Expensive values read broadcast are stored.** An elementwise value whose own
+//!   elementwise cone does more than 24 ops or more than 6 reads, and that a use reads through a broadcast (an `expand`, stride 0 over
+//!   more than one coordinate) is stored once rather than evaluated once per copy. A max
+//!   pooling's gradient broadcasts the gradient of its output over the window's taps;
+//!   when that gradient is a convolution's nine-tap column sum, inlined it ran four times
+//!   per element (2×2 windows).
 //! * **Joins are stored before a reduction.** An elementwise value whose input cone reads
 //!   more than [`MAX_PADDED_READS_IN_REDUCTION`] padded views (a `cat` or `stack` of many
 //!   tensors is a `where` chain over padded inputs; a slice's gradient summed over many
@@ -210,12 +216,18 @@ pub fn fuse(vg: &ViewGraph, fuse: bool, forced: &HashSet<NodeId>) -> FusionPlan 
         // A long join read point by point by a reduction (see the module documentation).
         let join_in_reduction =
             padded[v] > MAX_PADDED_READS_IN_REDUCTION && u.iter().any(|x| x.frame == Frame::Space);
+        // An expensive value read broadcast would be evaluated once per copy (see the
+        // module documentation).
+        let broadcast_expensive = node.op.is_elementwise()
+            && u.iter().any(|x| broadcast_fold(&node.shape, x) >= 2)
+            && expensive_cone(vg, forced, v);
         let inlined = match &node.op {
             _ if u.is_empty()
                 || u.len() > MAX_USES
                 || too_big
                 || fold_constant
-                || join_in_reduction =>
+                || join_in_reduction
+                || broadcast_expensive =>
             {
                 false
             }
@@ -239,6 +251,20 @@ pub fn fuse(vg: &ViewGraph, fuse: bool, forced: &HashSet<NodeId>) -> FusionPlan 
         }
     }
     plan
+}
+
+/// How many times a use reads each element of a value of `shape`: the product of the
+/// dimensions its view broadcasts (stride 0 over more than one coordinate).
+fn broadcast_fold(shape: &[usize], u: &Use) -> usize {
+    View::contiguous(shape)
+        .apply_all(&u.chain)
+        .map_or(1, |view| {
+            view.shape
+                .iter()
+                .zip(&view.strides)
+                .filter(|&(_, &s)| s == 0)
+                .fold(1usize, |acc, (&d, _)| acc.saturating_mul(d))
+        })
 }
 
 /// How many times a generator-only value must be broadcast before it is stored.
@@ -400,6 +426,39 @@ fn is_cheap(vg: &ViewGraph, forced: &HashSet<NodeId>, v: NodeId) -> bool {
         }
     }
     true
+}
+
+/// Whether `v`'s elementwise input cone (down to stored values, inputs, generators,
+/// reductions and products, which count as reads) does more than [`CHEAP_OPS`] ops or
+/// more than [`CHEAP_LEAVES`] reads (each read of a value counts: a sum of nine slices of
+/// one tensor is nine reads).
+fn expensive_cone(vg: &ViewGraph, forced: &HashSet<NodeId>, v: NodeId) -> bool {
+    let mut seen = HashSet::new();
+    let mut stack = vec![v];
+    let (mut ops, mut reads) = (0usize, 0usize);
+    while let Some(x) = stack.pop() {
+        super::tick(1);
+        if !seen.insert(x) {
+            continue;
+        }
+        ops += 1;
+        for e in &vg.nodes[x].inputs {
+            let src = &vg.nodes[e.src];
+            let stored = forced.contains(&e.src)
+                || vg.is_target(e.src)
+                || matches!(src.op, PlanOp::Copy { .. } | PlanOp::Op(Op::Assign))
+                || src.op.is_transfer();
+            if stored || !src.op.is_elementwise() || src.op.is_generator() {
+                reads += 1;
+            } else {
+                stack.push(e.src);
+            }
+        }
+        if ops > CHEAP_OPS || reads > CHEAP_LEAVES {
+            return true;
+        }
+    }
+    false
 }
 
 fn squeeze(s: &[usize]) -> Vec<usize> {
