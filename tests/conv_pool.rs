@@ -115,6 +115,36 @@ fn a_window_of_equal_values_gives_its_whole_gradient_to_the_first() {
 }
 
 #[test]
+fn max_pool_keeps_signed_zeros_infinities_and_nans() {
+    // Windows (2×2, stride 2) of -0.0 only, of -inf only, with a NaN, with +inf, and of
+    // -0.0 beside +0.0 (the first largest is -0.0: the two compare equal). PyTorch returns
+    // the element itself, sign bit included.
+    let (nz, inf, nan) = (-0.0f32, f32::INFINITY, f32::NAN);
+    #[rustfmt::skip]
+    let data = vec![
+        nz, nz,    -inf, -inf,  1.0, nan,   2.0, inf,   nz, 0.0,
+        nz, nz,    -inf, -inf,  3.0, 4.0,   5.0, 6.0,   0.0, 0.0,
+    ];
+    let x = leaf(data, &[1, 1, 2, 10]);
+    let y = max_pool2d(&x, 2, 2, 0, 1, false).unwrap();
+    let got = y.to_vec::<f32>().unwrap();
+    assert_eq!(got.len(), 5);
+    assert!(got[0] == 0.0 && got[0].is_sign_negative(), "{got:?}");
+    assert_eq!(got[1], -inf);
+    assert!(got[2].is_nan());
+    assert_eq!(got[3], inf);
+    assert!(got[4] == 0.0 && got[4].is_sign_negative(), "{got:?}");
+    // Each window's gradient reaches one element: the first largest, or the NaN.
+    y.sum(..).backward().unwrap();
+    let g = x.grad().unwrap().to_vec::<f32>().unwrap();
+    let mut want = vec![0.0f32; 20];
+    for i in [0, 2, 5, 7, 8] {
+        want[i] = 1.0;
+    }
+    assert_eq!(g, want);
+}
+
+#[test]
 fn avg_pool2d_matches_pytorch_for_every_divisor_rule() {
     let x = leaf(sines(2 * 5 * 7, 0.8, 0.4), &[1, 2, 5, 7]);
     let y = avg_pool2d(&x, 3, 2, 1, true, false, None).unwrap();

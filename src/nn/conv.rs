@@ -16,7 +16,9 @@
 //!   them;
 //! - max pooling takes each window's first largest element (`argmax`, then `gather`), so
 //!   its gradient goes to that one element as PyTorch's does (`amax` would split it among
-//!   ties, which the zeros after a ReLU make common);
+//!   ties, which the zeros after a ReLU make common). That gradient is a select (`where`
+//!   the tap is the chosen one), elementwise, so it fuses with the gradients around it; a
+//!   `gather`'s own derivative would scatter-add into a zeroed tensor;
 //! - average pooling sums each window and divides by PyTorch's divisor, a constant per
 //!   output position when padding or `ceil_mode` clips windows;
 //! - adaptive average pooling averages PyTorch's cells one spatial dimension at a time (a
@@ -726,8 +728,30 @@ pub(crate) fn max_pool_nd<const N: usize>(
             places = Some(unbatch(batch_first(&chosen)?, was_batched)?);
         }
     }
-    let y = w.try_gather(1, &pick)?.try_squeeze_dim(1)?;
+    let y = select_along(&w, 1, &pick)?;
     Ok((unbatch(batch_first(&y)?, was_batched)?, places))
+}
+
+/// `t`'s element at index `pick` along `axis` (which `pick` holds with size 1), the axis
+/// removed: a `gather`, whose gradient is written as a select (`where` the axis index
+/// equals `pick`, over the gradient broadcast along the axis) rather than a scatter-add
+/// into a zeroed tensor, so it is elementwise and fuses with the gradients around it.
+fn select_along(t: &Tensor, axis: usize, pick: &Tensor) -> Result<Tensor> {
+    let len = t.shape()[axis];
+    let mut shape = vec![1isize; t.shape().len()];
+    shape[axis] = len as isize;
+    let hit = Tensor::try_arange(0, len as i64, 1, DType::I64)?
+        .try_to(t.device())?
+        .try_reshape(shape)?
+        .try_eq(pick)?;
+    let forward = || {
+        t.try_gather(axis as isize, pick)?
+            .try_squeeze_dim(axis as isize)
+    };
+    crate::autograd::composite(&[t], forward, move |_, _, g| {
+        let g = g.try_unsqueeze(axis as isize)?;
+        Ok(vec![Some(Tensor::try_where(&hit, &g, 0.0)?)])
+    })
 }
 
 macro_rules! max_pool_functions {
