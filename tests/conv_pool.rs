@@ -14,7 +14,7 @@ use kiln::nn::{
     Module, Relu, Sequential,
 };
 use kiln::optim::Optimizer;
-use kiln::{DType, KilnError, Tensor};
+use kiln::{DType, KilnError, RealizeOptions, Tensor};
 
 include!("fixtures/conv_pytorch.rs");
 
@@ -142,6 +142,40 @@ fn max_pool_keeps_signed_zeros_infinities_and_nans() {
         want[i] = 1.0;
     }
     assert_eq!(g, want);
+}
+
+#[test]
+fn windows_are_read_where_the_data_lies() {
+    let plan = |t: &Tensor| t.plan(&RealizeOptions::default()).unwrap();
+    let x = Tensor::randn_seeded([4, 3, 12, 12], 5);
+    x.realize().unwrap();
+    // A 3×3 average pool adds its nine taps in one kernel (no stacked copy of the windows).
+    let y = avg_pool2d(&x, 3, 1, 1, false, true, None).unwrap();
+    assert_eq!(plan(&y).kernel_count(), 1, "{}", plan(&y).dump_text());
+    // A convolution of a stored batch-first input copies it batch last once; the next
+    // layer reads the first one's (batch-last) output as it lies.
+    let same = ConvOptions {
+        padding: 1.into(),
+        ..Default::default()
+    };
+    let first = Conv2d::with_options(3, 8, 3, same, 1).unwrap();
+    let second = Conv2d::with_options(8, 8, 3, same, 2).unwrap();
+    let h = first.forward(&x).unwrap();
+    assert_eq!(plan(&h).copy_count(), 1, "{}", plan(&h).dump_text());
+    let z = second.forward(&h.relu()).unwrap();
+    assert_eq!(plan(&z).copy_count(), 1, "{}", plan(&z).dump_text());
+    // The values are those of the same layers over the input stored batch last and seen
+    // batch first (a permute: no copy).
+    let stored = x.permute([1, 2, 3, 0]).contiguous();
+    stored.realize().unwrap();
+    let seen = stored.permute([3, 0, 1, 2]);
+    assert_eq!(plan(&first.forward(&seen).unwrap()).copy_count(), 0);
+    let want = second
+        .forward(&first.forward(&seen).unwrap().relu())
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    assert_eq!(z.to_vec::<f32>().unwrap(), want);
 }
 
 #[test]

@@ -19,8 +19,12 @@
 //!   ties, which the zeros after a ReLU make common). That gradient is a select (`where`
 //!   the tap is the chosen one), elementwise, so it fuses with the gradients around it; a
 //!   `gather`'s own derivative would scatter-add into a zeroed tensor;
+//! - an input stored batch first (the network's input) is copied batch last once before
+//!   its windows are stacked; a layer's output is already batch-last data seen batch
+//!   first, and is read in place;
 //! - average pooling sums each window and divides by PyTorch's divisor, a constant per
-//!   output position when padding or `ceil_mode` clips windows;
+//!   output position when padding or `ceil_mode` clips windows; windows of up to 16 taps
+//!   are added tap by tap (one kernel) rather than stacked and summed;
 //! - adaptive average pooling averages PyTorch's cells one spatial dimension at a time (a
 //!   reshape and a mean when the size divides, else one slice per cell).
 
@@ -198,6 +202,11 @@ fn pooled_len(
     Ok(out)
 }
 
+/// Average pooling adds windows of at most this many taps one by one rather than stacking
+/// them and summing the stack (the stack is stored first when a sum would read more than
+/// 16 padded views: 9 taps of a 3×3 window already do).
+const MAX_ADDED_TAPS: usize = 16;
+
 /// The `K = Π kernel` strided windows of `x` (`[N, C, *spatial]`, already padded), stacked
 /// as `[C, K, *out, N]` with the last kernel dimension varying fastest (the order of
 /// PyTorch's weight layout) and the batch last.
@@ -208,11 +217,40 @@ pub(super) fn windows(
     dilation: &[usize],
     out: &[usize],
 ) -> Result<Tensor> {
+    let parts = window_taps(x, kernel, stride, dilation, out, true)?;
+    if let [only] = parts.as_slice() {
+        return only.try_unsqueeze(1);
+    }
+    let refs: Vec<&Tensor> = parts.iter().collect();
+    Tensor::try_stack(&refs, 1)
+}
+
+/// The windows of [`windows`] before they are stacked: one `[C, *out, N]` view per tap.
+/// With `copy_batch_first`, a batch-first input is first copied batch last (see below).
+pub(super) fn window_taps(
+    x: &Tensor,
+    kernel: &[usize],
+    stride: &[usize],
+    dilation: &[usize],
+    out: &[usize],
+    copy_batch_first: bool,
+) -> Result<Vec<Tensor>> {
     let d = kernel.len();
     // Batch last: every window's rows then run along the batch (see the module notes).
     let mut perm: Vec<isize> = (1..=d as isize + 1).collect();
     perm.push(0);
-    let x = &x.try_permute(perm)?;
+    // A batch-first input (the network's input, or any value stored batch first) is copied
+    // batch last once: stacking reads one tap per output element, so a stacking kernel
+    // reading through the permuted view would gather each window's batch elements a whole
+    // image apart. A layer's output is a permuted view of batch-last data already and is
+    // read as it lies. (Taps that are added, as average pooling's, are read by one kernel
+    // that iterates along whichever side most of its reads are contiguous on.)
+    let copy = copy_batch_first && x.shape()[0] > 1 && x.is_padded_row_major()?;
+    let mut x = x.try_permute(perm)?;
+    if copy {
+        x = x.try_contiguous()?;
+    }
+    let x = &x;
     let count: usize = kernel.iter().product();
     let mut parts = Vec::with_capacity(count);
     let mut offset = vec![0usize; d];
@@ -232,11 +270,7 @@ pub(super) fn windows(
             offset[i] = 0;
         }
     }
-    if let [only] = parts.as_slice() {
-        return only.try_unsqueeze(1);
-    }
-    let refs: Vec<&Tensor> = parts.iter().collect();
-    Tensor::try_stack(&refs, 1)
+    Ok(parts)
 }
 
 /// `z` with `s - 1` zeros after each element along `axis`, the trailing ones cut (the
@@ -661,15 +695,24 @@ pub(super) fn plane_positions(x: &Tensor) -> Result<Tensor> {
 /// Which element along `axis` of `cell` PyTorch's CPU max pooling keeps (`axis` stays, of
 /// size 1): its loop replaces the running maximum when `value > max || isnan(value)`, so
 /// the last NaN wins where there is one, and the first largest element otherwise.
+///
+/// One `argmax` and one integer `max`: each NaN is tagged with its index plus one (other
+/// elements with 0), so the tags' maximum is 0 without a NaN and one past the last NaN's
+/// index with one.
 pub(super) fn pooled_pick(cell: &Tensor, axis: isize) -> Result<Tensor> {
     let first_max = cell.try_argmax_keepdim(axis)?;
-    let nan = cell.try_isnan()?;
-    let last = cell.shape()[axis as usize] as i64 - 1;
-    let last_nan = nan
-        .try_flip(axis)?
-        .try_argmax_keepdim(axis)?
-        .try_rsub(last)?;
-    Tensor::try_where(&nan.try_any_keepdim(axis)?, &last_nan, &first_max)
+    let len = cell.shape()[axis as usize];
+    let mut shape = vec![1isize; cell.ndim()];
+    shape[axis as usize] = len as isize;
+    let tags = Tensor::try_arange(1, len as i64 + 1, 1, DType::I64)?
+        .try_to(cell.device())?
+        .try_reshape(shape)?;
+    let last_nan = Tensor::try_where(&cell.try_isnan()?, &tags, 0i64)?.try_max_keepdim(axis)?;
+    Tensor::try_where(
+        &last_nan.try_gt(0i64)?,
+        &last_nan.try_sub(1i64)?,
+        &first_max,
+    )
 }
 
 /// The `N`-dimensional max pooling behind [`max_pool1d`], [`max_pool2d`] and their
@@ -1028,8 +1071,29 @@ pub(crate) fn avg_pool_nd<const N: usize>(
                 .collect(),
         );
     }
-    let w = windows(&x.try_pad(&pads, 0)?, &kernel.0, &stride.0, &[1; N], &out)?;
-    let sum = batch_first(&w.try_sum(1)?)?;
+    let xp = x.try_pad(&pads, 0)?;
+    let ones = [1; N];
+    let count: usize = kernel.0.iter().product();
+    // Up to 16 taps are added in window order (one elementwise kernel, every read useful);
+    // larger windows are stacked and summed, which keeps the graph small.
+    let taps = window_taps(
+        &xp,
+        &kernel.0,
+        &stride.0,
+        &ones,
+        &out,
+        count > MAX_ADDED_TAPS,
+    )?;
+    let sum = match taps.split_first() {
+        Some((first, rest)) if taps.len() <= MAX_ADDED_TAPS => rest
+            .iter()
+            .try_fold(first.clone(), |acc, t| acc.try_add(t))?,
+        _ => {
+            let refs: Vec<&Tensor> = taps.iter().collect();
+            Tensor::try_stack(&refs, 1)?.try_sum(1)?
+        }
+    };
+    let sum = batch_first(&sum)?;
     let y = if let Some(d) = divisor_override {
         sum.try_div(d as f64)?
     } else if factors.iter().all(|f| f.iter().all(|&v| v == f[0])) {

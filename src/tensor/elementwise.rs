@@ -229,6 +229,26 @@ impl Tensor {
         Tensor::record(Op::Unary(op), &[&x], x.shape.clone(), x.dtype, x.device)
     }
 
+    /// Whether this tensor, through any pads, is a value in its own row-major layout (a
+    /// realized buffer or a computed value) rather than another view of something (a
+    /// permute, an expand). Convolutions use it to copy such an input batch last once
+    /// before reading its windows.
+    pub(crate) fn is_padded_row_major(&self) -> Result<bool> {
+        graph::with_graph(|g| {
+            let mut key = self.key;
+            loop {
+                match &g.node(key)?.op {
+                    Op::Movement(Movement::Pad { .. }) => match g.inputs(key)?.first() {
+                        Some(&k) => key = k,
+                        None => return Ok(false),
+                    },
+                    Op::Movement(_) => return Ok(false),
+                    _ => return Ok(true),
+                }
+            }
+        })
+    }
+
     /// When this tensor is a pending `permute` of another, that tensor and the permutation.
     ///
     /// Elementwise ops over a permuted operand are recorded on the operand's source and
