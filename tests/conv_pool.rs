@@ -152,6 +152,14 @@ fn windows_are_read_where_the_data_lies() {
     // A 3×3 average pool adds its nine taps in one kernel (no stacked copy of the windows).
     let y = avg_pool2d(&x, 3, 1, 1, false, true, None).unwrap();
     assert_eq!(plan(&y).kernel_count(), 1, "{}", plan(&y).dump_text());
+    // A padded 3×3 max pool copies its input batch last and nothing else: the windows'
+    // positions in the plane are index arithmetic (small tables), not windows of a padded
+    // `arange` copied out tap by tap (nine copies before).
+    let m = max_pool2d(&x, 3, 1, 1, 1, false).unwrap();
+    assert_eq!(plan(&m).copy_count(), 1, "{}", plan(&m).dump_text());
+    // With indices: and one more, the indices written batch first for the caller.
+    let (_, at) = max_pool2d_with_indices(&x, 3, 1, 1, 1, false).unwrap();
+    assert_eq!(plan(&at).copy_count(), 2, "{}", plan(&at).dump_text());
     // A convolution of a stored batch-first input copies it batch last once; the next
     // layer reads the first one's (batch-last) output as it lies.
     let same = ConvOptions {

@@ -113,6 +113,29 @@ fn an_expensive_value_read_broadcast_is_stored() {
 }
 
 #[test]
+fn work_after_a_stored_join_fuses_into_its_reduction() {
+    // A 32-input stack read by two reductions is stored once (several readers); `exp` of
+    // it then reads a buffer, not 63 padded views, and fuses into the sum. Both reductions
+    // run over one space: one more kernel.
+    let parts: Vec<Tensor> = (0..32).map(|i| input(&[16, 64], 80 + i)).collect();
+    let y = Tensor::stack(&parts.iter().collect::<Vec<_>>(), 0);
+    let t = y.exp().sum(..) + y.max(..);
+    let plan = t.plan(&RealizeOptions::default()).unwrap();
+    assert_eq!(plan.kernel_count(), 2, "{}", plan.dump_text());
+    let reducing = plan
+        .kernels()
+        .map(|k| k.kernel())
+        .find(|k| !k.reduce_axes.is_empty())
+        .unwrap();
+    assert!(
+        reducing.fused_ops.iter().any(|o| o == "exp"),
+        "{:?}",
+        reducing.fused_ops
+    );
+    check(&t);
+}
+
+#[test]
 fn epilogue_fuses_after_reduction() {
     let x = input(&[64, 64], 5);
     let t = x.sum(1).relu() * 2.0;

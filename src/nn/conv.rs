@@ -28,6 +28,7 @@
 //! - adaptive average pooling averages PyTorch's cells one spatial dimension at a time (a
 //!   reshape and a mean when the size divides, else one slice per cell).
 
+use crate::device::Device;
 use crate::dtype::{DType, Scalar};
 use crate::error::{KilnError, Result};
 use crate::tensor::Tensor;
@@ -692,6 +693,63 @@ pub(super) fn plane_positions(x: &Tensor) -> Result<Tensor> {
         .try_broadcast_to(x.shape())
 }
 
+/// The windows of a pooling over a plane of `spatial` size (the padding is `padding` on
+/// both sides before the windows are taken).
+struct WindowGeometry<'a> {
+    spatial: &'a [usize],
+    kernel: &'a [usize],
+    stride: &'a [usize],
+    padding: &'a [usize],
+    dilation: &'a [usize],
+    out: &'a [usize],
+}
+
+/// Each window tap's flat position in its input plane, or `-1` where the tap lies in the
+/// padding: `[1, K, *out, 1]` i64, the taps in [`windows`]' order, computed from indices
+/// (generators and integer ops, which fuse into whatever reads them) rather than as
+/// windows of a padded `arange` (views that are each copied out).
+fn tap_positions(g: &WindowGeometry<'_>, device: Device) -> Result<Tensor> {
+    let d = g.spatial.len();
+    let taps: usize = g.kernel.iter().product();
+    let rank = d + 3;
+    let arange = |n: usize, axis: usize| -> Result<Tensor> {
+        let mut shape = vec![1isize; rank];
+        shape[axis] = n as isize;
+        Tensor::try_arange(0, n as i64, 1, DType::I64)?
+            .try_to(device)?
+            .try_reshape(shape)
+    };
+    let tap = arange(taps, 1)?;
+    let (mut inner, mut plane) = (taps, g.spatial.iter().product::<usize>());
+    // Per dimension: the tap's term of the flat position, and whether it is inside.
+    let mut parts = Vec::with_capacity(d);
+    for i in 0..d {
+        inner /= g.kernel[i].max(1);
+        plane /= g.spatial[i].max(1);
+        let t = tap
+            .try_floor_divide(inner as i64)?
+            .try_remainder(g.kernel[i] as i64)?;
+        // The coordinate along dimension i: o·stride + t·dilation - padding.
+        let c = arange(g.out[i], 2 + i)?
+            .try_mul(g.stride[i] as i64)?
+            .try_add(&t.try_mul(g.dilation[i] as i64)?)?
+            .try_sub(g.padding[i] as i64)?;
+        let ok = c
+            .try_ge(0i64)?
+            .try_logical_and(&c.try_lt(g.spatial[i] as i64)?)?;
+        parts.push((c.try_mul(plane as i64)?, ok));
+    }
+    let Some(((position, inside), rest)) = parts.split_first() else {
+        return Err(KilnError::internal("tap positions of a 0-d pooling"));
+    };
+    let (mut position, mut inside) = (position.clone(), inside.clone());
+    for (term, ok) in rest {
+        position = position.try_add(term)?;
+        inside = inside.try_logical_and(ok)?;
+    }
+    Tensor::try_where(&inside, &position, -1i64)
+}
+
 /// Which element along `axis` of `cell` PyTorch's CPU max pooling keeps (`axis` stays, of
 /// size 1): its loop replaces the running maximum when `value > max || isnan(value)`, so
 /// the last NaN wins where there is one, and the first largest element otherwise.
@@ -762,12 +820,31 @@ pub(crate) fn max_pool_nd<const N: usize>(
     let mut places = None;
     // Only a window that starts in the left padding can pick a padded element.
     if with_indices || padding.0.iter().any(|&p| p > 0) {
-        let at = taps(&plane_positions(&x)?.try_pad(&pads, -1i64)?)?;
-        let in_padding = at.try_gather(1, &pick)?.try_lt(0i64)?;
+        let geometry = WindowGeometry {
+            spatial: &x.shape()[2..],
+            kernel: &kernel.0,
+            stride: &stride.0,
+            padding: &padding.0,
+            dilation: &dilation.0,
+            out: &out,
+        };
+        let at = tap_positions(&geometry, x.device())?;
+        // The picked tap's position: a select and a sum over the taps (one matches).
+        let taps_index = at.shape()[1];
+        let mut shape = vec![1isize; at.ndim()];
+        shape[1] = taps_index as isize;
+        let index = Tensor::try_arange(0, taps_index as i64, 1, DType::I64)?
+            .try_to(x.device())?
+            .try_reshape(shape)?;
+        let position_of = |pick: &Tensor| -> Result<Tensor> {
+            Tensor::try_where(&index.try_eq(pick)?, &at, 0i64)?.try_sum_keepdim(1)
+        };
+        let in_padding = position_of(&pick)?.try_lt(0i64)?;
         let first_inside = at.try_ge(0i64)?.try_argmax_keepdim(1)?;
+        let first_inside = first_inside.try_broadcast_to(pick.shape())?;
         pick = Tensor::try_where(&in_padding, &first_inside, &pick)?;
         if with_indices {
-            let chosen = at.try_gather(1, &pick)?.try_squeeze_dim(1)?;
+            let chosen = position_of(&pick)?.try_squeeze_dim(1)?;
             places = Some(unbatch(batch_first(&chosen)?, was_batched)?);
         }
     }

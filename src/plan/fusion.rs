@@ -40,7 +40,9 @@
 //!   more than [`MAX_PADDED_READS_IN_REDUCTION`] padded views (a `cat` or `stack` of many
 //!   tensors is a `where` chain over padded inputs; a slice's gradient summed over many
 //!   steps is a sum of padded tensors) is not inlined into a reduction: every point of the
-//!   reduction would evaluate the whole chain. Stored, it is an elementwise kernel, which
+//!   reduction would evaluate the whole chain (the count stops at values that several
+//!   nodes read: those are stored, or recomputed only when cheap). Stored, it is an
+//!   elementwise kernel, which
 //!   the CPU backend splits between the masks' edges so that each block reads one input
 //!   (`y = stack(256 steps); (y * y).sum()`: 30 ms fused into the sum, 0.8 ms stored, on the
 //!   Intel Xeon test machine).
@@ -171,7 +173,7 @@ pub fn fuse(vg: &ViewGraph, fuse: bool, forced: &HashSet<NodeId>) -> FusionPlan 
     // Total op weight inlined into each kernel so far.
     let mut size: Vec<usize> = vec![];
     let generated = generator_only(vg);
-    let padded = padded_reads(vg);
+    let padded = padded_reads(vg, &consumers);
     for v in (0..n).rev() {
         super::tick(1);
         let node = &vg.nodes[v];
@@ -275,8 +277,15 @@ const BROADCAST_FOLD: usize = 8;
 const MIN_FOLD_NUMEL: usize = 64;
 
 /// Per node: how many padded views its elementwise input cone reads (through any number of
-/// elementwise steps; a value read twice counts twice), saturating; 0 for other nodes.
-fn padded_reads(vg: &ViewGraph) -> Vec<usize> {
+/// elementwise steps; a value read twice counts twice), saturating; 0 for other nodes. The
+/// count does not go through a value that several nodes read: that value is stored, or
+/// recomputed only when its cone is cheap (a max pooling's stacked windows, read by its
+/// `argmax`, its NaN test and its select, are stored once; what reads them reads a buffer).
+fn padded_reads(vg: &ViewGraph, consumers: &[Vec<(NodeId, usize)>]) -> Vec<usize> {
+    let shared = |id: NodeId| {
+        let first = consumers[id].first().map(|c| c.0);
+        consumers[id].iter().any(|c| Some(c.0) != first)
+    };
     let mut padded = vec![0usize; vg.nodes.len()];
     for (id, n) in vg.nodes.iter().enumerate() {
         if !n.op.is_elementwise() {
@@ -288,7 +297,8 @@ fn padded_reads(vg: &ViewGraph) -> Vec<usize> {
                 .iter()
                 .filter(|m| matches!(m, Movement::Pad { .. }))
                 .count();
-            acc.saturating_add(pads).saturating_add(padded[e.src])
+            let inner = if shared(e.src) { 0 } else { padded[e.src] };
+            acc.saturating_add(pads).saturating_add(inner)
         });
     }
     padded
@@ -428,10 +438,10 @@ fn is_cheap(vg: &ViewGraph, forced: &HashSet<NodeId>, v: NodeId) -> bool {
     true
 }
 
-/// Whether `v`'s elementwise input cone (down to stored values, inputs, generators,
-/// reductions and products, which count as reads) does more than [`CHEAP_OPS`] ops or
-/// more than [`CHEAP_LEAVES`] reads (each read of a value counts: a sum of nine slices of
-/// one tensor is nine reads).
+/// Whether `v`'s elementwise input cone (down to stored values, inputs, reductions and
+/// products, which count as reads, and generators, which do not) does more than
+/// [`CHEAP_OPS`] ops or more than [`CHEAP_LEAVES`] reads (each read of a value counts: a
+/// sum of nine slices of one tensor is nine reads).
 fn expensive_cone(vg: &ViewGraph, forced: &HashSet<NodeId>, v: NodeId) -> bool {
     let mut seen = HashSet::new();
     let mut stack = vec![v];
@@ -448,7 +458,11 @@ fn expensive_cone(vg: &ViewGraph, forced: &HashSet<NodeId>, v: NodeId) -> bool {
                 || vg.is_target(e.src)
                 || matches!(src.op, PlanOp::Copy { .. } | PlanOp::Op(Op::Assign))
                 || src.op.is_transfer();
-            if stored || !src.op.is_elementwise() || src.op.is_generator() {
+            if src.op.is_generator() && !stored {
+                // Constants and index generators cost no memory traffic.
+                continue;
+            }
+            if stored || !src.op.is_elementwise() {
                 reads += 1;
             } else {
                 stack.push(e.src);
