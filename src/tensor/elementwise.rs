@@ -264,9 +264,15 @@ impl Tensor {
                 return Ok(None);
             };
             let perm = perm.clone();
+            let tracked = n.autograd.is_some();
             let Some(&src) = g.inputs(self.key)?.first() else {
                 return Ok(None);
             };
+            // A permute recorded without history (under `no_grad`) of a tensor that has it
+            // stays as it is: the op over its source would send gradients through.
+            if g.node(src)?.autograd.is_some() != tracked {
+                return Ok(None);
+            }
             Ok(Some((Tensor::retained(g, src)?, perm)))
         })
     }
@@ -819,6 +825,17 @@ mod tests {
             assert_eq!(got[i], (xs[i] as f32) + (zs[i] as f32));
             assert_eq!(got_scaled[i], 2.0 - xs[i] as f32);
         }
+        // A permute recorded under `no_grad` of a tensor that requires grad keeps its op
+        // on the view, so no gradient reaches the source.
+        let w = Tensor::try_randn([3, 4], 4, DType::F32)
+            .expect("randn")
+            .requires_grad_(true);
+        let frozen = crate::autograd::no_grad(|| w.try_permute([1, 0])).expect("permute");
+        let r = frozen.try_exp().expect("exp");
+        assert!(!r.requires_grad());
+        assert_eq!(node_of(&r).0, Op::Unary(UnaryOp::Exp));
+        let both = frozen.try_mul(&frozen).expect("mul");
+        assert!(!both.requires_grad());
         // Other views are left as they are.
         let sliced = x
             .try_slice_dim(0, 0, 2, 1)
